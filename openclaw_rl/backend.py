@@ -1,0 +1,118 @@
+"""Client of the policy's SGLang native ``/generate`` (token ids in, token ids + log-probs out).
+
+Stage: serving → **backend** → SGLang. One pooled ``httpx.AsyncClient`` for the life of the proxy
+(upstream built a new client, and loaded the TLS CA bundle, on every call). Every failure becomes a
+typed error: unreachable or garbage → 502, slow → 504, SGLang's own 400 (e.g. context too long) → 400
+with SGLang's message. Responses are validated: ids and log-prob triples must align, or it is a 502.
+Streaming follows SGLang's cumulative chunk semantics (each chunk holds everything so far).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from .errors import BackendTimeout, BackendUnavailable, BadRequest
+
+
+@dataclass(slots=True)
+class GenerateResult:
+    """One /generate answer (final, or a cumulative streaming snapshot)."""
+
+    text: str
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str | None  # None while streaming; "stop" | "length" | "abort" at the end
+    prompt_tokens: int
+    weight_version: str | None
+
+
+def parse_generate(data: Any, *, final: bool) -> GenerateResult:
+    if isinstance(data, list) and len(data) == 1:
+        data = data[0]
+    if not isinstance(data, dict):
+        raise BackendUnavailable("policy backend answered an unexpected JSON shape")
+    if "error" in data:
+        err = data["error"]
+        message = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+        raise BadRequest(f"policy backend rejected the request: {message}")
+    try:
+        meta = data["meta_info"]
+        ids = [int(t) for t in data["output_ids"]]
+        triples = meta.get("output_token_logprobs") or []
+        logprobs = [float(t[0]) for t in triples]
+        if [int(t[1]) for t in triples] != ids:
+            raise BackendUnavailable("policy backend log-probs do not match its output ids (return_logprob off?)")
+        fr = meta.get("finish_reason")
+        finish = fr.get("type") if isinstance(fr, dict) else fr
+        if final and finish is None:
+            raise BackendUnavailable("policy backend ended without a finish_reason")
+        return GenerateResult(str(data.get("text", "")), ids, logprobs, finish, int(meta.get("prompt_tokens", 0)),
+                              meta.get("weight_version"))
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise BackendUnavailable(f"policy backend answered malformed /generate output: {e!r}") from e
+
+
+class PolicyBackend:
+    def __init__(self, http: httpx.AsyncClient, url: str, *, timeout_s: float = 600.0, api_key: str = ""):
+        self.http, self.url, self.timeout_s = http, url.rstrip("/"), timeout_s
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def _raise_for(self, status: int, body: bytes) -> None:
+        text = body.decode("utf-8", "replace")[:500]
+        if status == 400:
+            try:
+                err = json.loads(text)
+                message = err.get("error", {}).get("message") or err.get("message") or text
+            except (ValueError, AttributeError):
+                message = text
+            raise BadRequest(f"policy backend rejected the request: {message}")
+        raise BackendUnavailable(f"policy backend answered HTTP {status}: {text[:200]}")
+
+    async def generate(self, payload: dict[str, Any]) -> GenerateResult:
+        try:
+            resp = await self.http.post(f"{self.url}/generate", json=payload, headers=self.headers,
+                                        timeout=self.timeout_s)
+        except httpx.TimeoutException as e:
+            raise BackendTimeout(f"policy backend did not answer within {self.timeout_s}s") from e
+        except httpx.HTTPError as e:
+            raise BackendUnavailable(f"policy backend at {self.url} is unreachable: {e!r}") from e
+        if resp.status_code != 200:
+            self._raise_for(resp.status_code, resp.content)
+        try:
+            data = resp.json()
+        except ValueError as e:
+            raise BackendUnavailable("policy backend answered non-JSON") from e
+        return parse_generate(data, final=True)
+
+    async def generate_stream(self, payload: dict[str, Any]) -> AsyncIterator[GenerateResult]:
+        """Yield cumulative snapshots; the last one has a finish_reason."""
+        body = {**payload, "stream": True}
+        try:
+            async with self.http.stream("POST", f"{self.url}/generate", json=body, headers=self.headers,
+                                        timeout=self.timeout_s) as resp:
+                if resp.status_code != 200:
+                    self._raise_for(resp.status_code, await resp.aread())
+                last: GenerateResult | None = None
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    try:
+                        obj = json.loads(data)
+                    except ValueError as e:
+                        raise BackendUnavailable("policy backend streamed non-JSON") from e
+                    last = parse_generate(obj, final=False)
+                    yield last
+                if last is None or last.finish_reason is None:
+                    raise BackendUnavailable("policy backend stream ended without a finish_reason")
+        except httpx.TimeoutException as e:
+            raise BackendTimeout(f"policy backend stream stalled for {self.timeout_s}s") from e
+        except httpx.HTTPError as e:
+            raise BackendUnavailable(f"policy backend stream failed: {e!r}") from e

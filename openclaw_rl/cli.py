@@ -1,0 +1,141 @@
+"""The ``openclaw-rl`` command: serve the proxy, inspect the spool, and run the embedded stack.
+
+Every flag maps onto a flat settings key (see ``config.py``); ``--config`` loads the same keys from a
+YAML file, and upstream's environment variables still work as fallbacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from .config import load_settings, load_yaml
+
+SERVE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
+    # flag, settings key, argparse kwargs
+    ("--mode", "mode", {"choices": ["rl", "opd", "combine"], "help": "how finished turns become samples"}),
+    ("--policy-url", "proxy_policy_url", {"help": "SGLang (or `openclaw-rl engine`) serving the policy"}),
+    ("--judge-url", "judge_url", {"help": "SGLang judge/teacher; without it nothing learns (PRM off)"}),
+    ("--judge-api", "judge_api", {"choices": ["sglang", "openai"]}),
+    ("--tokenizer", "proxy_tokenizer", {"help": "policy tokenizer dir (its chat template renders prompts)"}),
+    ("--judge-tokenizer", "judge_tokenizer", {"help": "judge chat template (default: the policy's)"}),
+    ("--host", "proxy_host", {"help": "bind address (default 127.0.0.1)"}),
+    ("--port", "proxy_port", {"type": int}),
+    ("--api-key", "proxy_api_keys", {"action": "append", "help": "bearer key; repeat for several namespaces"}),
+    ("--allow-insecure-bind", "proxy_allow_insecure_bind", {"action": "store_const", "const": True,
+                                                             "help": "bind a non-loopback address without a key"}),
+    ("--served-model-name", "proxy_served_model_name", {}),
+    ("--prm-m", "judge_votes", {"type": int, "help": "judge votes per turn (majority wins)"}),
+    ("--spool-dir", "spool_dir", {"help": "where finished samples persist"}),
+    ("--record-dir", "proxy_record_dir", {"help": "write JSONL conversation and judge records here"}),
+    ("--distill-topk", "opd_distill_topk", {"type": int, "help": "OPD: also fetch the teacher's top-K"}),
+    ("--eval-mode", "opd_eval_mode", {"action": "store_const", "const": True,
+                                      "help": "OPD: also run PRM votes for rollout/prm_eval_score"}),
+    ("--w-rl", "combine_w_rl", {"type": float, "help": "combine: weight of the RL advantage"}),
+    ("--w-opd", "combine_w_opd", {"type": float, "help": "combine: weight of the OPD advantage"}),
+    ("--session-ttl", "proxy_session_ttl_s", {"type": float, "help": "flush sessions idle this many seconds"}),
+    ("--pause-mode", "proxy_pause_mode", {"choices": ["reject", "hold"]}),
+    ("--rollout-temperature", "proxy_rollout_temperature", {"type": float}),
+]
+
+
+def add_serve_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML file of openclaw_* keys (the same file Slime's --custom-config-path takes)")
+    for flag, key, kwargs in SERVE_FLAGS:
+        p.add_argument(flag, dest=key, default=None, **kwargs)
+
+
+def settings_from_cli(ns: argparse.Namespace):
+    values: dict[str, Any] = load_yaml(ns.config) if getattr(ns, "config", None) else {}
+    for _, key, _ in SERVE_FLAGS:
+        value = getattr(ns, key, None)
+        if value is not None:
+            values[key] = value
+    return load_settings(values)
+
+
+def cmd_serve(ns: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .server import Proxy
+
+    settings = settings_from_cli(ns)
+    proxy = Proxy.build(settings)
+    host, port = settings.proxy.host, settings.proxy.port
+    logging.getLogger(__name__).info("openclaw-rl proxy (%s mode) on http://%s:%d/v1 → policy %s, spool %s",
+                                     settings.mode, host, port, settings.proxy.policy_url, proxy.spool.path)
+    uvicorn.run(proxy.app, host=host, port=port, log_level="warning", access_log=False)
+    return 0
+
+
+def cmd_samples(ns: argparse.Namespace) -> int:
+    from .spool import Spool
+
+    if not os.path.exists(os.path.join(ns.spool_dir, "samples.sqlite3")):
+        print(f"no spool at {ns.spool_dir}", file=sys.stderr)
+        return 1
+    spool = Spool(ns.spool_dir)
+    n = 0
+    for sample in spool.iter_samples():
+        if ns.session and sample.session_id != ns.session:
+            continue
+        print(json.dumps(sample.summary(), ensure_ascii=False))
+        n += 1
+        if ns.limit and n >= ns.limit:
+            break
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="openclaw-rl", description=__doc__.splitlines()[0])
+    parser.add_argument("--log-level", default=os.environ.get("OPENCLAW_LOG_LEVEL", "INFO"))
+    parser.add_argument("--log-json", action="store_true", help="structured JSON log lines")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the training proxy (no trainer attached; samples go to the spool)")
+    add_serve_flags(serve)
+    serve.set_defaults(fn=cmd_serve)
+
+    samples = sub.add_parser("samples", help="print the spool's samples, one JSON object a line")
+    samples.add_argument("--spool-dir", required=True)
+    samples.add_argument("--session", help="only this session id")
+    samples.add_argument("--limit", type=int, default=0)
+    samples.set_defaults(fn=cmd_samples)
+
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+_EXTRA_COMMANDS: list[Any] = []
+
+
+def setup_logging(level: str, as_json: bool) -> None:
+    handler = logging.StreamHandler()
+    if as_json:
+        class JsonFormatter(logging.Formatter):
+            def format(self, record: logging.LogRecord) -> str:
+                return json.dumps({"ts": record.created, "level": record.levelname, "logger": record.name,
+                                   "msg": record.getMessage()})
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    setup_logging(ns.log_level, ns.log_json)
+    try:
+        return int(ns.fn(ns) or 0)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"openclaw-rl: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""Typed settings for every stage, loaded from one flat key space.
+
+The same keys come from three places, highest precedence first: the CLI / the YAML that Slime's
+``--custom-config-path`` loads onto ``args`` (keys prefixed ``openclaw_``), upstream OpenClaw-RL's
+environment variables (``PORT``, ``PRM_M``, …), and Slime's own flags (``--prm-m``,
+``--rollout-temperature``, …). Each field's comment says what the value *does*. ``load_settings``
+rejects unknown ``openclaw_*`` keys so a typo in a config file fails loudly instead of being ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PREFIX = "openclaw_"
+
+
+@dataclass
+class ProxySettings:
+    host: str = "127.0.0.1"  # bind address; anything but loopback needs an API key or allow_insecure_bind
+    port: int = 30000
+    api_keys: list[str] = field(default_factory=list)  # bearer keys; each is its own session namespace
+    allow_insecure_bind: bool = False  # permit a non-loopback bind without any API key (trusted LANs only)
+    served_model_name: str = "openclaw-policy"  # `model` reported to clients and used when they send none
+    policy_url: str = "http://127.0.0.1:30010"  # SGLang (or the embedded engine) serving the policy
+    policy_api_key: str = ""  # sent to the policy backend as a bearer token when set
+    tokenizer: str = ""  # HF tokenizer dir of the policy; renders the chat template exactly as trained
+    request_timeout_s: float = 600.0  # a policy call slower than this becomes a 504
+    connect_timeout_s: float = 5.0
+    max_body_bytes: int = 8 * 1024 * 1024  # larger request bodies get 413
+    max_new_tokens: int = 2048  # used when the client sends neither max_tokens nor max_completion_tokens
+    max_new_tokens_cap: int = 8192  # client values above this are clamped (Slime's rollout-max-response-len)
+    rollout_temperature: float | None = 1.0  # main-line turns sample at this temperature so rollout
+    # log-probs match the trainer's; None lets the client's temperature through (upstream behaviour)
+    reasoning_parser: str = "qwen3"
+    tool_parser: str = "qwen25"
+    enable_thinking: bool | None = None  # passed to the chat template when set
+    pause_mode: str = "reject"  # while weights sync: "reject" (503 + Retry-After, upstream) or "hold"
+    pause_hold_s: float = 60.0  # "hold": the longest a request waits for submission to reopen
+    session_ttl_s: float = 900.0  # idle sessions are flushed (last turn without next_state) and evicted
+    max_sessions: int = 100_000  # beyond this, the least recently used idle session is flushed early
+    identity: list[str] = field(default_factory=lambda: [
+        "explicit", "affinity", "prompt_cache_key", "openclaw_runtime", "prefix"])  # strongest first
+    turn_classifier: str = "auto"  # "auto" (OpenClaw-aware heuristics), "all_main", "tools_only"
+    record_dir: str = ""  # JSONL conversation + judge records when set
+    rate_limit_per_min: int = 0  # per API key; 0 = unlimited
+
+
+@dataclass
+class JudgeSettings:
+    url: str = ""  # SGLang server of the judge/teacher; empty disables PRM (see README: no learning signal)
+    api: str = "sglang"  # "sglang" (/generate) or "openai" (/v1/chat/completions; votes only, no teacher)
+    api_key: str = ""
+    model: str = ""  # model name for api=openai
+    tokenizer: str = ""  # judge's chat template; empty = the policy tokenizer
+    votes: int = 3  # m: judge calls per turn; the majority wins, ties and all-failed score 0
+    temperature: float = 0.6
+    max_new_tokens: int = 4096
+    timeout_s: float = 120.0  # a vote slower than this counts as failed
+    concurrency: int = 32  # judge/teacher calls in flight at once
+
+
+@dataclass
+class SpoolSettings:
+    dir: str = ""  # where finished samples persist; empty = a temp dir (lost on exit; tests only)
+    max_bytes: int = 4 * 1024**3  # beyond this the spool refuses new samples, loudly
+
+
+@dataclass
+class RLSettings:
+    keep_masked_samples: bool = False  # upstream enqueues score-0 turns with loss_mask 0 (they fill
+    # batch slots and dilute the loss); we count them as excluded instead. True = upstream behaviour.
+    at_least_one: bool = True  # a session's first judged turn is trained even when it scored 0
+
+
+@dataclass
+class OPDSettings:
+    distill_topk: int = 0  # K>0 also fetches the teacher's top-K log-probs for the top-K loss
+    eval_mode: bool = False  # also run PRM votes to report rollout/prm_eval_score (OPENCLAW_EVAL_MODE)
+    min_hint_chars: int = 10  # hints this short or shorter are rejected, as upstream
+    teacher_concurrency: int = 3
+
+
+@dataclass
+class CombineSettings:
+    w_rl: float = 1.0  # weight of the GRPO advantage
+    w_opd: float = 1.0  # weight of the teacher−student advantage
+
+
+@dataclass
+class Settings:
+    mode: str = "rl"
+    proxy: ProxySettings = field(default_factory=ProxySettings)
+    judge: JudgeSettings = field(default_factory=JudgeSettings)
+    spool: SpoolSettings = field(default_factory=SpoolSettings)
+    rl: RLSettings = field(default_factory=RLSettings)
+    opd: OPDSettings = field(default_factory=OPDSettings)
+    combine: CombineSettings = field(default_factory=CombineSettings)
+
+    def validate(self) -> Settings:
+        p, j = self.proxy, self.judge
+        if self.mode not in ("rl", "opd", "combine"):
+            raise ValueError(f"mode must be rl, opd or combine, not {self.mode!r}")
+        if j.votes < 1:
+            raise ValueError("judge votes (openclaw_judge_votes / PRM_M) must be >= 1")
+        if p.pause_mode not in ("reject", "hold"):
+            raise ValueError("openclaw_proxy_pause_mode must be 'reject' or 'hold'")
+        if p.turn_classifier not in ("auto", "all_main", "tools_only"):
+            raise ValueError("openclaw_proxy_turn_classifier must be auto, all_main or tools_only")
+        if j.api not in ("sglang", "openai"):
+            raise ValueError("openclaw_judge_api must be 'sglang' or 'openai'")
+        if self.mode in ("opd", "combine") and j.url and j.api != "sglang":
+            raise ValueError(f"mode {self.mode} needs teacher log-probs: set openclaw_judge_api: sglang")
+        if not is_loopback(p.host) and not p.api_keys and not p.allow_insecure_bind:
+            raise ValueError(f"refusing to bind {p.host} without an API key: anyone who reaches the port "
+                             "could inject training data. Set --api-key, or --allow-insecure-bind to opt out.")
+        return self
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+_SECTIONS = ("proxy", "judge", "spool", "rl", "opd", "combine")
+
+# upstream environment variables → flat keys (values are parsed by the field's type)
+ENV_FALLBACKS = {
+    "HOST": "proxy_host", "PORT": "proxy_port", "SGLANG_API_KEY": "proxy_api_keys",
+    "SERVED_MODEL_NAME": "proxy_served_model_name", "PRM_M": "judge_votes",
+    "OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY": "opd_teacher_concurrency", "OPENCLAW_EVAL_MODE": "opd_eval_mode",
+    "OPENCLAW_COMBINE_W_RL": "combine_w_rl", "OPENCLAW_COMBINE_W_OPD": "combine_w_opd",
+    "TOOL_CALL_PARSER": "proxy_tool_parser",
+}
+
+# Slime flags (attributes of Slime's args) → flat keys, lowest precedence
+SLIME_FALLBACKS = {
+    "prm_m": "judge_votes", "prm_temperature": "judge_temperature", "prm_max_new_tokens": "judge_max_new_tokens",
+    "prm_model_path": "judge_tokenizer", "distill_topk": "opd_distill_topk", "hf_checkpoint": "proxy_tokenizer",
+    "rollout_temperature": "proxy_rollout_temperature", "rollout_max_response_len": "proxy_max_new_tokens_cap",
+}
+
+
+def flat_keys() -> set[str]:
+    keys = {"mode"}
+    for section in _SECTIONS:
+        cls = type(getattr(Settings(), section))
+        keys |= {f"{section}_{f.name}" for f in dataclasses.fields(cls)}
+    return keys
+
+
+def _coerce(value: Any, current: Any, key: str) -> Any:
+    if value is None:
+        return None
+    if isinstance(current, bool):
+        if isinstance(value, str):
+            return value.strip().lower() in ("1", "true", "yes", "on")
+        return bool(value)
+    if isinstance(current, list):
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return list(value)
+    if isinstance(current, int) and not isinstance(current, bool):
+        return int(value)
+    if isinstance(current, float) or (current is None and key == "proxy_rollout_temperature"):
+        return float(value)
+    return value if not isinstance(current, str) else str(value)
+
+
+def _apply(settings: Settings, key: str, value: Any) -> None:
+    if key == "mode":
+        settings.mode = str(value)
+        return
+    section, _, name = key.partition("_")
+    obj = getattr(settings, section)
+    setattr(obj, name, _coerce(value, getattr(obj, name), key))
+
+
+def load_settings(values: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None,
+                  slime_args: Any = None) -> Settings:
+    """Build validated settings. ``values`` holds flat keys, with or without the ``openclaw_`` prefix."""
+    settings = Settings()
+    known = flat_keys()
+    if slime_args is not None:
+        for attr, key in SLIME_FALLBACKS.items():
+            v = getattr(slime_args, attr, None)
+            if v is not None:
+                _apply(settings, key, v)
+        if getattr(slime_args, "sglang_router_ip", None) and getattr(slime_args, "sglang_router_port", None):
+            settings.proxy.policy_url = f"http://{slime_args.sglang_router_ip}:{slime_args.sglang_router_port}"
+        if getattr(slime_args, "prm_router_ip", None) and getattr(slime_args, "prm_router_port", None):
+            settings.judge.url = f"http://{slime_args.prm_router_ip}:{slime_args.prm_router_port}"
+    env = os.environ if env is None else env
+    for var, key in ENV_FALLBACKS.items():
+        if env.get(var, "") != "":
+            _apply(settings, key, env[var])
+    if env.get("OPENCLAW_RECORD_ENABLED") == "1" and env.get("OPENCLAW_RECORD_FILE"):
+        settings.proxy.record_dir = str(Path(env["OPENCLAW_RECORD_FILE"]).parent or ".")
+    merged: dict[str, Any] = {}
+    if slime_args is not None:
+        merged.update({k: v for k, v in vars(slime_args).items() if k.startswith(PREFIX)})
+    merged.update(values or {})
+    unknown = []
+    for raw_key, value in merged.items():
+        key = raw_key[len(PREFIX):] if raw_key.startswith(PREFIX) else raw_key
+        if key not in known:
+            unknown.append(raw_key)
+            continue
+        if value is not None:
+            _apply(settings, key, value)
+    if unknown:
+        raise ValueError(f"unknown openclaw setting(s) {sorted(unknown)}; known keys: "
+                         f"{', '.join(PREFIX + k for k in sorted(known))}")
+    return settings.validate()
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of openclaw_* keys")
+    return data

@@ -1,0 +1,201 @@
+"""Build (once) and cache a tiny random Qwen3 checkpoint with its own offline BPE tokenizer.
+
+The embedded CPU stack and the test suite need a real `transformers` model directory, loadable with
+`AutoTokenizer` / `AutoModelForCausalLM`, on machines that cannot download anything. Everything here
+is generated from seeds, so two builds are byte-identical and the result can be cached per
+(preset, seed, format version) instead of being committed.
+
+Torch and transformers are imported inside the build functions: a cache hit in `ensure_tiny_model`
+costs no heavy imports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from openclaw_rl.embedded.corpus import generate_corpus
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
+
+# Bump when the files a build writes change (corpus, template, init, pre-training), so that cached
+# directories from an older version are not reused.
+FORMAT_VERSION = 1
+MARKER_FILE = "openclaw_tiny.json"
+CHAT_TEMPLATE_PATH = Path(__file__).with_name("chat_template.jinja")
+
+BPE_VOCAB_SIZE = 4096
+# Qwen's layout: specials right after the BPE vocabulary, <|im_end|> is eos, <|endoftext|> pads.
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+# Non-special, as in Qwen3, so decode(skip_special_tokens=True) keeps them and parsers can see them.
+MARKUP_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+EOS_TOKEN, PAD_TOKEN = "<|im_end|>", "<|endoftext|>"
+# Qwen2/3 pre-tokenisation: contractions, letter runs, single digits, punctuation runs, whitespace.
+_SPLIT_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+# The tokenizer does not depend on the model seed, so every checkpoint shares one vocabulary.
+_CORPUS_SEED = 0
+
+MAX_POSITIONS = 4096
+_SHARED = {"num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": MAX_POSITIONS,
+           "tie_word_embeddings": True}
+# Qwen3Config keyword arguments per preset. Most parameters sit in the tied 4105 x hidden embedding.
+PRESETS: dict[str, dict] = {
+    "h64": {"hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "head_dim": 16, **_SHARED},
+    "h128": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 2, "head_dim": 32, **_SHARED},
+    "h256": {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 4, "head_dim": 64, **_SHARED},
+}
+DEFAULT_PRESET = "h128"
+
+
+def build_tokenizer(out_dir: Path) -> PreTrainedTokenizerFast:
+    """Train the byte-level BPE on the synthetic corpus, attach the chat template and save it to `out_dir`.
+
+    The saved config is made loadable by transformers 4.57 as well (`make_tokenizer_config_portable`).
+    """
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(_SPLIT_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    trainer = trainers.BpeTrainer(vocab_size=BPE_VOCAB_SIZE, min_frequency=2, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    docs = generate_corpus(_CORPUS_SEED)
+    tok.train_from_iterator(docs, trainer, length=len(docs))
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in MARKUP_TOKENS])
+
+    # Listing the chat markers as additional specials puts them in `all_special_ids`, as in Qwen's tokenizer.
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN,
+                                        bos_token=None, unk_token=None, model_max_length=MAX_POSITIONS,
+                                        additional_special_tokens=["<|im_start|>", EOS_TOKEN])
+    tokenizer.chat_template = CHAT_TEMPLATE_PATH.read_text(encoding="utf-8")
+    out_dir = Path(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    make_tokenizer_config_portable(out_dir)
+    return tokenizer
+
+
+def make_tokenizer_config_portable(model_dir: Path) -> None:
+    """Rewrite a transformers-5 `tokenizer_config.json` in place so transformers 4.57 loads it too.
+
+    transformers 5 saves `tokenizer_class: TokenizersBackend` (unknown to 4.x) and writes the extra
+    special tokens as an `extra_special_tokens` list (4.x expects a dict there and crashes); both
+    versions read `PreTrainedTokenizerFast` and an `additional_special_tokens` list. Call this after
+    every `tokenizer.save_pretrained` made with transformers 5.
+    """
+    path = Path(model_dir) / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    extra = config.get("extra_special_tokens")
+    if isinstance(extra, list):
+        del config["extra_special_tokens"]
+        config["additional_special_tokens"] = extra
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def build_tiny_model(out_dir: Path, preset: str = DEFAULT_PRESET, seed: int = 0) -> Path:
+    """Write tokenizer + randomly initialised fp32 `Qwen3ForCausalLM` to `out_dir`; same seed, same bytes.
+
+    The marker file is written last, so its presence means the directory is complete.
+    """
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    if preset not in PRESETS:
+        raise ValueError(f"unknown tiny-model preset {preset!r}; choose one of {sorted(PRESETS)}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(out_dir)
+    eos_id, pad_id = tokenizer.convert_tokens_to_ids([EOS_TOKEN, PAD_TOKEN])
+    config = Qwen3Config(vocab_size=len(tokenizer), eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=None,
+                         dtype="float32", **PRESETS[preset])
+    # Seed a forked RNG so building a model never perturbs the caller's random stream.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(config).to(torch.float32)
+
+    # --- Pre-training slot ------------------------------------------------------------------------
+    # A later version runs a short seeded pre-training on synthetic chats here, before saving, so the
+    # tiny model emits template-shaped text. Bump FORMAT_VERSION when it lands.
+
+    model.generation_config.eos_token_id = [eos_id, pad_id]
+    model.generation_config.pad_token_id = pad_id
+    with _quiet_progress_bars():
+        model.save_pretrained(out_dir)
+    marker = {"format_version": FORMAT_VERSION, "preset": preset, "seed": seed, "vocab_size": len(tokenizer)}
+    (out_dir / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+    return out_dir
+
+
+@contextmanager
+def _quiet_progress_bars() -> Iterator[None]:
+    """Silence the one-shard "Writing model shards" bar that save_pretrained prints, then restore."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def default_cache_dir() -> Path:
+    """`$OPENCLAW_RL_CACHE`, else `~/.cache/openclaw-rl`."""
+    env = os.environ.get("OPENCLAW_RL_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "openclaw-rl"
+
+
+def ensure_tiny_model(preset: str = DEFAULT_PRESET, cache_dir: Path | None = None, seed: int = 0) -> Path:
+    """Return the cached tiny-model directory for (preset, seed), building it on first use.
+
+    Concurrent callers each build into a private temp directory and atomically rename it into place;
+    whoever loses the race discards its copy and uses the winner's (the builds are identical).
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown tiny-model preset {preset!r}; choose one of {sorted(PRESETS)}")
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    target = root / f"tiny-{preset}-s{seed}-v{FORMAT_VERSION}"
+    if (target / MARKER_FILE).is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=root))
+    try:
+        build_tiny_model(tmp, preset, seed)
+        # mkdtemp (and the safetensors writer) make things private; a cache should be readable as usual.
+        tmp.chmod(0o755)
+        for path in tmp.iterdir():
+            path.chmod(0o644)
+        try:
+            os.rename(tmp, target)
+        except OSError as err:  # the target already exists and is not empty
+            if not (target / MARKER_FILE).is_file():
+                raise RuntimeError(f"{target} exists but is incomplete (no {MARKER_FILE}); delete it") from err
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -1,0 +1,80 @@
+"""The one error vocabulary of the proxy, and the one function that turns it into OpenAI's error JSON.
+
+Everything the proxy raises on purpose is an ``OpenClawError`` with an HTTP status; ``error_body``
+renders it as ``{"error": {"message", "type", "param", "code"}}``. Anything else is a bug: the route
+layer logs its traceback and answers a sanitised 500.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class OpenClawError(Exception):
+    """Base class: a failure with a status code and an OpenAI error type."""
+
+    status: int = 500
+    error_type: str = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.headers = headers or {}
+
+
+class BadRequest(OpenClawError, ValueError):
+    """The client sent something we cannot serve (400)."""
+
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class Unauthorized(OpenClawError):
+    status = 401
+    error_type = "authentication_error"
+
+
+class NotFound(OpenClawError):
+    status = 404
+    error_type = "not_found_error"
+
+
+class PayloadTooLarge(OpenClawError):
+    status = 413
+    error_type = "invalid_request_error"
+
+
+class RateLimited(OpenClawError):
+    status = 429
+    error_type = "rate_limit_error"
+
+
+class SubmissionPaused(OpenClawError):
+    """Training is syncing weights; the client should retry shortly (503 + Retry-After)."""
+
+    status = 503
+    error_type = "service_unavailable"
+
+
+class BackendUnavailable(OpenClawError, ConnectionError):
+    """The policy/judge backend is down or answered garbage (502)."""
+
+    status = 502
+    error_type = "backend_error"
+
+
+class BackendTimeout(OpenClawError, TimeoutError):
+    """The backend did not answer in time (504)."""
+
+    status = 504
+    error_type = "backend_timeout"
+
+
+def error_body(exc: OpenClawError) -> dict[str, Any]:
+    return {"error": {"message": exc.message, "type": exc.error_type, "param": exc.param, "code": exc.status}}
+
+
+def internal_error_body() -> dict[str, Any]:
+    return {"error": {"message": "internal error in the openclaw-rl proxy (see its log)",
+                      "type": "internal_error", "param": None, "code": 500}}

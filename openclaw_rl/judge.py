@@ -1,0 +1,262 @@
+"""The judge client: PRM votes, hindsight-hint votes and teacher log-probs, all from one judge server.
+
+Stage: sessions → **judge** → mode. A turn's m votes run concurrently over one pooled HTTP client and
+a semaphore owned by the judge. A vote that fails or times out counts as failed (None); the majority
+of the rest wins and a tie or no valid vote scores 0, as upstream. Unlike upstream, the ``\\boxed{}``
+verdict is read only after the judge's thinking block, so a score merely considered while thinking (or a
+generation cut off mid-thought) cannot vote, and ``\\boxed{ 1 }`` parses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from .errors import BackendTimeout, BackendUnavailable, BadRequest
+
+log = logging.getLogger(__name__)
+
+PRM_SYSTEM = """You are a process reward model. You judge whether an AI assistant's output did what the \
+user wanted, using what happened next (the "next state") as your evidence.
+
+The next state is one of two kinds:
+- role "user": the user's reply to the assistant;
+- role "tool": the result of a tool call the assistant made. It exists because the assistant acted, so a \
+successful, error-free tool result is evidence that the action was right.
+
+Score the assistant output:
+- \\boxed{1}: the next state shows progress or success: the user moves on, thanks the assistant or \
+builds on the answer, or the tool succeeded.
+- \\boxed{-1}: the next state shows failure: the user asks to redo or retry, corrects or asks to change \
+the answer, rephrases the same request, or the tool reports an error the assistant caused. A request \
+to change what the assistant produced is negative feedback.
+- \\boxed{0}: the evidence is ambiguous or insufficient.
+
+Reason step by step, then give exactly one final score in \\boxed{}."""
+
+PRM_USER = """## Assistant output
+{response}
+
+## Next state [role: {role}]
+{next_state}
+
+Classify the next state as (a) progress, (b) correction / redo / change request, or (c) ambiguous, and \
+answer with \\boxed{{1}}, \\boxed{{-1}} or \\boxed{{0}} respectively."""
+
+HINT_SYSTEM = """You extract hindsight hints for training an AI assistant. You see the assistant's \
+response at turn t and the next state at turn t+1, with its role:
+- role "user": the user's reply;
+- role "tool": the result of the assistant's own tool call. A successful tool output means the action \
+was appropriate; it is not information the assistant should have known in advance.
+
+Decide whether the next state reveals something the assistant should have done differently and could \
+have acted on: a correction, a preference, a missing step, a better approach.
+
+Output format, strictly:
+- Finish with exactly one \\boxed{1} (useful hindsight exists) or \\boxed{-1} (none).
+- If and only if you answer \\boxed{1}, also give a concise, concrete, actionable hint of one to three \
+sentences between [HINT_START] and [HINT_END], written as an instruction to the assistant.
+- No hint block for \\boxed{-1}."""
+
+HINT_USER = """## Assistant response (turn t)
+{response}
+
+## Next state (turn t+1) [role: {role}]
+{next_state}
+
+Give your decision, and the hint if the decision is 1, in the required format."""
+
+_BOXED = re.compile(r"\\boxed\{\s*([-+]?\d+)\s*\}")
+_HINT = re.compile(r"\[HINT_START\](.*?)\[HINT_END\]", re.DOTALL)
+
+
+def after_thinking(text: str) -> str:
+    """The part of a judge output after its thinking block ("" if it never left it)."""
+    if "</think>" in text:
+        return text.rsplit("</think>", 1)[1]
+    if text.lstrip().startswith("<think>"):
+        return ""
+    return text
+
+
+def parse_boxed(text: str, allowed: Sequence[int] = (1, -1, 0)) -> int | None:
+    matches = _BOXED.findall(after_thinking(text))
+    if not matches:
+        return None
+    value = int(matches[-1])
+    return value if value in allowed else None
+
+
+def parse_hint(text: str) -> str:
+    matches = _HINT.findall(after_thinking(text))
+    return matches[-1].strip() if matches else ""
+
+
+def majority_vote(votes: Sequence[int | None]) -> float:
+    valid = [v for v in votes if v is not None]
+    if not valid:
+        return 0.0
+    ranked = Counter(valid).most_common()
+    if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+        return 0.0
+    return float(ranked[0][0])
+
+
+@dataclass(slots=True)
+class PRMJudgement:
+    score: float
+    votes: list[int | None]
+    representative: str | None = None  # the first vote agreeing with a non-zero score
+
+    def record(self) -> dict[str, Any]:
+        return {"score": self.score, "votes": [("fail" if v is None else v) for v in self.votes]}
+
+
+@dataclass(slots=True)
+class HintVote:
+    score: int | None
+    hint: str
+    raw: str
+
+
+@dataclass(slots=True)
+class HintJudgement:
+    votes: list[HintVote] = field(default_factory=list)
+
+    def best_hint(self, min_chars: int) -> str:
+        """The longest hint of a +1 vote longer than ``min_chars`` characters ("" if none)."""
+        hints = [v.hint for v in self.votes if v.score == 1 and len(v.hint) > min_chars]
+        return max(hints, key=len) if hints else ""
+
+
+@dataclass(slots=True)
+class TeacherScores:
+    log_probs: list[float | None]  # (R,) None where the teacher gave no value
+    topk_log_probs: list[list[float]] | None = None  # (R, K)
+    topk_indices: list[list[int]] | None = None  # (R, K)
+
+
+class JudgeClient:
+    """Talks to the judge/teacher server (SGLang ``/generate``, or OpenAI chat for votes only)."""
+
+    def __init__(self, http: httpx.AsyncClient, url: str, *, tokenizer: Any = None, votes: int = 3,
+                 temperature: float = 0.6, max_new_tokens: int = 4096, timeout_s: float = 120.0,
+                 concurrency: int = 32, api: str = "sglang", model: str = "", api_key: str = "",
+                 vocab_size: int | None = None):
+        self.http, self.url = http, url.rstrip("/")
+        self.tokenizer, self.m = tokenizer, votes
+        self.temperature, self.max_new_tokens, self.timeout_s = temperature, max_new_tokens, timeout_s
+        self.api, self.model = api, model
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.vocab_size = vocab_size
+        self._slots = asyncio.Semaphore(max(1, concurrency))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.url)
+
+    def render(self, system: str, user: str) -> str:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+            return f"{system}\n\n{user}\n"
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+        async with self._slots:
+            try:
+                resp = await self.http.post(self.url + path, json=body, headers=self.headers, timeout=self.timeout_s)
+            except httpx.TimeoutException as e:
+                raise BackendTimeout(f"judge {path} timed out after {self.timeout_s}s") from e
+            except httpx.HTTPError as e:
+                raise BackendUnavailable(f"judge {path} unreachable: {e}") from e
+        if resp.status_code != 200:
+            raise BackendUnavailable(f"judge {path} answered {resp.status_code}: {resp.text[:200]}")
+        try:
+            return resp.json()
+        except ValueError as e:
+            raise BackendUnavailable(f"judge {path} answered non-JSON") from e
+
+    async def _one_vote(self, system: str, user: str) -> str | None:
+        try:
+            if self.api == "openai":
+                data = await self._post("/v1/chat/completions", {
+                    "model": self.model, "temperature": self.temperature, "max_tokens": self.max_new_tokens,
+                    "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]})
+                return str(data["choices"][0]["message"].get("content") or "")
+            data = await self._post("/generate", {
+                "text": self.render(system, user),
+                "sampling_params": {"temperature": self.temperature, "top_p": 1.0, "top_k": -1,
+                                    "max_new_tokens": self.max_new_tokens, "skip_special_tokens": False,
+                                    "no_stop_trim": True, "spaces_between_special_tokens": False},
+                "return_logprob": False})
+            if isinstance(data, list):
+                data = data[0]
+            return str(data["text"])
+        except (BackendUnavailable, BackendTimeout, KeyError, IndexError, TypeError) as e:
+            log.warning("judge vote failed: %s", e)
+            return None
+
+    async def _votes(self, system: str, user: str) -> list[str | None]:
+        return list(await asyncio.gather(*(self._one_vote(system, user) for _ in range(self.m))))
+
+    async def prm(self, response_text: str, next_state: dict[str, str]) -> PRMJudgement:
+        user = PRM_USER.format(response=response_text, role=next_state["role"], next_state=next_state["content"])
+        raws = await self._votes(PRM_SYSTEM, user)
+        votes = [None if raw is None else parse_boxed(raw) for raw in raws]
+        score = majority_vote(votes)
+        rep = next((raw for raw, v in zip(raws, votes) if v == score and score != 0), None)
+        return PRMJudgement(score, votes, rep)
+
+    async def hints(self, response_text: str, next_state: dict[str, str]) -> HintJudgement:
+        user = HINT_USER.format(response=response_text, role=next_state["role"], next_state=next_state["content"])
+        raws = await self._votes(HINT_SYSTEM, user)
+        return HintJudgement([HintVote(None, "", "") if raw is None else
+                              HintVote(parse_boxed(raw, (1, -1)), parse_hint(raw), raw) for raw in raws])
+
+    async def teacher_log_probs(self, prompt_ids: Sequence[int], response_ids: Sequence[int],
+                                top_k: int = 0) -> TeacherScores:
+        """Teacher log-probs of the exact response ids given ``prompt_ids`` (the hint-enhanced prompt).
+
+        Real SGLang scores ``ids[k+j]`` at entry j and always leaves entry 0 null, so we send
+        ``logprob_start_len = len(prompt) - 1`` and drop entry 0: the rest lines up 1:1 with the
+        response. Input log-probs are never temperature-scaled by SGLang (see the OPD mode).
+        """
+        ids = list(prompt_ids) + list(response_ids)
+        if not prompt_ids or not response_ids:
+            raise BadRequest("teacher scoring needs a non-empty prompt and response")
+        if self.vocab_size is not None and any(not 0 <= t < self.vocab_size for t in ids):
+            raise BadRequest("token id outside the teacher's vocabulary: the teacher must share the policy tokenizer")
+        body: dict[str, Any] = {"input_ids": ids, "return_logprob": True, "logprob_start_len": len(prompt_ids) - 1,
+                                "sampling_params": {"temperature": 0.0, "max_new_tokens": 0,
+                                                    "skip_special_tokens": False}}
+        if top_k > 0:
+            body["top_logprobs_num"] = top_k
+        data = await self._post("/generate", body)
+        meta = (data[0] if isinstance(data, list) else data).get("meta_info", {})
+        entries = meta.get("input_token_logprobs") or []
+        r = len(response_ids)
+        if len(entries) != r + 1:
+            raise BackendUnavailable(f"teacher returned {len(entries)} input log-probs, expected {r + 1}")
+        log_probs: list[float | None] = []
+        for j, entry in enumerate(entries[1:]):
+            if entry is None or entry[0] is None:
+                log_probs.append(None)
+                continue
+            if int(entry[1]) != response_ids[j]:
+                raise BackendUnavailable(f"teacher entry {j} scored token {entry[1]}, not {response_ids[j]}")
+            log_probs.append(float(entry[0]))
+        scores = TeacherScores(log_probs)
+        if top_k > 0:
+            rows = (meta.get("input_top_logprobs") or [])[1:]
+            if len(rows) != r:
+                raise BackendUnavailable(f"teacher returned {len(rows)} top-k rows, expected {r}")
+            scores.topk_log_probs = [[float(e[0]) for e in row[:top_k]] if row else [] for row in rows]
+            scores.topk_indices = [[int(e[1]) for e in row[:top_k]] if row else [] for row in rows]
+        return scores

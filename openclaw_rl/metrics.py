@@ -1,0 +1,46 @@
+"""Prometheus metrics of one proxy instance (its own registry, so two apps can live in one process).
+
+Every drop is counted here by reason (``openclaw_turns_dropped_total{reason}``) next to the one log
+line that explains it, so "why is my batch not filling?" has an answer on ``GET /metrics``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from .turns import DropReason
+
+log = logging.getLogger("openclaw_rl.drops")
+
+
+class ProxyMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("openclaw_requests_total", "HTTP requests by route and status", ["route", "code"],
+                                registry=r)
+        self.latency = Histogram("openclaw_request_seconds", "Request latency by route", ["route"], registry=r,
+                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
+        self.turns = Counter("openclaw_turns_total", "Chat requests by turn type", ["type"], registry=r)
+        self.dropped = Counter("openclaw_turns_dropped_total", "Turns that produced no sample, by reason",
+                               ["reason"], registry=r)
+        self.samples = Counter("openclaw_samples_total", "Samples written to the spool by kind", ["kind"],
+                               registry=r)
+        self.judge_votes = Counter("openclaw_judge_votes_total", "Judge votes by outcome", ["outcome"], registry=r)
+        self.inexact = Counter("openclaw_exactness_violations_total",
+                               "Turns whose tokens could not be captured exactly", registry=r)
+        self.sessions = Gauge("openclaw_sessions", "Tracked sessions", ["state"], registry=r)
+        self.spool_depth = Gauge("openclaw_spool_depth", "Samples waiting in the spool", registry=r)
+        self.submission_open = Gauge("openclaw_submission_open", "1 while requests are admitted for training",
+                                     registry=r)
+        self.batch_fill = Gauge("openclaw_batch_fill", "Samples ready / rollout batch size", registry=r)
+        self.spool_errors = Counter("openclaw_spool_errors_total", "Failed spool writes (retried)", registry=r)
+
+    def drop(self, reason: DropReason, session_id: str, turn: int, detail: str = "") -> None:
+        self.dropped.labels(reason.value).inc()
+        log.info("turn dropped: reason=%s session=%s turn=%d%s", reason.value, session_id, turn,
+                 f" ({detail})" if detail else "")
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

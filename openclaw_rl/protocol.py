@@ -1,0 +1,209 @@
+"""Wire schemas of the OpenAI-compatible surface (pydantic), in the order of OpenAI's API reference.
+
+Stage: client → **protocol** → serving. Requests are validated here, before any backend work.
+Unknown top-level fields are accepted and ignored (OpenClaw forwards arbitrary ``extra_body`` keys);
+fields that would change semantics and that we cannot honour are rejected with a 400 naming the field.
+Responses are plain dicts built by the small ``*_response``/``*_chunk`` helpers at the end: they are on
+the hot path, and pydantic adds nothing to data we construct ourselves.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# https://platform.openai.com/docs/api-reference/chat/create
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text"]
+    text: str
+
+
+class OtherPart(BaseModel):
+    """image_url, input_audio, file, …: accepted, dropped before templating (text-only policies)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+
+    @field_validator("type")
+    @classmethod
+    def _not_text(cls, v: str) -> str:
+        if v == "text":
+            raise ValueError("a text part needs a string 'text' field")
+        return v
+
+
+ContentPart = TextPart | OtherPart
+
+
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+    @model_validator(mode="after")
+    def _content_required(self) -> ChatMessage:
+        if self.content is None and self.role in ("system", "developer", "user", "tool"):
+            raise ValueError(f"a '{self.role}' message needs 'content'")
+        if self.role == "assistant" and self.content is None and not self.tool_calls:
+            # OpenAI accepts this, templates render it as empty; keep it but make it explicit.
+            self.content = ""
+        return self
+
+    def text(self) -> str:
+        """The message's text: a string as is, a part list as its text parts joined by spaces."""
+        if isinstance(self.content, str):
+            return self.content
+        if not self.content:
+            return ""
+        return " ".join(p.text for p in self.content if isinstance(p, TextPart))
+
+
+class FunctionDefinition(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: Annotated[str, Field(min_length=1, max_length=256)]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    model: str | None = None
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    n: int = Field(default=1, ge=1)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    response_format: dict[str, Any] | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    tools: list[Tool] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    user: str | None = None
+    reasoning_effort: str | None = None
+    prompt_cache_key: str | None = None
+
+    # --- openclaw extensions (upstream OpenClaw-RL's body fields; headers take precedence) -------------
+    session_id: str | None = None
+    turn_type: str | None = None
+    session_done: bool | int | str | None = None
+
+    @field_validator("n")
+    @classmethod
+    def _single_choice(cls, v: int) -> int:
+        if v != 1:
+            raise ValueError("only n=1 is supported: every choice would be a separate training turn")
+        return v
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, v: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(v, list) and len(v) > 16:
+            raise ValueError("at most 16 stop sequences")
+        return v
+
+    @field_validator("response_format")
+    @classmethod
+    def _plain_text_only(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None and v.get("type", "text") != "text":
+            raise ValueError("structured output (response_format) is not supported by the training proxy")
+        return v
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice(cls, v: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+        if isinstance(v, str) and v not in ("auto", "none", "required"):
+            raise ValueError("tool_choice must be 'auto', 'none', 'required' or a function object")
+        return v
+
+    def max_new_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+# --- responses -------------------------------------------------------------------------------------
+
+
+def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> dict[str, Any]:
+    out: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                           "total_tokens": prompt_tokens + completion_tokens}
+    if reasoning_tokens:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return out
+
+
+def completion_response(*, completion_id: str, model: str, message: dict[str, Any], finish_reason: str,
+                        usage_: dict[str, Any], logprobs: dict[str, Any] | None = None,
+                        created: int | None = None) -> dict[str, Any]:
+    return {
+        "id": completion_id, "object": "chat.completion", "created": created or int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}],
+        "usage": usage_,
+    }
+
+
+def completion_chunk(*, completion_id: str, model: str, created: int, delta: dict[str, Any] | None,
+                     finish_reason: str | None = None, usage_: dict[str, Any] | None = None,
+                     logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    choices = [] if delta is None else [
+        {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}]
+    chunk: dict[str, Any] = {"id": completion_id, "object": "chat.completion.chunk", "created": created,
+                             "model": model, "choices": choices}
+    if usage_ is not None:
+        chunk["usage"] = usage_
+    return chunk
+
+
+def models_response(model: str, max_model_len: int | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"id": model, "object": "model", "created": 0, "owned_by": "openclaw-rl"}
+    if max_model_len:
+        entry["max_model_len"] = max_model_len
+    return {"object": "list", "data": [entry]}

@@ -1,0 +1,98 @@
+"""The proxy running beside a trainer: open the gate, wait for a batch in the spool, close the gate.
+
+Stage: spool → **rollout** → trainer. Both trainers use this: Slime's rollout function (through
+``slime_plugins.openclaw.bridge``) and the embedded CPU trainer. The proxy runs on its own thread and
+event loop. A batch is *leased* from the spool and acknowledged once the trainer has it; samples
+beyond the batch stay in the spool for the next one (upstream discarded them).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import Settings
+from .samples import TrainingSample
+from .server import Proxy
+from .servers import BackgroundServer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Batch:
+    batch_id: str
+    samples: list[TrainingSample]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class ProxyRuntime:
+    def __init__(self, settings: Settings, *, tokenizer: Any = None, judge_tokenizer: Any = None):
+        self.settings = settings
+        self.proxy = Proxy.build(settings, tokenizer=tokenizer, judge_tokenizer=judge_tokenizer, gate_open=False)
+        self.server = BackgroundServer(self.proxy.app, settings.proxy.host, settings.proxy.port, log_level="warning")
+        self.server.start()
+        self._unacked: list[str] = []
+        log.info("openclaw-rl proxy (%s mode) listening on %s/v1", settings.mode, self.server.url)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def collect(self, n: int, *, progress_every_s: float = 30.0, timeout_s: float | None = None,
+                on_progress: Any = None) -> Batch:
+        """Admit traffic until ``n`` samples are in the spool, then pause it and lease them."""
+        spool, gate = self.proxy.spool, self.proxy.gate
+        started = last_log = time.monotonic()
+        gate.open()
+        self.proxy.metrics.submission_open.set(1)
+        ready = spool.ready_count()
+        last_ready = ready
+        try:
+            while ready < n:
+                ready = spool.wait_ready(n, timeout=min(1.0, progress_every_s))
+                self.proxy.metrics.batch_fill.set(ready / n)
+                if on_progress:
+                    on_progress(ready, n)
+                now = time.monotonic()
+                if ready != last_ready:
+                    last_ready, last_log = ready, now
+                elif now - last_log >= progress_every_s:
+                    last_log = now
+                    log.info("waiting for samples: %d/%d ready, %d turns awaiting a next state or judge, %d sessions",
+                             ready, n, self.proxy.tracker.pending_turns, len(self.proxy.tracker.sessions))
+                if timeout_s is not None and now - started > timeout_s:
+                    raise TimeoutError(f"only {ready}/{n} samples after {timeout_s}s")
+        finally:
+            gate.close()
+            self.proxy.metrics.submission_open.set(0)
+        batch_id, samples = spool.lease(n)
+        self._unacked.append(batch_id)
+        rewards = [s.reward for s in samples]
+        eval_scores = self.proxy.writer.take_eval_scores()
+        counts = Counter(rewards)
+        metrics = {"rollout/batch_fill_seconds": time.monotonic() - started,
+                   "rollout/spool_leftover": float(spool.ready_count()),
+                   "rollout/reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
+                   "rollout/reward_pos_frac": counts.get(1.0, 0) / max(len(rewards), 1),
+                   "rollout/reward_neg_frac": counts.get(-1.0, 0) / max(len(rewards), 1),
+                   "rollout/reward_zero_frac": counts.get(0.0, 0) / max(len(rewards), 1)}
+        if eval_scores:
+            metrics["rollout/prm_eval_score"] = sum(eval_scores) / len(eval_scores)
+        return Batch(batch_id, samples, metrics)
+
+    def ack(self, batch_id: str | None = None) -> None:
+        """The trainer has the batch (or, with no id, every batch handed out so far)."""
+        ids = [batch_id] if batch_id else list(self._unacked)
+        for bid in ids:
+            self.proxy.spool.ack(bid)
+            if bid in self._unacked:
+                self._unacked.remove(bid)
+
+    def stop(self) -> None:
+        self.proxy.gate.close()
+        self.server.stop()
+        self.proxy.writer.close()

@@ -1,0 +1,93 @@
+"""The training sample: what a finished turn becomes, what the spool stores, what the trainer reads.
+
+``TrainingSample.from_turn`` is the one constructor from a turn. It takes the prompt ids the policy
+consumed and the ids it sampled, never re-tokenised text, and checks every per-token field against
+the response length. Slime's ``Sample`` is built from this record in ``slime_plugins.openclaw.samples``.
+Loss-mask rule: sampled tokens are 1; a position is 0 only when the mode says so (an excluded turn, or
+a position the teacher could not score) and that is recorded in ``metadata``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .turns import Turn
+
+
+@dataclass(slots=True)
+class TrainingSample:
+    session_id: str  # the client's session id
+    turn: int  # 1-based turn number in the session
+    kind: str  # "rl", "opd", "combine" (a mode's sample kind)
+    prompt_ids: list[int]  # exactly what the policy consumed
+    response_ids: list[int]  # exactly what it sampled (stop token included)
+    rollout_log_probs: list[float]  # (R,) aligned with response_ids
+    loss_mask: list[int]  # (R,)
+    reward: float  # the scalar reward (Slime reads it as reward["score"])
+    status: str = "completed"  # completed | truncated
+    teacher_log_probs: list[float] | None = None  # (R,) OPD teacher log-probs
+    teacher_topk_log_probs: list[list[float]] | None = None  # (R, K)
+    teacher_topk_indices: list[list[int]] | None = None  # (R, K)
+    response_text: str = ""  # the engine's decoded text, for logs and inspection only (never trained on)
+    metadata: dict[str, Any] = field(default_factory=dict)  # judge votes, hint, namespace, exactness …
+    sample_id: str = ""  # unique id, assigned by the spool
+    index: int = -1  # assigned by the spool at delivery (monotonic across restarts)
+
+    def __post_init__(self) -> None:
+        r = len(self.response_ids)
+        checks = {"rollout_log_probs": self.rollout_log_probs, "loss_mask": self.loss_mask,
+                  "teacher_log_probs": self.teacher_log_probs, "teacher_topk_log_probs": self.teacher_topk_log_probs,
+                  "teacher_topk_indices": self.teacher_topk_indices}
+        for name, values in checks.items():
+            if values is not None and len(values) != r:
+                raise ValueError(f"{name} has {len(values)} entries for {r} response tokens "
+                                 f"(session {self.session_id!r} turn {self.turn})")
+        if self.teacher_log_probs is not None and any(not math.isfinite(x) for x in self.teacher_log_probs):
+            raise ValueError("teacher_log_probs must be finite; mask unscored positions instead")
+
+    @classmethod
+    def from_turn(cls, turn: Turn, *, kind: str, reward: float, loss_mask: list[int] | None = None,
+                  metadata: dict[str, Any] | None = None, **teacher: Any) -> TrainingSample:
+        gen = turn.generation
+        if gen is None:
+            raise ValueError(f"turn {turn.index} of {turn.session_id!r} has no generation")
+        r = len(gen.response_ids)
+        meta = {"session_key": turn.session_key, "finish_reason": gen.finish_reason,
+                "weight_version": gen.weight_version, "sampling_temperature": turn.sampling_temperature,
+                "exact_tokens": True, **(metadata or {})}
+        return cls(session_id=turn.session_id, turn=turn.index, kind=kind,
+                   prompt_ids=turn.prompt_ids.tolist(), response_ids=gen.response_ids.tolist(),
+                   rollout_log_probs=gen.response_logprobs.tolist(),
+                   loss_mask=[1] * r if loss_mask is None else loss_mask, reward=float(reward),
+                   status=gen.status.value, response_text=gen.text, metadata=meta, **teacher)
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt_ids + self.response_ids
+
+    @property
+    def response_length(self) -> int:
+        return len(self.response_ids)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainingSample:
+        return cls(**json.loads(text))
+
+    def summary(self) -> dict[str, Any]:
+        """The row ``openclaw-rl samples`` prints."""
+        out = {"sample_id": self.sample_id, "index": self.index, "session_id": self.session_id, "turn": self.turn,
+               "kind": self.kind, "tokens": self.tokens, "prompt_length": len(self.prompt_ids),
+               "response_length": self.response_length, "response_text": self.response_text, "loss_mask": self.loss_mask,
+               "rollout_log_probs": self.rollout_log_probs, "reward": self.reward, "status": self.status,
+               "metadata": self.metadata}
+        for name in ("teacher_log_probs", "teacher_topk_log_probs", "teacher_topk_indices"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out

@@ -1,0 +1,239 @@
+"""The proxy's HTTP layer: assemble the pipeline once (``Proxy``) and expose it with thin routes.
+
+Stage: client → **routes** → serving. ``Proxy.build(settings)`` wires tokenizer, backend client, judge,
+mode scorer, session tracker, spool writer and gate; ``proxy.app`` is the FastAPI app. No module
+globals: two proxies can run in one process (tests do). Bodies are read and size-checked before
+parsing; every error leaves as OpenAI's error JSON with a 4xx/5xx status (``errors.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections import defaultdict, deque
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .backend import PolicyBackend
+from .chat import ChatRenderer
+from .config import Settings
+from .errors import (
+    BadRequest,
+    OpenClawError,
+    PayloadTooLarge,
+    RateLimited,
+    Unauthorized,
+    error_body,
+    internal_error_body,
+)
+from .gate import SubmissionGate
+from .identity import check_resolver_names
+from .judge import JudgeClient
+from .metrics import ProxyMetrics
+from .parsers import OutputParser
+from .protocol import ChatCompletionRequest, models_response
+from .scoring import make_scorer
+from .serving import ChatService
+from .sessions import SessionTracker
+from .spool import Spool
+from .writer import SampleWriter
+
+log = logging.getLogger(__name__)
+
+
+def load_tokenizer(path: str) -> Any:
+    if not path:
+        raise ValueError("the proxy needs the policy tokenizer (--tokenizer / openclaw_proxy_tokenizer / "
+                         "Slime's --hf-checkpoint) to render prompts exactly as the policy sees them")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def validation_message(e: ValidationError) -> tuple[str, str | None]:
+    first = e.errors()[0]
+    param = ".".join(str(p) for p in first.get("loc", ())) or None
+    return f"invalid request: {first.get('msg')}" + (f" (at {param})" if param else ""), param
+
+
+class Authenticator:
+    """Bearer keys compared in constant time; each key is its own session namespace."""
+
+    def __init__(self, keys: list[str], rate_limit_per_min: int = 0):
+        self.keys = [(k.encode(), hashlib.sha256(k.encode()).hexdigest()[:12]) for k in keys]
+        self.rate_limit = rate_limit_per_min
+        self._hits: dict[str, deque[float]] = defaultdict(deque)
+
+    def namespace(self, authorization: str | None) -> str:
+        if not self.keys:
+            return "default"
+        if not authorization or not authorization.startswith("Bearer "):
+            raise Unauthorized("missing bearer token")
+        token = authorization[len("Bearer "):].strip().encode()
+        found = None
+        for key, ns in self.keys:  # check every key: timing does not reveal which one matched
+            if hmac.compare_digest(token, key):
+                found = ns
+        if found is None:
+            raise Unauthorized("invalid api key")
+        if self.rate_limit:
+            hits, now = self._hits[found], time.monotonic()
+            while hits and now - hits[0] > 60:
+                hits.popleft()
+            if len(hits) >= self.rate_limit:
+                raise RateLimited(f"rate limit of {self.rate_limit} requests/minute reached",
+                                  headers={"Retry-After": "5"})
+            hits.append(now)
+        return found
+
+
+@dataclass
+class Proxy:
+    settings: Settings
+    http: httpx.AsyncClient
+    renderer: ChatRenderer
+    judge: JudgeClient
+    spool: Spool
+    writer: SampleWriter
+    tracker: SessionTracker
+    gate: SubmissionGate
+    metrics: ProxyMetrics
+    service: ChatService
+    auth: Authenticator
+    app: FastAPI | None = None
+
+    @classmethod
+    def build(cls, settings: Settings, *, tokenizer: Any = None, judge_tokenizer: Any = None,
+              gate_open: bool = True) -> Proxy:
+        p, j = settings.proxy, settings.judge
+        check_resolver_names(p.identity)
+        tokenizer = tokenizer or load_tokenizer(p.tokenizer)
+        if judge_tokenizer is None:
+            judge_tokenizer = load_tokenizer(j.tokenizer) if j.tokenizer and j.tokenizer != p.tokenizer else tokenizer
+        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
+        http = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(p.request_timeout_s, connect=p.connect_timeout_s),
+                                 trust_env=False)
+        renderer = ChatRenderer(tokenizer, p.enable_thinking)
+        metrics = ProxyMetrics()
+        judge = JudgeClient(http, j.url, tokenizer=judge_tokenizer, votes=j.votes, temperature=j.temperature,
+                            max_new_tokens=j.max_new_tokens, timeout_s=j.timeout_s, concurrency=j.concurrency,
+                            api=j.api, model=j.model, api_key=j.api_key, vocab_size=len(judge_tokenizer))
+        if not judge.enabled:
+            log.warning("no judge URL: PRM is off, every turn scores 0 and RL/OPD produce no learning signal "
+                        "(upstream's PRM-disabled behaviour). Set --judge-url to train.")
+        scorer = make_scorer(settings, judge, renderer)
+        spool = Spool(settings.spool.dir, settings.spool.max_bytes)
+        spool.release_leases()
+        writer = SampleWriter(spool, metrics, p.record_dir)
+        tracker = SessionTracker(scorer, writer, metrics, ttl_s=p.session_ttl_s, max_sessions=p.max_sessions)
+        gate = SubmissionGate(is_open=gate_open, mode=p.pause_mode, hold_s=p.pause_hold_s)
+        metrics.submission_open.set(1 if gate_open else 0)
+        backend = PolicyBackend(http, p.policy_url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key)
+        service = ChatService(p, renderer, OutputParser.named(p.reasoning_parser, p.tool_parser), backend, tracker,
+                              gate, metrics, keep_messages=scorer.keeps_messages)
+        auth = Authenticator(p.api_keys, p.rate_limit_per_min)
+        proxy = cls(settings, http, renderer, judge, spool, writer, tracker, gate, metrics, service, auth)
+        proxy.app = make_app(proxy)
+        return proxy
+
+    async def shutdown(self) -> None:
+        await self.tracker.drain()
+        self.writer.flush()
+        await self.http.aclose()
+
+
+async def read_json_body(request: Request, limit: int) -> Any:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the {limit}-byte limit")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as e:
+        raise BadRequest(f"request body is not valid JSON: {e}") from None
+
+
+def make_app(proxy: Proxy) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        proxy.tracker.start_sweeper()
+        yield
+        await proxy.shutdown()
+
+    app = FastAPI(title="openclaw-rl proxy", lifespan=lifespan)
+    metrics = proxy.metrics
+
+    @app.exception_handler(OpenClawError)
+    async def _known(request: Request, exc: OpenClawError) -> JSONResponse:
+        return JSONResponse(error_body(exc), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        body = {"error": {"message": str(exc.detail), "type": "invalid_request_error", "param": None,
+                          "code": exc.status_code}}
+        return JSONResponse(body, status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _unknown(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s", request.url.path)
+        return JSONResponse(internal_error_body(), status_code=500)
+
+    @app.middleware("http")
+    async def _observe(request: Request, call_next):
+        start = time.perf_counter()
+        response = await call_next(request)
+        route = request.url.path if request.url.path in _ROUTES else "other"
+        metrics.requests.labels(route, str(response.status_code)).inc()
+        metrics.latency.labels(route).observe(time.perf_counter() - start)
+        return response
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        namespace = proxy.auth.namespace(request.headers.get("authorization"))
+        raw = await read_json_body(request, proxy.settings.proxy.max_body_bytes)
+        if not isinstance(raw, dict):
+            raise BadRequest("request body must be a JSON object")
+        try:
+            req = ChatCompletionRequest.model_validate(raw)
+        except ValidationError as e:
+            raise BadRequest(*validation_message(e)) from None
+        result = await proxy.service.complete(req, dict(request.headers), namespace)
+        if isinstance(result, dict):
+            return JSONResponse(result)
+        return StreamingResponse(result, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/v1/models")
+    async def list_models(request: Request) -> dict[str, Any]:
+        proxy.auth.namespace(request.headers.get("authorization"))
+        return models_response(proxy.settings.proxy.served_model_name)
+
+    @app.get("/healthz")
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"ok": True, "submission_open": proxy.gate.is_open, "sessions": len(proxy.tracker.sessions),
+                "pending_turns": proxy.tracker.pending_turns}
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        metrics.spool_depth.set(proxy.spool.ready_count())
+        metrics.submission_open.set(1 if proxy.gate.is_open else 0)
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+_ROUTES = {"/v1/chat/completions", "/v1/models", "/healthz", "/health", "/metrics", "/v1/feedback"}

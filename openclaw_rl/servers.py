@@ -1,0 +1,73 @@
+"""Run an ASGI app (proxy, engine, mock backend) on a background thread with its own event loop.
+
+Slime's hook model calls our rollout function from a plain thread, so the proxy cannot share an event
+loop with its caller; tests and the embedded stack need the same thing. This module owns only the
+lifecycle (start, wait until listening, stop); it knows nothing about what the app does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Ask the OS for a free TCP port on ``host`` (racy by nature, fine for loopback tests)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class BackgroundServer:
+    """A uvicorn server on a daemon thread. Use as a context manager or call start()/stop()."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int | None = None, log_level: str = "warning"):
+        self.host = host
+        self.port = port or free_port(host)
+        config = uvicorn.Config(
+            app, host=self.host, port=self.port, log_level=log_level, lifespan="on", access_log=False,
+            timeout_graceful_shutdown=5,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self._server.serve())
+
+    def start(self, timeout: float = 30.0) -> BackgroundServer:
+        self._thread = threading.Thread(target=self._run, name=f"uvicorn:{self.port}", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError(f"server on {self.url} exited during startup (port in use?)")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server on {self.url} did not start within {timeout}s")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                self._server.force_exit = True
+                self._thread.join(timeout)
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

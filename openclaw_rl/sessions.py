@@ -1,0 +1,187 @@
+"""The session state machine: park each main-line turn until the next request brings its next state.
+
+Stage: serving → **sessions** → mode scorer → spool. Turn numbers are assigned when a request
+*arrives*, and the request's next state is attached to the previous turn right then, so judging starts
+while the policy is still generating the new answer (upstream waits for the new answer first, and
+loses the next state if that generation fails). A turn is judged once it has both its response and
+its next state, or once its session ends (``session_done``, idle TTL, eviction). Judgements finish in
+any order; outcomes are emitted strictly in turn order per session. Concurrent requests on one session
+cannot corrupt that order because every transition below runs synchronously on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .metrics import ProxyMetrics
+from .scoring import Ledger, Outcome, TurnScorer
+from .turns import DropReason, Generation, Turn
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[[Turn, Outcome], None]  # must not block: the spool writer enqueues
+
+
+@dataclass
+class Session:
+    key: str
+    next_index: int = 1  # number the next arriving turn gets
+    emit_next: int = 1  # the turn whose outcome is emitted next
+    turns: dict[int, Turn] = field(default_factory=dict)  # arrived, not yet emitted
+    judged: dict[int, Outcome | tuple[Any, None]] = field(default_factory=dict)
+    started: set[int] = field(default_factory=set)  # turns whose judgement has been started
+    ledger: Ledger = field(default_factory=Ledger)
+    last_seen: float = field(default_factory=time.monotonic)
+    closing: bool = False  # no further next states will come
+
+    @property
+    def busy(self) -> bool:
+        return any(t.generation is None for t in self.turns.values())
+
+
+class SessionTracker:
+    def __init__(self, scorer: TurnScorer, sink: Sink, metrics: ProxyMetrics, *, ttl_s: float = 900.0,
+                 max_sessions: int = 100_000):
+        self.scorer, self.sink, self.metrics = scorer, sink, metrics
+        self.ttl_s, self.max_sessions = ttl_s, max_sessions
+        self.sessions: OrderedDict[str, Session] = OrderedDict()
+        self._tasks: set[asyncio.Task] = set()
+        self._owner: dict[int, Session] = {}  # id(turn) → its session, also after the session is closed
+        self._sweeper: asyncio.Task | None = None
+
+    # --- request lifecycle ---------------------------------------------------------------------------
+
+    def begin(self, turn_template: Turn, next_state: dict[str, str] | None) -> Turn:
+        """Register an arriving main-line request; returns its Turn (with its index set)."""
+        session = self.sessions.get(turn_template.session_key)
+        if session is None or session.closing:
+            session = self._open(turn_template.session_key)
+        self.sessions.move_to_end(session.key)
+        session.last_seen = time.monotonic()
+        prev = session.turns.get(session.next_index - 1)
+        if prev is not None and prev.next_state is None and next_state is not None:
+            prev.next_state = next_state
+            self._maybe_judge(session, prev)
+        turn_template.index = session.next_index
+        session.next_index += 1
+        session.turns[turn_template.index] = turn_template
+        self._owner[id(turn_template)] = session
+        self.metrics.sessions.labels("tracked").set(len(self.sessions))
+        return turn_template
+
+    def complete(self, turn: Turn, generation: Generation) -> None:
+        """The policy answered; the turn waits for its next state (or is judged now if it has one)."""
+        session = self._owner[id(turn)]
+        turn.generation = generation
+        session.last_seen = time.monotonic()
+        if not generation.response_ids:
+            self._finish(session, turn.index, Outcome(drop=DropReason.EMPTY_RESPONSE))
+        elif generation.finish_reason == "abort":
+            self._finish(session, turn.index, Outcome(drop=DropReason.ABORTED))
+        else:
+            self._maybe_judge(session, turn)
+
+    def fail(self, turn: Turn, reason: DropReason, detail: str = "") -> None:
+        self._finish(self._owner[id(turn)], turn.index, Outcome(drop=reason, drop_detail=detail))
+
+    def end_session(self, key: str, why: str = "done") -> None:
+        """No more next states will come: judge what is parked without one, then forget the session."""
+        session = self.sessions.pop(key, None)
+        if session is None:
+            return
+        session.closing = True
+        log.debug("session %s closing (%s) with %d open turns", key, why, len(session.turns))
+        for turn in list(session.turns.values()):
+            self._maybe_judge(session, turn)
+        self.metrics.sessions.labels("tracked").set(len(self.sessions))
+
+    # --- internals -----------------------------------------------------------------------------------
+
+    def _open(self, key: str) -> Session:
+        while len(self.sessions) >= self.max_sessions:
+            oldest = next((k for k, s in self.sessions.items() if not s.busy), None)
+            if oldest is None:
+                break
+            log.warning("session limit %d reached: flushing least recently used session %s", self.max_sessions, oldest)
+            self.end_session(oldest, "evicted")
+        session = Session(key)
+        self.sessions[key] = session
+        return session
+
+    def _maybe_judge(self, session: Session, turn: Turn) -> None:
+        if turn.generation is None or turn.index in session.started or turn.index in session.judged:
+            return
+        if turn.next_state is None and not session.closing:
+            return
+        session.started.add(turn.index)
+        task = asyncio.get_running_loop().create_task(self._judge(session, turn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _judge(self, session: Session, turn: Turn) -> None:
+        try:
+            judgement = await self.scorer.judge(turn)
+        except Exception as e:  # a judge bug must cost one turn, never the session's order
+            log.exception("judging session %s turn %d failed", turn.session_id, turn.index)
+            self._finish(session, turn.index, Outcome(drop=DropReason.JUDGE_FAILED, drop_detail=repr(e)))
+            return
+        self._finish(session, turn.index, (judgement, None))
+
+    def _finish(self, session: Session, index: int, result: Outcome | tuple[Any, None]) -> None:
+        session.judged[index] = result
+        while session.emit_next in session.judged:
+            i = session.emit_next
+            session.emit_next += 1
+            turn = session.turns.pop(i, None)
+            result = session.judged.pop(i)
+            session.started.discard(i)
+            if turn is None:
+                continue
+            self._owner.pop(id(turn), None)
+            if isinstance(result, tuple):
+                try:
+                    outcome = self.scorer.build(turn, result[0], session.ledger)
+                except Exception as e:
+                    log.exception("building samples for session %s turn %d failed", turn.session_id, i)
+                    outcome = Outcome(drop=DropReason.JUDGE_FAILED, drop_detail=repr(e))
+            else:
+                outcome = result
+            if outcome.drop is not None:
+                self.metrics.drop(outcome.drop, turn.session_id, turn.index, outcome.drop_detail)
+            self.sink(turn, outcome)
+
+    # --- idle sessions ---------------------------------------------------------------------------------
+
+    def sweep(self, now: float | None = None) -> int:
+        """End sessions idle for longer than the TTL; returns how many."""
+        now = time.monotonic() if now is None else now
+        idle = [k for k, s in self.sessions.items() if now - s.last_seen > self.ttl_s and not s.busy]
+        for key in idle:
+            self.end_session(key, "idle")
+        return len(idle)
+
+    def start_sweeper(self) -> None:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(max(0.05, min(self.ttl_s / 4, 30.0)))
+                self.sweep()
+        self._sweeper = asyncio.get_running_loop().create_task(loop())
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """End every session and wait for their judgements (graceful shutdown)."""
+        if self._sweeper:
+            self._sweeper.cancel()
+        for key in list(self.sessions):
+            self.end_session(key, "shutdown")
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout)
+
+    @property
+    def pending_turns(self) -> int:
+        return sum(len(s.turns) for s in self.sessions.values())

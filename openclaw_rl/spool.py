@@ -1,0 +1,155 @@
+"""The durable sample spool: finished samples wait here until a training batch takes them.
+
+Stage: sessions → **spool** → rollout. SQLite in WAL mode, because a user's turns cannot be regenerated
+like a dataset prompt: a sample is committed (``synchronous=FULL``) before it counts as submitted,
+and it leaves the spool only when the batch holding it is acknowledged. ``lease`` marks samples with
+a batch id, ``ack`` deletes them, ``release_leases`` (run at start-up) hands unacknowledged ones back,
+oldest first, so a crash between drain and training re-delivers instead of losing data. One SQLite file
+also lets ``openclaw-rl samples`` read a running proxy's spool from another process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from .samples import TrainingSample
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS samples (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    sample_id  TEXT NOT NULL UNIQUE,
+    session_id TEXT NOT NULL,
+    turn       INTEGER NOT NULL,
+    kind       TEXT NOT NULL,
+    batch_id   TEXT,
+    created    REAL NOT NULL,
+    payload    TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS samples_batch ON samples(batch_id);
+"""
+
+
+class SpoolFull(RuntimeError):
+    """The spool reached its configured disk cap."""
+
+
+class Spool:
+    def __init__(self, directory: str | Path | None = None, max_bytes: int = 4 * 1024**3):
+        if not directory:
+            directory = tempfile.mkdtemp(prefix="openclaw-spool-")
+            log.warning("no spool dir configured: samples live in %s and are lost when it is removed", directory)
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / "samples.sqlite3"
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+
+    # --- writing ------------------------------------------------------------------------------------
+
+    def size_bytes(self) -> int:
+        total = 0
+        for suffix in ("", "-wal"):
+            try:
+                total += os.path.getsize(f"{self.path}{suffix}")
+            except OSError:
+                pass
+        return total
+
+    def put(self, samples: list[TrainingSample]) -> None:
+        """Persist samples atomically (all or none). Raises SpoolFull at the disk cap."""
+        if not samples:
+            return
+        if self.size_bytes() >= self.max_bytes:
+            raise SpoolFull(f"spool {self.path} is at its cap of {self.max_bytes} bytes")
+        rows = []
+        for s in samples:
+            s.sample_id = s.sample_id or uuid.uuid4().hex
+            rows.append((s.sample_id, s.session_id, s.turn, s.kind, time.time(), s.to_json()))
+        with self._arrived:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("INSERT OR IGNORE INTO samples(sample_id, session_id, turn, kind, created,"
+                                     " payload) VALUES (?,?,?,?,?,?)", rows)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._arrived.notify_all()
+
+    # --- delivery -----------------------------------------------------------------------------------
+
+    def ready_count(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM samples WHERE batch_id IS NULL").fetchone()[0]
+
+    def depth(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+
+    def wait_ready(self, n: int, timeout: float) -> int:
+        """Block until at least ``n`` unleased samples exist or ``timeout`` passes; return the count."""
+        deadline = time.monotonic() + timeout
+        with self._arrived:
+            while True:
+                count = self._db.execute("SELECT COUNT(*) FROM samples WHERE batch_id IS NULL").fetchone()[0]
+                left = deadline - time.monotonic()
+                if count >= n or left <= 0:
+                    return count
+                self._arrived.wait(min(left, 1.0))
+
+    def lease(self, n: int, batch_id: str | None = None) -> tuple[str, list[TrainingSample]]:
+        """Mark the ``n`` oldest unleased samples as belonging to a batch and return them."""
+        batch_id = batch_id or uuid.uuid4().hex
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            rows = self._db.execute("SELECT seq, payload FROM samples WHERE batch_id IS NULL ORDER BY seq LIMIT ?",
+                                    (n,)).fetchall()
+            self._db.executemany("UPDATE samples SET batch_id=? WHERE seq=?", [(batch_id, seq) for seq, _ in rows])
+            self._db.execute("COMMIT")
+        samples = []
+        for seq, payload in rows:
+            sample = TrainingSample.from_json(payload)
+            sample.index = seq
+            samples.append(sample)
+        return batch_id, samples
+
+    def ack(self, batch_id: str) -> int:
+        """The trainer has the batch: its samples leave the spool for good."""
+        with self._lock:
+            return self._db.execute("DELETE FROM samples WHERE batch_id=?", (batch_id,)).rowcount
+
+    def release_leases(self) -> int:
+        """Hand back samples leased by a batch that was never acknowledged (start-up recovery)."""
+        with self._arrived:
+            n = self._db.execute("UPDATE samples SET batch_id=NULL WHERE batch_id IS NOT NULL").rowcount
+            self._arrived.notify_all()
+        if n:
+            log.warning("re-delivering %d samples from a batch that was never acknowledged", n)
+        return n
+
+    def iter_samples(self) -> Iterator[TrainingSample]:
+        with self._lock:
+            rows = self._db.execute("SELECT seq, payload FROM samples ORDER BY seq").fetchall()
+        for seq, payload in rows:
+            sample = TrainingSample.from_json(payload)
+            sample.index = seq
+            yield sample
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,95 @@
+"""The records that flow between stages: a sampled generation, a main-line turn, and why a turn is dropped.
+
+Token ids and their log-probs travel together (``Generation``) and are checked once, on construction:
+every later stage can rely on ``len(response_ids) == len(response_logprobs)``. Token ids are stored as
+``array('i')`` because parked turns are the proxy's main memory cost.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class DropReason(str, Enum):
+    """Every way a turn can fail to become a training sample. Each is counted and logged."""
+
+    GENERATION_FAILED = "generation_failed"
+    """The policy backend failed or timed out; the client got a 502/504."""
+    CLIENT_DISCONNECTED = "client_disconnected"
+    """The client hung up mid-stream; the response it never saw is not trained."""
+    ABORTED = "aborted"
+    """The backend aborted the generation (e.g. a weight sync); upstream trained these as complete."""
+    EMPTY_RESPONSE = "empty_response"
+    """The policy sampled no tokens."""
+    NO_NEXT_STATE = "no_next_state"
+    """The session ended (done or idle TTL) before the turn got a next state, and the mode needs one."""
+    ZERO_SCORE = "zero_score"
+    """RL: the judge scored 0 (ambiguous) and the at-least-one rule did not apply."""
+    NO_HINT = "no_hint"
+    """OPD: no judge vote produced an accepted hint."""
+    TEACHER_FAILED = "teacher_failed"
+    """OPD: the teacher could not score the response."""
+    JUDGE_FAILED = "judge_failed"
+    """The judgement task raised; see the log for the exception."""
+    SPOOL_FULL = "spool_full"
+    """The spool reached its disk cap; the sample is kept in memory until space frees up."""
+    TOKENS_INVALID = "tokens_invalid"
+    """Token ids out of the model's vocabulary; never sent to a backend."""
+
+
+class TurnStatus(str, Enum):
+    COMPLETED = "completed"
+    TRUNCATED = "truncated"  # finish_reason length
+    ABORTED = "aborted"
+
+
+@dataclass(slots=True)
+class Generation:
+    """What the policy sampled for one request: exact ids, aligned log-probs, and the decoded text."""
+
+    response_ids: array  # (R,) int token ids exactly as sampled, stop token included
+    response_logprobs: array  # (R,) float log p_rollout(token) at the sampling temperature
+    text: str  # the engine's decoded text (stop string trimmed); used for parsing and the judge
+    finish_reason: str  # "stop", "length" or "abort"
+    weight_version: str | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.response_ids) != len(self.response_logprobs):
+            raise ValueError(f"{len(self.response_ids)} response ids but {len(self.response_logprobs)} "
+                             "log-probs: the backend's output is misaligned")
+
+    @classmethod
+    def from_lists(cls, ids: list[int], logprobs: list[float], text: str, finish_reason: str,
+                   weight_version: str | None = None) -> Generation:
+        return cls(array("i", ids), array("d", logprobs), text, finish_reason, weight_version)
+
+    @property
+    def status(self) -> TurnStatus:
+        return {"length": TurnStatus.TRUNCATED, "abort": TurnStatus.ABORTED}.get(self.finish_reason,
+                                                                               TurnStatus.COMPLETED)
+
+
+@dataclass(slots=True)
+class Turn:
+    """One main-line request of a session, from arrival until its sample is emitted."""
+
+    session_key: str  # namespace-qualified session key
+    session_id: str  # the client's session id (for records and metadata)
+    index: int  # 1-based turn number within the session, in arrival order
+    prompt_ids: array  # (P,) the exact ids the policy consumed
+    messages: list[dict[str, Any]] | None  # normalised request messages (kept only when a stage needs them)
+    tools: list[dict[str, Any]] | None
+    sampling_temperature: float | None
+    created: float = field(default_factory=time.time)
+    generation: Generation | None = None
+    next_state: dict[str, str] | None = None
+    prompt_text: str | None = None  # rendered prompt, kept only for records
+    traceparent: str | None = None
+
+    @property
+    def response_length(self) -> int:
+        return len(self.generation.response_ids) if self.generation else 0

@@ -1,0 +1,136 @@
+"""The single writer thread: persists each turn's outcome (spool samples + JSONL records) in order.
+
+Stage: sessions → **writer** → spool. The event loop only enqueues; SQLite commits and record-file
+appends happen on this thread, so the proxy never blocks on disk (upstream wrote records inside the
+event loop). A FIFO preserves per-session turn order. When the spool is at its cap, samples wait in
+memory (counted, logged loudly) and are retried on every later write: nothing is dropped silently.
+Record files are append-only and never truncated (upstream truncated them at every weight sync).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .metrics import ProxyMetrics
+from .samples import TrainingSample
+from .scoring import Outcome
+from .spool import Spool, SpoolFull
+from .turns import Turn
+
+log = logging.getLogger(__name__)
+
+
+class SampleWriter:
+    def __init__(self, spool: Spool, metrics: ProxyMetrics, record_dir: str = "",
+                 on_written: Callable[[list[TrainingSample]], None] | None = None):
+        self.spool, self.metrics = spool, metrics
+        self.on_written = on_written
+        self._queue: queue.Queue[tuple[Turn, Outcome] | None] = queue.Queue()
+        self.overflow: deque[TrainingSample] = deque()
+        self._eval_lock = threading.Lock()
+        self._eval_scores: list[float] = []
+        self._records = self._prm_records = None
+        if record_dir:
+            Path(record_dir).mkdir(parents=True, exist_ok=True)
+            self._records = open(Path(record_dir) / "conversations.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+            self._prm_records = open(Path(record_dir) / "judge.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        self._thread = threading.Thread(target=self._run, name="openclaw-writer", daemon=True)
+        self._thread.start()
+        self._last_full_log = 0.0
+
+    def __call__(self, turn: Turn, outcome: Outcome) -> None:
+        self._queue.put((turn, outcome))
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until everything enqueued so far is persisted."""
+        done = threading.Event()
+        self._queue.put((None, done))  # type: ignore[arg-type]
+        done.wait(timeout)
+
+    def close(self) -> None:
+        self.flush()
+        self._queue.put(None)
+        self._thread.join(10)
+        for f in (self._records, self._prm_records):
+            if f:
+                f.close()
+
+    # --- eval scores (rollout/prm_eval_score) ------------------------------------------------------------
+
+    def take_eval_scores(self) -> list[float]:
+        with self._eval_lock:
+            scores, self._eval_scores = self._eval_scores, []
+        return scores
+
+    # --- thread ----------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            turn, outcome = item
+            if turn is None:  # flush marker
+                outcome.set()  # type: ignore[attr-defined]
+                continue
+            try:
+                self._write(turn, outcome)
+            except Exception:
+                log.exception("writing session %s turn %d failed", turn.session_id, turn.index)
+
+    def _write(self, turn: Turn, outcome: Outcome) -> None:
+        if outcome.eval_score is not None:
+            with self._eval_lock:
+                self._eval_scores.append(outcome.eval_score)
+        self._persist(list(self.overflow) + outcome.samples, retrying=len(self.overflow))
+        if self._records is not None:
+            self._record(turn, outcome)
+
+    def _persist(self, samples: list[TrainingSample], retrying: int) -> None:
+        if not samples:
+            return
+        try:
+            self.spool.put(samples)
+        except SpoolFull as e:
+            self.overflow = deque(samples)
+            self.metrics.spool_errors.inc()
+            if time.monotonic() - self._last_full_log > 10:
+                self._last_full_log = time.monotonic()
+                log.error("%s: %d samples held in memory until it has room (raise openclaw_spool_max_bytes or "
+                          "let training drain it)", e, len(self.overflow))
+            return
+        except Exception:
+            self.overflow = deque(samples)
+            self.metrics.spool_errors.inc()
+            log.exception("spool write failed; %d samples held in memory and retried on the next write",
+                          len(samples))
+            return
+        self.overflow.clear()
+        for s in samples[retrying:]:
+            self.metrics.samples.labels(s.kind).inc()
+        self.metrics.spool_depth.set(self.spool.ready_count())
+        if self.on_written:
+            self.on_written(samples)
+
+    def _record(self, turn: Turn, outcome: Outcome) -> None:
+        gen = turn.generation
+        line: dict[str, Any] = {
+            "session_id": turn.session_id, "turn": turn.index, "timestamp": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "messages": turn.messages, "prompt_text": turn.prompt_text,
+            "response_text": gen.text if gen else None, "next_state": turn.next_state,
+            "samples": [s.sample_id for s in outcome.samples], "dropped": outcome.drop.value if outcome.drop else None,
+        }
+        self._records.write(json.dumps(line, ensure_ascii=False) + "\n")  # type: ignore[union-attr]
+        self._records.flush()  # type: ignore[union-attr]
+        if outcome.record:
+            judge_line = {"session_id": turn.session_id, "turn": turn.index, **outcome.record}
+            self._prm_records.write(json.dumps(judge_line, ensure_ascii=False) + "\n")  # type: ignore[union-attr]
+            self._prm_records.flush()  # type: ignore[union-attr]

@@ -1,0 +1,104 @@
+"""Our ``TrainingSample`` → Slime's ``Sample``, and Slime's rollout output types (or stand-ins).
+
+With Slime importable the real ``slime.utils.types.Sample`` and ``RolloutFnTrainOutput`` are used;
+without it, field-compatible dataclasses with the same names and defaults, so the embedded trainer
+feeds the loss functions exactly what Slime's actor would. Teacher fields are not Sample fields in
+Slime: they ride as attributes (``teacher_log_probs`` float32 [R], ``teacher_topk_*`` [R, K]), which is
+how Slime's sample-to-train-data conversion finds them (upstream §2.5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import torch
+
+from openclaw_rl.samples import TrainingSample
+
+try:  # pragma: no cover - exercised only where Slime is installed
+    from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
+    from slime.utils.types import Sample
+
+    SLIME_AVAILABLE = True
+except ImportError:
+    SLIME_AVAILABLE = False
+
+    @dataclass
+    class Sample:  # type: ignore[no-redef]
+        """Field-compatible stand-in for ``slime.utils.types.Sample`` (same names, order and defaults)."""
+
+        class Status(Enum):
+            PENDING = "pending"
+            COMPLETED = "completed"
+            TRUNCATED = "truncated"
+            ABORTED = "aborted"
+            FAILED = "failed"
+
+        group_index: int | None = None
+        index: int | None = None
+        prompt: str | list[dict[str, str]] = ""
+        tokens: list[int] = field(default_factory=list)
+        multimodal_inputs: Any = None
+        multimodal_train_inputs: Any = None
+        response: str = ""
+        response_length: int = 0
+        label: str | None = None
+        reward: float | dict[str, Any] | None = None
+        loss_mask: list[int] | None = None
+        weight_versions: list[str] = field(default_factory=list)
+        rollout_log_probs: list[float] | None = None
+        rollout_routed_experts: Any = None
+        remove_sample: bool = False
+        status: Sample.Status = None  # type: ignore[assignment]
+        metadata: dict = field(default_factory=dict)
+        generate_function_path: str | None = None
+        train_metadata: dict | None = None
+        non_generation_time: float = 0.0
+        spec_info: Any = None
+        prefix_cache_info: Any = None
+
+        def __post_init__(self) -> None:
+            if self.status is None:
+                self.status = Sample.Status.PENDING
+
+        def get_reward_value(self, args: Any) -> float:
+            key = getattr(args, "reward_key", None)
+            return self.reward[key] if key and isinstance(self.reward, dict) else self.reward  # type: ignore[return-value]
+
+        @property
+        def effective_response_length(self) -> int:
+            return sum(self.loss_mask) if self.loss_mask is not None else self.response_length
+
+    @dataclass
+    class RolloutFnTrainOutput:  # type: ignore[no-redef]
+        samples: list[list[Sample]]
+        metrics: dict[str, Any] | None = None
+
+    @dataclass
+    class RolloutFnEvalOutput:  # type: ignore[no-redef]
+        data: dict[str, dict[str, Any]]
+        metrics: dict[str, Any] | None = None
+
+
+def to_slime_sample(ts: TrainingSample) -> Sample:
+    status = Sample.Status.TRUNCATED if ts.status == "truncated" else Sample.Status.COMPLETED
+    sample = Sample(group_index=ts.index, index=ts.index, prompt="", tokens=ts.tokens, response=ts.response_text,
+                    response_length=ts.response_length, reward={"score": ts.reward}, loss_mask=list(ts.loss_mask),
+                    rollout_log_probs=list(ts.rollout_log_probs), status=status,
+                    metadata={**ts.metadata, "session_id": ts.session_id, "turn": ts.turn, "kind": ts.kind,
+                              "sample_id": ts.sample_id})
+    if ts.metadata.get("weight_version"):
+        sample.weight_versions = [str(ts.metadata["weight_version"])]
+    if ts.teacher_log_probs is not None:
+        sample.teacher_log_probs = torch.tensor(ts.teacher_log_probs, dtype=torch.float32)
+    if ts.teacher_topk_log_probs is not None and ts.teacher_topk_indices is not None:
+        sample.teacher_topk_log_probs = torch.tensor(ts.teacher_topk_log_probs, dtype=torch.float32)
+        sample.teacher_topk_indices = torch.tensor(ts.teacher_topk_indices, dtype=torch.int64)
+    return sample
+
+
+def to_slime_groups(samples: list[TrainingSample]) -> list[list[Sample]]:
+    """One singleton group per sample (a user's turn has no siblings), ordered by spool index."""
+    return [[to_slime_sample(s)] for s in sorted(samples, key=lambda s: s.index)]
