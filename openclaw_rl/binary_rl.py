@@ -36,7 +36,8 @@ class BinaryRLScorer:
 
     def build(self, turn: Turn, judgement: PRMJudgement | None, ledger: Ledger) -> Outcome:
         score = judgement.score if judgement else 0.0
-        has_next = turn.next_state is not None
+        # Without a judge a next state is not evidence of anything (upstream never marks it either).
+        has_next = turn.next_state is not None and self.judge_client.enabled
         record = {"next_state": turn.next_state, **(judgement.record() if judgement else {"score": 0.0})}
         if judgement and judgement.representative and score != 0:
             record["representative_eval"] = judgement.representative

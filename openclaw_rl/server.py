@@ -210,7 +210,8 @@ def make_app(proxy: Proxy) -> FastAPI:
         try:
             req = ChatCompletionRequest.model_validate(raw)
         except ValidationError as e:
-            raise BadRequest(*validation_message(e)) from None
+            message, param = validation_message(e)
+            raise BadRequest(message, param=param) from None
         result = await proxy.service.complete(req, dict(request.headers), namespace)
         if isinstance(result, dict):
             return JSONResponse(result)

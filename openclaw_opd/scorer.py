@@ -1,0 +1,104 @@
+"""OPD mode: a turn whose next state yields a hindsight hint becomes a distillation sample.
+
+m hint votes run concurrently (plus m PRM votes when ``opd.eval_mode``, for ``rollout/prm_eval_score``,
+concurrently too); the longest hint of a +1 vote longer than 10 characters is kept; the hinted teacher
+scores the turn's exact response ids (``teacher.py``). No accepted hint → no sample (counted as
+``no_hint``). The reward is upstream's dummy 1.0: token-level OPD trains on ``teacher − old`` only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from openclaw_rl.chat import ChatRenderer
+from openclaw_rl.config import Settings
+from openclaw_rl.errors import OpenClawError
+from openclaw_rl.judge import HintJudgement, JudgeClient, PRMJudgement
+from openclaw_rl.samples import TrainingSample
+from openclaw_rl.scoring import Ledger, Outcome
+from openclaw_rl.turns import DropReason, Turn
+
+from .teacher import TeacherSignal, teacher_signal
+
+
+@dataclass(slots=True)
+class HintedJudgement:
+    hints: HintJudgement | None
+    prm: PRMJudgement | None
+    hint: str = ""
+    teacher: TeacherSignal | None = None
+    teacher_error: str = ""
+
+    def record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"accepted": self.teacher is not None, "hint": self.hint, "hint_len": len(self.hint)}
+        if self.hints:
+            out["votes"] = [{"score": v.score, "hint": v.hint, "raw": v.raw} for v in self.hints.votes]
+        if self.prm:
+            out["eval"] = self.prm.record()
+        if self.teacher_error:
+            out["teacher_error"] = self.teacher_error
+        return out
+
+
+async def judge_with_hint(turn: Turn, judge: JudgeClient, renderer: ChatRenderer, *, with_prm: bool,
+                          min_hint_chars: int, top_k: int) -> HintedJudgement | None:
+    """Hint votes and (optionally) PRM votes concurrently, then the teacher if a hint was accepted."""
+    if turn.next_state is None or not judge.enabled:
+        return None
+    assert turn.generation is not None
+    text, state = turn.generation.text, turn.next_state
+    if with_prm:
+        hints, prm = await asyncio.gather(judge.hints(text, state), judge.prm(text, state))
+    else:
+        hints, prm = await judge.hints(text, state), None
+    result = HintedJudgement(hints, prm, hints.best_hint(min_hint_chars))
+    if result.hint:
+        try:
+            result.teacher = await teacher_signal(turn, result.hint, judge, renderer, top_k)
+        except OpenClawError as e:
+            result.teacher_error = e.message
+    return result
+
+
+def distillation_sample(turn: Turn, j: HintedJudgement, kind: str, reward: float) -> TrainingSample:
+    t = j.teacher
+    assert t is not None
+    meta = {"hint": j.hint, "teacher_unscored": t.mask.count(0),
+            "eval_score": j.prm.score if j.prm else None}
+    return TrainingSample.from_turn(turn, kind=kind, reward=reward, loss_mask=list(t.mask), metadata=meta,
+                                    teacher_log_probs=t.log_probs, teacher_topk_log_probs=t.topk_log_probs,
+                                    teacher_topk_indices=t.topk_indices)
+
+
+def no_sample_reason(j: HintedJudgement | None, turn: Turn) -> tuple[DropReason, str]:
+    if j is None:
+        return DropReason.NO_NEXT_STATE, ""
+    if j.hint and j.teacher is None:
+        return DropReason.TEACHER_FAILED, j.teacher_error
+    return DropReason.NO_HINT, f"{len(j.hints.votes) if j.hints else 0} votes, none with a usable hint"
+
+
+class OPDScorer:
+    name = "opd"
+    keeps_messages = True
+
+    def __init__(self, settings: Settings, judge: JudgeClient, renderer: ChatRenderer):
+        self.judge_client, self.renderer, self.cfg = judge, renderer, settings.opd
+
+    async def judge(self, turn: Turn) -> HintedJudgement | None:
+        return await judge_with_hint(turn, self.judge_client, self.renderer, with_prm=self.cfg.eval_mode,
+                                     min_hint_chars=self.cfg.min_hint_chars, top_k=self.cfg.distill_topk)
+
+    def build(self, turn: Turn, judgement: HintedJudgement | None, ledger: Ledger) -> Outcome:
+        eval_score = None
+        if self.cfg.eval_mode:  # upstream counts 0.0 for turns that end without a usable judgement
+            eval_score = judgement.prm.score if judgement and judgement.prm else 0.0
+        record = judgement.record() if judgement else {}
+        if judgement is None or judgement.teacher is None:
+            reason, detail = no_sample_reason(judgement, turn)
+            return Outcome(drop=reason, drop_detail=detail, eval_score=eval_score, record=record)
+        ledger.effective += 1
+        return Outcome(samples=[distillation_sample(turn, judgement, "opd", 1.0)], eval_score=eval_score,
+                       record=record)

@@ -1,0 +1,170 @@
+"""The next-state state machine, with a fake scorer: order, concurrency, session end, TTL, at-least-one."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from array import array
+
+from openclaw_rl.binary_rl import BinaryRLScorer
+from openclaw_rl.config import Settings
+from openclaw_rl.judge import PRMJudgement
+from openclaw_rl.metrics import ProxyMetrics
+from openclaw_rl.scoring import Ledger, Outcome
+from openclaw_rl.sessions import SessionTracker
+from openclaw_rl.turns import DropReason, Generation, Turn
+
+
+class FakeJudge:
+    enabled = True
+
+    def __init__(self, scores: dict[str, float], delay=lambda: 0.0):
+        self.scores, self.delay = scores, delay
+
+    async def prm(self, response_text: str, next_state: dict[str, str]) -> PRMJudgement:
+        await asyncio.sleep(self.delay())
+        score = self.scores.get(next_state["content"], 0.0)
+        return PRMJudgement(score, [int(score)] * 3)
+
+
+def make(scores=None, delay=lambda: 0.0, **rl):
+    settings = Settings()
+    for k, v in rl.items():
+        setattr(settings.rl, k, v)
+    scorer = BinaryRLScorer(settings, FakeJudge(scores or {}, delay))
+    emitted: list[tuple[Turn, Outcome]] = []
+    tracker = SessionTracker(scorer, lambda t, o: emitted.append((t, o)), ProxyMetrics(), ttl_s=60)
+    return tracker, emitted
+
+
+def turn(key="s") -> Turn:
+    return Turn(session_key=key, session_id=key, index=0, prompt_ids=array("i", [1, 2]), messages=None, tools=None,
+                sampling_temperature=1.0)
+
+
+def gen(n=3) -> Generation:
+    return Generation.from_lists(list(range(10, 10 + n)), [-0.5] * n, "text", "stop")
+
+
+async def settle():
+    for _ in range(50):
+        await asyncio.sleep(0.005)
+
+
+def test_turn_waits_for_next_state_then_is_judged():
+    async def run():
+        tracker, emitted = make({"thanks": 1.0})
+        t1 = tracker.begin(turn(), None)
+        tracker.complete(t1, gen())
+        await settle()
+        assert emitted == []
+        t2 = tracker.begin(turn(), {"role": "user", "content": "thanks"})
+        await settle()
+        assert [(t.index, o.samples[0].reward) for t, o in emitted] == [(1, 1.0)]
+        assert t1.next_state == {"role": "user", "content": "thanks"} and t2.index == 2
+    asyncio.run(run())
+
+
+def test_next_state_arrives_while_the_turn_is_still_generating():
+    async def run():
+        tracker, emitted = make({"thanks": -1.0})
+        t1 = tracker.begin(turn(), None)
+        tracker.begin(turn(), {"role": "user", "content": "thanks"})  # concurrent request, same session
+        await settle()
+        assert emitted == []
+        tracker.complete(t1, gen())
+        await settle()
+        assert emitted[0][1].samples[0].reward == -1.0
+    asyncio.run(run())
+
+
+def test_out_of_order_judgements_are_emitted_in_turn_order():
+    async def run():
+        rng = random.Random(0)
+        tracker, emitted = make({f"u{i}": 1.0 for i in range(20)}, delay=lambda: rng.random() * 0.02)
+        for i in range(20):
+            t = tracker.begin(turn(), {"role": "user", "content": f"u{i}"} if i else None)
+            tracker.complete(t, gen())
+        for _ in range(30):
+            await asyncio.sleep(0.01)
+        assert [t.index for t, _ in emitted] == list(range(1, 20))
+    asyncio.run(run())
+
+
+def test_session_done_flushes_last_turn_and_failed_turns_keep_order():
+    async def run():
+        tracker, emitted = make({"ok": 1.0})
+        t1 = tracker.begin(turn(), None)
+        t2 = tracker.begin(turn(), {"role": "user", "content": "ok"})
+        tracker.fail(t1, DropReason.GENERATION_FAILED)
+        tracker.complete(t2, gen())
+        tracker.end_session("s")
+        await settle()
+        assert [(t.index, o.drop) for t, o in emitted] == [(1, DropReason.GENERATION_FAILED),
+                                                           (2, DropReason.NO_NEXT_STATE)]
+        assert "s" not in tracker.sessions
+    asyncio.run(run())
+
+
+def test_turn_still_generating_when_its_session_ends_is_still_settled():
+    async def run():
+        tracker, emitted = make()
+        t1 = tracker.begin(turn(), None)
+        tracker.end_session("s")
+        tracker.complete(t1, gen())
+        await settle()
+        assert [(t.index, o.drop) for t, o in emitted] == [(1, DropReason.NO_NEXT_STATE)]
+    asyncio.run(run())
+
+
+def test_at_least_one_promotes_first_judged_zero_turn_only():
+    async def run():
+        tracker, emitted = make({"meh": 0.0})
+        for i in range(3):
+            t = tracker.begin(turn(), {"role": "user", "content": "meh"} if i else None)
+            tracker.complete(t, gen())
+        await settle()
+        outcomes = [o for _, o in emitted]
+        assert outcomes[0].samples[0].loss_mask == [1, 1, 1] and outcomes[0].samples[0].reward == 0.0
+        assert outcomes[0].samples[0].metadata["promoted_at_least_one"]
+        assert outcomes[1].drop == DropReason.ZERO_SCORE
+    asyncio.run(run())
+
+
+def test_upstream_keep_masked_samples_option():
+    async def run():
+        tracker, emitted = make({"meh": 0.0}, keep_masked_samples=True, at_least_one=False)
+        t = tracker.begin(turn(), None)
+        tracker.complete(t, gen())
+        tracker.begin(turn(), {"role": "user", "content": "meh"})
+        await settle()
+        assert emitted[0][1].samples[0].loss_mask == [0, 0, 0]
+    asyncio.run(run())
+
+
+def test_idle_sessions_expire_after_ttl():
+    async def run():
+        tracker, emitted = make()
+        t = tracker.begin(turn("idle"), None)
+        tracker.complete(t, gen())
+        assert tracker.sweep(now=tracker.sessions["idle"].last_seen + 30) == 0
+        assert tracker.sweep(now=tracker.sessions["idle"].last_seen + 61) == 1
+        await settle()
+        assert emitted[0][1].drop == DropReason.NO_NEXT_STATE and not tracker.sessions
+    asyncio.run(run())
+
+
+def test_memory_is_bounded_by_max_sessions():
+    async def run():
+        tracker, emitted = make()
+        tracker.max_sessions = 5
+        for i in range(12):
+            t = tracker.begin(turn(f"s{i}"), None)
+            tracker.complete(t, gen())
+        await settle()
+        assert len(tracker.sessions) == 5 and len(emitted) == 7
+    asyncio.run(run())
+
+
+def test_ledger_is_per_session():
+    assert Ledger().effective == 0
