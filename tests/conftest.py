@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from support import judge_reply, policy_reply, scripted_server
 
 # huggingface_hub reads these at import time, so set them before any test imports transformers.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -18,3 +21,45 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from openclaw_rl.embedded.tiny_model import ensure_tiny_model
 
     return ensure_tiny_model("h128", cache_dir=tmp_path_factory.mktemp("tiny-cache"))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture
+def policy_server(tokenizer: Any) -> Iterator[Any]:
+    with scripted_server(tokenizer, policy_reply) as server:
+        yield server
+
+
+@pytest.fixture
+def judge_server(tokenizer: Any) -> Iterator[Any]:
+    with scripted_server(tokenizer, judge_reply) as server:
+        yield server
+
+
+@pytest.fixture
+def make_proxy(tmp_path: Path, tiny_model_dir: Path, tokenizer: Any) -> Iterator[Callable[..., Any]]:
+    """Start a proxy on loopback: make_proxy(policy_url, judge_url="", **settings) → (proxy, base_url)."""
+    from openclaw_rl.config import load_settings
+    from openclaw_rl.server import Proxy
+    from openclaw_rl.servers import BackgroundServer
+
+    started: list[tuple[Any, Any]] = []
+
+    def start(policy_url: str, judge_url: str = "", gate_open: bool = True, **values: Any) -> tuple[Any, str]:
+        settings = load_settings({"proxy_tokenizer": str(tiny_model_dir), "proxy_policy_url": policy_url,
+                                  "judge_url": judge_url, "spool_dir": str(tmp_path / f"spool{len(started)}"),
+                                  "judge_max_new_tokens": 64, **values}, env={})
+        proxy = Proxy.build(settings, tokenizer=tokenizer, gate_open=gate_open)
+        server = BackgroundServer(proxy.app).start()
+        started.append((proxy, server))
+        return proxy, server.url
+
+    yield start
+    for _proxy, server in started:
+        server.stop()

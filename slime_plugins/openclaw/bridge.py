@@ -47,6 +47,14 @@ def get_runtime(args: Any, mode: str) -> ProxyRuntime:
         return runtime
 
 
+def shutdown_runtimes() -> None:
+    """Stop every runtime of this process (tests; Slime exits through atexit)."""
+    with _LOCK:
+        for runtime in _RUNTIMES.values():
+            runtime.stop()
+        _RUNTIMES.clear()
+
+
 def rollout(args: Any, rollout_id: int, evaluation: bool, mode: str) -> Any:
     if evaluation:
         from slime.rollout.sglang_rollout import eval_rollout

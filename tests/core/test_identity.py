@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import load_conversation
+from support import load_conversation
 
 from openclaw_rl.identity import classify_turn, next_state_of, resolve_identity, session_done
 from openclaw_rl.protocol import ChatCompletionRequest

@@ -11,7 +11,7 @@ import json
 
 import httpx
 import pytest
-from conftest import load_conversation, wait_for_samples
+from support import load_conversation, wait_for_samples
 
 SKIP_HEADERS = {"host", "content-length", "connection", "accept-encoding", "authorization"}
 

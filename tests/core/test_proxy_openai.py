@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from conftest import wait_for_samples
+from support import wait_for_samples
 
 TOOLS = [{"type": "function", "function": {"name": "ls", "description": "list files",
                                             "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
@@ -127,7 +127,8 @@ def test_bad_requests_get_openai_errors_and_leave_state_unchanged(policy_server,
 
 
 def test_backend_down_and_timeout_map_to_502_504(make_proxy, tokenizer):
-    from conftest import scripted_server
+    from support import scripted_server
+
     from openclaw_rl.servers import free_port
 
     proxy, url = make_proxy(f"http://127.0.0.1:{free_port()}")

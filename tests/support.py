@@ -1,7 +1,4 @@
-"""Fixtures for proxy tests: a scripted SGLang-compatible policy, a scripted judge, and the proxy.
-
-All servers are real HTTP servers on loopback ports, started and stopped by the fixtures.
-"""
+"""Helpers shared by the proxy-level tests: scripted backends, golden traffic, waiting for samples."""
 
 from __future__ import annotations
 
@@ -11,16 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-GOLDEN = Path(__file__).resolve().parents[2].parent / "shared" / "reference"
-
-
-@pytest.fixture(scope="session")
-def tokenizer(tiny_model_dir: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
+GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 
 
 def policy_reply(prompt: str) -> str:
@@ -66,41 +54,6 @@ def scripted_server(tokenizer: Any, reply: Callable[[str], str], **model_kw: Any
         yield server
 
 
-@pytest.fixture
-def policy_server(tokenizer: Any) -> Iterator[Any]:
-    with scripted_server(tokenizer, policy_reply) as server:
-        yield server
-
-
-@pytest.fixture
-def judge_server(tokenizer: Any) -> Iterator[Any]:
-    with scripted_server(tokenizer, judge_reply) as server:
-        yield server
-
-
-@pytest.fixture
-def make_proxy(tmp_path: Path, tiny_model_dir: Path, tokenizer: Any) -> Iterator[Callable[..., Any]]:
-    """Start a proxy on loopback: make_proxy(policy_url, judge_url="", **settings) → (proxy, base_url)."""
-    from openclaw_rl.config import load_settings
-    from openclaw_rl.server import Proxy
-    from openclaw_rl.servers import BackgroundServer
-
-    started: list[tuple[Any, Any]] = []
-
-    def start(policy_url: str, judge_url: str = "", gate_open: bool = True, **values: Any) -> tuple[Any, str]:
-        settings = load_settings({"proxy_tokenizer": str(tiny_model_dir), "proxy_policy_url": policy_url,
-                                  "judge_url": judge_url, "spool_dir": str(tmp_path / f"spool{len(started)}"),
-                                  "judge_max_new_tokens": 64, **values}, env={})
-        proxy = Proxy.build(settings, tokenizer=tokenizer, gate_open=gate_open)
-        server = BackgroundServer(proxy.app).start()
-        started.append((proxy, server))
-        return proxy, server.url
-
-    yield start
-    for _proxy, server in started:
-        server.stop()
-
-
 def wait_for_samples(proxy: Any, n: int, timeout: float = 20.0) -> list[Any]:
     proxy.writer.flush()
     count = proxy.spool.wait_ready(n, timeout)
@@ -111,3 +64,4 @@ def wait_for_samples(proxy: Any, n: int, timeout: float = 20.0) -> list[Any]:
 
 def load_conversation(name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (GOLDEN / "openclaw-golden" / name).read_text().splitlines() if line]
+
