@@ -24,17 +24,30 @@ def policy_reply(prompt: str) -> str:
 
 
 def judge_reply(prompt: str) -> str:
-    """The scripted judge: +1 on thanks or a tool result, -1 on 'wrong' (with a hint for hint votes), else 0."""
+    """The scripted judge. PRM votes: +1 on thanks or a tool result, -1 on 'wrong', else 0.
+    Hint votes: a hint on 'wrong' or 'french', -1 on thanks, an unparsable 0 otherwise."""
     state = prompt.split("## Next state", 1)[-1]
     state = state.split("\n\nClassify")[0].split("\n\nGive your decision")[0].lower()
     hint_vote = "[HINT_START] and [HINT_END]" in prompt
     if "[role: tool]" in state or "thanks" in state:
         return "\\boxed{-1}" if hint_vote else "<think>maybe \\boxed{-1}?</think>The user is happy. \\boxed{1}"
+    if hint_vote and ("wrong" in state or "french" in state):
+        return f"\\boxed{{1}} [HINT_START]{HINT}[HINT_END]"
     if "wrong" in state:
-        if hint_vote:
-            return "\\boxed{1} [HINT_START]Answer in French, the user asked for French.[HINT_END]"
         return "Correction requested. \\boxed{-1}"
     return "Unclear. \\boxed{0}"
+
+
+HINT = "Answer in French, the user asked for French."
+
+
+def hint_aware_scorer(tokenizer: Any) -> Callable[[Any, int], float]:
+    """Teacher log-probs that prove what the teacher saw: with the hint in its prompt, token t scores
+    -(t % 7 + 1) / 10; without it, -5.0."""
+    def score(prefix: Any, token: int) -> float:
+        seen = HINT in tokenizer.decode(list(prefix)[-200:], skip_special_tokens=False)
+        return -((token % 7) + 1) / 10 if seen else -5.0
+    return score
 
 
 @contextmanager

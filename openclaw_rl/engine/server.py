@@ -1,0 +1,428 @@
+"""SGLang-compatible HTTP layer over a token-level model core (``EngineModel``).
+
+Stage: client (proxy, judge, teacher) → **engine server** → core. It owns everything real SGLang 0.5.23
+decides above sampling, so that a client cannot tell the two apart: text prompts are tokenised,
+batches and ``n`` expanded, stop tokens and strings checked and trimmed, stream chunks made cumulative
+with incomplete UTF-8 held back, input log-probs laid out with SGLang's null first entry, errors shaped
+as SGLang shapes them, and out-of-vocabulary ids "crash" the server. It deliberately does not sample,
+batch forward passes or cache KV (the core does), and serves no ``/v1/chat/completions``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response, StreamingResponse
+
+from openclaw_rl.engine.model import EngineModel, TokenStep
+from openclaw_rl.engine.protocol import (
+    FLUSH_CACHE_TEXT,
+    SSE_DONE,
+    EngineRequestError,
+    GenerateRequest,
+    GenerationItem,
+    OutOfVocabIds,
+    UpdateWeightsFromDiskRequest,
+    compact_json,
+    error_body,
+    finish_length,
+    finish_stop,
+    invalid_body,
+    logprob_fields,
+    meta_info,
+    model_info_body,
+    models_body,
+    server_info_body,
+    sse_event,
+    stream_error_body,
+    update_weights_body,
+    weight_version_segments,
+)
+
+logger = logging.getLogger(__name__)
+
+_RAW_SEND = "openclaw.engine.raw_send"  # scope key: the server's own `send`, to drop the connection
+
+
+class TokenizerLike(Protocol):
+    """The slice of a Hugging Face tokenizer the server uses (text prompts, output text, token texts)."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str: ...
+
+
+class EngineCrashed(RuntimeError):
+    """Raised instead of dropping the connection when the ASGI server is not uvicorn."""
+
+
+async def _drop_connection(send: Any) -> None:
+    """Close the client's TCP connection without any response, as a dead SGLang process does.
+
+    Uvicorn's ``send`` is a bound method of its per-request cycle, which holds the transport. Closing
+    it and yielding once lets uvicorn's ``connection_lost`` mark the cycle disconnected, so uvicorn
+    writes no 500 of its own. Under another server, raise: the client still gets no answer.
+    """
+    transport = getattr(getattr(send, "__self__", None), "transport", None)
+    if transport is None:
+        raise EngineCrashed("the engine has crashed (out-of-vocabulary input ids)")
+    transport.close()
+    for _ in range(2):
+        await asyncio.sleep(0)
+
+
+@dataclass(slots=True)
+class _Run:
+    """The growing state of one GenerationItem; every output (chunk or final) is built from it."""
+
+    item: GenerationItem
+    started: float = field(default_factory=time.monotonic)
+    output_ids: list[int] = field(default_factory=list)
+    versions: list[str] = field(default_factory=list)
+    output_logprobs: list[list[Any]] = field(default_factory=list)
+    output_top: list[list[list[Any]]] = field(default_factory=list)
+    input_logprobs: list[Any] = field(default_factory=list)
+    input_top: list[Any] = field(default_factory=list)
+    next_top: list[list[Any]] | None = None
+    """The extra ``output_top_logprobs`` entry SGLang adds when max_new_tokens is 0."""
+    finish: dict[str, Any] | None = None
+
+
+class _HeldBackText:
+    """Streamed text that never ends inside a UTF-8 sequence (SGLang's detokenizer rule): while the
+    newest tokens decode to a trailing U+FFFD, the previous text is repeated. It catches up, with the
+    U+FFFD if the bytes stay invalid, as soon as a later token decodes cleanly."""
+
+    def __init__(self, decode: Callable[[list[int]], str]):
+        self.text = ""
+        self._decode = decode
+        self._surr = self._read = 0
+
+    def update(self, ids: list[int]) -> str:
+        prefix = self._decode(ids[self._surr:self._read])
+        new = self._decode(ids[self._surr:])
+        if len(new) > len(prefix) and not new.endswith("\ufffd"):
+            self.text += new[len(prefix):]
+            self._surr, self._read = self._read, len(ids)
+        return self.text
+
+
+class EngineService:
+    """What the routes call: request expansion, the per-token loop, output building, control state."""
+
+    def __init__(self, model: EngineModel, tokenizer: TokenizerLike, *, served_model_name: str, model_path: str,
+                 crash_on_bad_ids: bool = True, max_total_num_tokens: int | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.served_model_name = served_model_name
+        self.model_path = model_path
+        self.crash_on_bad_ids = crash_on_bad_ids
+        self.max_total_num_tokens = max_total_num_tokens or 4 * model.context_length
+        self.created = int(time.time())
+        self.crashed = False
+        """Set once out-of-vocabulary ids arrived with crash_on_bad_ids: every later request is dropped."""
+        self._unpaused = asyncio.Event()
+        self._unpaused.set()
+        self._token_texts: dict[int, str] = {}
+
+    # --- /generate ------------------------------------------------------------------------------
+
+    async def generate(self, body: GenerateRequest, request: Request) -> Response:
+        try:
+            items = body.to_items(self.tokenizer.encode, context_length=self.model.context_length,
+                                  vocab_size=self.model.vocab_size)
+        except OutOfVocabIds as exc:
+            if self.crash_on_bad_ids:
+                return await self.crash(request, exc.message)
+            return self._reject(exc.message, stream=body.stream)
+        except EngineRequestError as exc:
+            return self._reject(exc.message, stream=body.stream)
+        if body.stream:
+            return StreamingResponse(self._stream(items, body.returns_list), media_type="text/event-stream")
+        outputs = await asyncio.gather(*(self._complete(item) for item in items))
+        return json_response(outputs if body.returns_list else outputs[0])
+
+    @staticmethod
+    def _reject(message: str, *, stream: bool) -> Response:
+        if stream:  # SGLang streams validation errors as an event on an HTTP 200
+            events = [sse_event(stream_error_body(message)), SSE_DONE]
+            return StreamingResponse(iter(events), media_type="text/event-stream")
+        return json_response(error_body(message), status_code=400)
+
+    async def crash(self, request: Request, reason: str) -> Response:
+        """Die as CPU SGLang does: no response now, and every later request is dropped."""
+        self.crashed = True
+        logger.error("engine crashed like SGLang would (%s); all later requests are dropped", reason)
+        await _drop_connection(request.scope[_RAW_SEND])
+        return Response(status_code=500)  # reaches nobody: the connection is already closed
+
+    async def _complete(self, item: GenerationItem) -> dict[str, Any]:
+        run = [snapshot async for snapshot in self._drive(item)][-1]  # one object, yielded once per token
+        return self._output(run, self._final_text(run), final=True, first=True)
+
+    async def _stream(self, items: list[GenerationItem], as_list: bool) -> AsyncIterator[bytes]:
+        chunks = self._merged(items) if as_list else self._chunks(items[0])
+        try:
+            async for chunk in chunks:
+                yield sse_event(chunk)
+            yield SSE_DONE
+        finally:
+            await chunks.aclose()
+
+    async def _chunks(self, item: GenerationItem) -> AsyncGenerator[dict[str, Any], None]:
+        """Cumulative outputs, one per token (SGLang's default ``incremental_streaming_output=false``)."""
+        skip = item.params.skip_special_tokens
+        text = _HeldBackText(lambda ids: self.tokenizer.decode(ids, skip_special_tokens=skip))
+        runs = self._drive(item)
+        first = True
+        try:
+            async for run in runs:
+                final = run.finish is not None
+                shown = self._final_text(run) if final else text.update(run.output_ids)
+                yield self._output(run, shown, final=final, first=first)
+                first = False
+        finally:
+            await runs.aclose()
+
+    async def _merged(self, items: list[GenerationItem]) -> AsyncGenerator[dict[str, Any], None]:
+        """Chunks of several sequences in arrival order, each tagged with its ``index`` (SGLang's batch stream)."""
+        streams = [self._chunks(item) for item in items]
+        pending = {asyncio.ensure_future(stream.__anext__()): i for i, stream in enumerate(streams)}
+        try:
+            while pending:
+                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    index = pending.pop(task)
+                    if isinstance(task.exception(), StopAsyncIteration):
+                        continue
+                    chunk = task.result()
+                    chunk["index"] = index
+                    yield chunk
+                    pending[asyncio.ensure_future(streams[index].__anext__())] = index
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            for stream in streams:
+                await stream.aclose()
+
+    async def _drive(self, item: GenerationItem) -> AsyncGenerator[_Run, None]:
+        """Score the input if asked, then pull tokens from the core until SGLang would finish; yields
+        the run after every token (once, finished, when max_new_tokens is 0)."""
+        run = _Run(item)
+        if item.return_logprob:
+            await self._score_input(run)
+        if item.max_new_tokens == 0:
+            run.finish = finish_length(0)
+            yield run
+            return
+        steps = self.model.generate(item.input_ids, item.sampling_config())
+        try:
+            while run.finish is None:
+                await self._unpaused.wait()  # /pause_generation holds every request between tokens
+                try:
+                    step = await steps.__anext__()
+                except StopAsyncIteration:
+                    raise RuntimeError(f"model core stopped after {len(run.output_ids)} of "
+                                       f"{item.max_new_tokens} tokens") from None
+                self._append(run, step)
+                run.finish = self._finish_reason(run)
+                yield run
+        finally:
+            await steps.aclose()
+
+    async def _score_input(self, run: _Run) -> None:
+        """SGLang's input log-prob layout for ``logprob_start_len = k``: one entry per id in ids[k:],
+        the first always null; the core scores positions k+1 onwards, never temperature-scaled."""
+        item, ids = run.item, run.item.input_ids
+        k, top_k = item.logprob_start_len, item.top_logprobs_num
+        want_next = item.max_new_tokens == 0 and top_k > 0
+        if k < 0 and not want_next:
+            return
+        start = len(ids) if k < 0 else min(k + 1, len(ids))
+        scores = await self.model.score(ids, start, top_k)
+        if len(scores.token_logprobs) != len(ids) - start:
+            raise RuntimeError(f"model core scored {len(scores.token_logprobs)} positions, expected {len(ids) - start}")
+        if 0 <= k < len(ids):
+            run.input_logprobs = [self._triple(item, None, ids[k])]
+            run.input_logprobs += [self._triple(item, lp, ids[start + j]) for j, lp in enumerate(scores.token_logprobs)]
+            if top_k:
+                run.input_top = [None] + [[self._triple(item, lp, t) for lp, t in top] for top in scores.top_logprobs]
+        if want_next:
+            run.next_top = [self._triple(item, lp, t) for lp, t in scores.next_top_logprobs]
+
+    def _append(self, run: _Run, step: TokenStep) -> None:
+        item = run.item
+        run.output_ids.append(step.token_id)
+        run.versions.append(step.weight_version)
+        if item.return_logprob:
+            run.output_logprobs.append(self._triple(item, step.logprob, step.token_id))
+            if item.top_logprobs_num:
+                run.output_top.append([self._triple(item, lp, t) for lp, t in step.top_logprobs])
+
+    def _finish_reason(self, run: _Run) -> dict[str, Any] | None:
+        """SGLang's check order: length first, then stop/eos tokens (all off with ignore_eos), then strings."""
+        item, ids = run.item, run.output_ids
+        if len(ids) >= item.max_new_tokens:
+            return finish_length(item.max_new_tokens)
+        last = ids[-1]
+        if not item.params.ignore_eos and (last in item.stop_token_ids or last in self.model.eos_token_ids):
+            return finish_stop(last)
+        if item.params.stop_strings:
+            tail = self.tokenizer.decode(ids[-item.stop_window:], skip_special_tokens=False)
+            for stop in item.params.stop_strings:
+                if stop in tail:
+                    return finish_stop(stop)
+        return None
+
+    def _final_text(self, run: _Run) -> str:
+        """The matched stop token is cut before decoding and a matched string after, unless no_stop_trim."""
+        params = run.item.params
+        matched = (run.finish or {}).get("matched")
+        trim = not params.no_stop_trim
+        ids = run.output_ids[:-1] if trim and isinstance(matched, int) else run.output_ids
+        text = self.tokenizer.decode(ids, skip_special_tokens=params.skip_special_tokens)
+        if trim and isinstance(matched, str) and matched in text:
+            text = text[:text.index(matched)]
+        return text
+
+    def _triple(self, item: GenerationItem, logprob: float | None, token_id: int) -> list[Any]:
+        if not item.return_text_in_logprobs:
+            return [logprob, token_id, None]
+        if token_id not in self._token_texts:
+            self._token_texts[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
+        return [logprob, token_id, self._token_texts[token_id]]
+
+    def _output(self, run: _Run, text: str, *, final: bool, first: bool) -> dict[str, Any]:
+        item = run.item
+        version = run.versions[-1] if run.versions else self.model.weight_version
+        logprobs = None
+        if item.return_logprob:
+            tops = item.top_logprobs_num > 0
+            output_top = run.output_top + ([run.next_top] if run.next_top is not None else [])
+            logprobs = logprob_fields(run.input_logprobs, list(run.output_logprobs),
+                                      run.input_top if tops else None, output_top if tops else None)
+        meta = meta_info(rid=item.rid, finish_reason=run.finish if final else None, prompt_tokens=len(item.input_ids),
+                         weight_version=version, completion_tokens=len(run.output_ids), logprobs=logprobs,
+                         weight_versions=weight_version_segments(run.versions, version) if final else None,
+                         e2e_latency=time.monotonic() - run.started if final else None, sent_to_client=first)
+        return {"text": text, "output_ids": list(run.output_ids), "meta_info": meta}
+
+    # --- control --------------------------------------------------------------------------------
+
+    async def update_weights(self, body: UpdateWeightsFromDiskRequest) -> Response:
+        try:
+            await self.model.update_weights_from_disk(body.model_path, body.weight_version)
+        except Exception as exc:  # the core's failure is the caller's answer (success: false), not a 500
+            logger.exception("update_weights_from_disk(%s) failed", body.model_path)
+            return json_response(update_weights_body(False, f"Failed to update weights: {exc}"), status_code=400)
+        self.model_path = body.model_path
+        message = "Succeeded to update model weights."
+        if body.weight_version is not None:
+            message += f" Weight version updated to {body.weight_version}."
+        return json_response(update_weights_body(True, message))
+
+    def set_paused(self, paused: bool) -> None:
+        """Paused requests keep their state and resume between two tokens (SGLang's in-place pause)."""
+        if paused:
+            self._unpaused.clear()
+        else:
+            self._unpaused.set()
+
+
+def json_response(obj: Any, status_code: int = 200) -> Response:
+    return Response(compact_json(obj), status_code=status_code, media_type="application/json")
+
+
+class EngineApp(FastAPI):
+    """A FastAPI app that can fail like a crashed SGLang process: once ``crashed``, the connection of
+    every request is closed without a response."""
+
+    def __init__(self, service: EngineService, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.service = service
+
+    @property
+    def crashed(self) -> bool:
+        return self.service.crashed
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            if self.service.crashed:
+                await _drop_connection(send)
+                return
+            scope[_RAW_SEND] = send
+        await super().__call__(scope, receive, send)
+
+
+def make_engine_app(model: EngineModel, tokenizer: TokenizerLike, *, served_model_name: str, model_path: str,
+                    crash_on_bad_ids: bool = True, max_total_num_tokens: int | None = None) -> EngineApp:
+    """SGLang's native routes over ``model``. ``crash_on_bad_ids=False`` answers out-of-vocabulary
+    ids with a 400 instead of dropping every connection from then on (``app.crashed``)."""
+    service = EngineService(model, tokenizer, served_model_name=served_model_name, model_path=model_path,
+                            crash_on_bad_ids=crash_on_bad_ids, max_total_num_tokens=max_total_num_tokens)
+    app = EngineApp(service, title="openclaw-rl engine (SGLang-compatible)")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_json(request: Request, exc: RequestValidationError) -> Response:
+        return json_response(invalid_body(str(exc)), status_code=400)
+
+    @app.post("/generate")
+    async def generate(body: GenerateRequest, request: Request) -> Response:
+        return await service.generate(body, request)
+
+    @app.get("/health")
+    @app.get("/health_generate")
+    async def health() -> Response:
+        return Response(status_code=200)  # empty body, no content-type, as SGLang
+
+    @app.get("/get_model_info")
+    @app.get("/model_info")
+    async def get_model_info() -> Response:
+        return json_response(model_info_body(model_path=service.model_path, served_model_name=served_model_name,
+                                             weight_version=model.weight_version))
+
+    @app.get("/get_server_info")
+    @app.get("/server_info")
+    async def get_server_info() -> Response:
+        return json_response(server_info_body(model_path=service.model_path, served_model_name=served_model_name,
+                                              context_length=model.context_length,
+                                              max_total_num_tokens=service.max_total_num_tokens))
+
+    @app.get("/v1/models")
+    async def list_models() -> Response:
+        return json_response(models_body(served_model_name=served_model_name, model_path=service.model_path,
+                                         created=service.created, context_length=model.context_length))
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights_from_disk(body: UpdateWeightsFromDiskRequest) -> Response:
+        return await service.update_weights(body)
+
+    @app.api_route("/pause_generation", methods=["GET", "POST"])
+    async def pause_generation() -> Response:
+        service.set_paused(True)
+        return json_response({"message": "Generation paused successfully.", "status": "ok"})
+
+    @app.api_route("/continue_generation", methods=["GET", "POST"])
+    async def continue_generation() -> Response:
+        service.set_paused(False)
+        return json_response({"message": "Generation continued successfully.", "status": "ok"})
+
+    @app.post("/release_memory_occupation")
+    async def release_memory_occupation(request: Request) -> Response:
+        # SGLang on CPU dies here (torch.cuda without a driver); a caller of it is a bug to surface.
+        return await service.crash(request, "release_memory_occupation needs a GPU")
+
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache() -> Response:
+        model.flush_cache()
+        return Response(FLUSH_CACHE_TEXT)  # plain body without a content-type, as SGLang
+
+    return app
