@@ -184,4 +184,10 @@ class SessionTracker:
 
     @property
     def pending_turns(self) -> int:
+        """Turns waiting for a next state or a judgement in live sessions."""
         return sum(len(s.turns) for s in self.sessions.values())
+
+    @property
+    def unsettled_turns(self) -> int:
+        """Every turn not yet emitted, including those of sessions already ended."""
+        return len(self._owner)

@@ -54,7 +54,7 @@ def make_proxy(tmp_path: Path, tiny_model_dir: Path, tokenizer: Any) -> Iterator
     def start(policy_url: str, judge_url: str = "", gate_open: bool = True, **values: Any) -> tuple[Any, str]:
         settings = load_settings({"proxy_tokenizer": str(tiny_model_dir), "proxy_policy_url": policy_url,
                                   "judge_url": judge_url, "spool_dir": str(tmp_path / f"spool{len(started)}"),
-                                  "judge_max_new_tokens": 64, **values}, env={})
+                                  "judge_max_new_tokens": 256, **values}, env={})
         proxy = Proxy.build(settings, tokenizer=tokenizer, gate_open=gate_open)
         server = BackgroundServer(proxy.app).start()
         started.append((proxy, server))
@@ -63,3 +63,12 @@ def make_proxy(tmp_path: Path, tiny_model_dir: Path, tokenizer: Any) -> Iterator
     yield start
     for _proxy, server in started:
         server.stop()
+
+
+@pytest.fixture
+def teacher_server(tokenizer: Any) -> Iterator[Any]:
+    """A judge whose teacher log-probs reveal whether the hint was in the prompt (see support.hint_aware_scorer)."""
+    from support import hint_aware_scorer
+
+    with scripted_server(tokenizer, judge_reply, scorer=hint_aware_scorer(tokenizer)) as server:
+        yield server

@@ -75,6 +75,16 @@ def wait_for_samples(proxy: Any, n: int, timeout: float = 20.0) -> list[Any]:
     return list(proxy.spool.iter_samples())
 
 
+def settle(proxy: Any, timeout: float = 20.0) -> None:
+    """Wait until every turn of ended sessions is judged and persisted."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while proxy.tracker.unsettled_turns > proxy.tracker.pending_turns and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proxy.writer.flush()
+
+
 def load_conversation(name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (GOLDEN / "openclaw-golden" / name).read_text().splitlines() if line]
 
