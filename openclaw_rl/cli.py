@@ -111,7 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_EXTRA_COMMANDS: list[Any] = []
+def _register_local(sub: Any) -> None:
+    from .embedded.local import register_local_command
+
+    register_local_command(sub)
+
+
+_EXTRA_COMMANDS: list[Any] = [_register_local]
 
 
 def setup_logging(level: str, as_json: bool) -> None:

@@ -9,6 +9,7 @@ beyond the batch stay in the spool for the next one (upstream discarded them).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -43,8 +44,11 @@ class ProxyRuntime:
         return self.server.url
 
     def collect(self, n: int, *, progress_every_s: float = 30.0, timeout_s: float | None = None,
-                on_progress: Any = None) -> Batch:
-        """Admit traffic until ``n`` samples are in the spool, then pause it and lease them."""
+                on_progress: Any = None, stop: threading.Event | None = None) -> Batch | None:
+        """Admit traffic until ``n`` samples are in the spool, then pause it and lease them.
+
+        Returns None if ``stop`` is set first (the samples stay in the spool).
+        """
         spool, gate = self.proxy.spool, self.proxy.gate
         started = last_log = time.monotonic()
         gate.open()
@@ -53,7 +57,9 @@ class ProxyRuntime:
         last_ready = ready
         try:
             while ready < n:
-                ready = spool.wait_ready(n, timeout=min(1.0, progress_every_s))
+                if stop is not None and stop.is_set():
+                    return None
+                ready = spool.wait_ready(n, timeout=min(0.5, progress_every_s))
                 self.proxy.metrics.batch_fill.set(ready / n)
                 if on_progress:
                     on_progress(ready, n)

@@ -1,0 +1,250 @@
+"""``openclaw-rl local``: the whole system on one CPU machine, with one command.
+
+Starts, in one process: the tiny policy behind the SGLang-compatible engine, the judge (rules for the
+votes, a frozen copy of the initial policy as the OPD teacher) behind a second engine, the proxy, and the
+embedded trainer; optionally the simulated users. The training loop is Slime's ``train_async`` with an
+update interval of 1: batch k+1 is collected while step k trains, and the weights are synced with
+submission paused, after batch k+1 is full. Ctrl-C stops everything; samples not yet trained stay in
+the durable spool and are trained first by the next run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LocalConfig:
+    mode: str = "rl"
+    preset: str = "h128"
+    seed: int = 0
+    host: str = "127.0.0.1"
+    port: int = 30000  # the proxy; engines take free loopback ports
+    out_dir: str = "runs/local"
+    rollout_batch_size: int = 8
+    lr: float = 2e-3
+    distill_topk: int = 0
+    max_steps: int = 0  # 0 = until the simulation ends (or Ctrl-C without --simulate)
+    judge_votes: int = 1  # the rule judge is deterministic: one vote is as good as m
+    save_every: int = 0
+    simulate: bool = False
+    interactions: int = 240
+    concurrency: int = 8
+    preferred_style: str = ""  # empty: the task's default preference
+    max_new_tokens: int = 64
+
+
+@dataclass
+class LocalReport:
+    mode: str
+    steps: int
+    interactions: int
+    baseline_rate: float | None = None
+    final_rate: float | None = None
+    logprob_abs_diff: list[float] = field(default_factory=list)
+    curve_png: str | None = None
+    metrics_path: str = ""
+    seconds: float = 0.0
+
+
+def provider_json(url: str, model: str, api_key: str = "local") -> dict[str, Any]:
+    """What to paste into ``~/.openclaw/openclaw.json`` so OpenClaw talks to the proxy."""
+    return {"models": {"mode": "merge", "providers": {"openclaw-rl": {
+        "baseUrl": f"{url}/v1", "apiKey": api_key, "api": "openai-completions",
+        "models": [{"id": model, "name": model, "reasoning": False, "input": ["text"],
+                    "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+                    "contextWindow": 4096, "maxTokens": 256,
+                    "compat": {"sendSessionAffinityHeaders": True, "supportsPromptCacheKey": True}}]}}},
+        "agents": {"defaults": {"model": {"primary": f"openclaw-rl/{model}"}}}}
+
+
+class LocalStack:
+    """Owns every server and thread of a local run; ``close()`` stops them all."""
+
+    def __init__(self, cfg: LocalConfig):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from openclaw_rl.config import load_settings
+        from openclaw_rl.embedded.rule_judge import RuleJudgeModel
+        from openclaw_rl.embedded.tiny_model import ensure_tiny_model
+        from openclaw_rl.engine.server import make_engine_app
+        from openclaw_rl.engine.torch_core import TorchModel
+        from openclaw_rl.runtime import ProxyRuntime
+        from openclaw_rl.servers import BackgroundServer
+
+        from .trainer import EmbeddedTrainer, TrainerConfig
+
+        self.cfg = cfg
+        self.out = Path(cfg.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        model_dir = ensure_tiny_model(cfg.preset, seed=cfg.seed)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.servers: list[Any] = []
+        self.policy = TorchModel.from_pretrained(str(model_dir), seed=cfg.seed)
+        policy_app = make_engine_app(self.policy, self.tokenizer, served_model_name="tiny", model_path=str(model_dir))
+        self.policy_server = self._serve(BackgroundServer(policy_app, cfg.host))
+        teacher = TorchModel.from_pretrained(str(model_dir), seed=cfg.seed + 1)  # frozen initial policy
+        judge_app = make_engine_app(RuleJudgeModel(self.tokenizer, teacher=teacher), self.tokenizer,
+                                    served_model_name="rule-judge", model_path=str(model_dir))
+        self.judge_server = self._serve(BackgroundServer(judge_app, cfg.host))
+        settings = load_settings({
+            "mode": cfg.mode, "proxy_host": cfg.host, "proxy_port": cfg.port, "proxy_tokenizer": str(model_dir),
+            "proxy_policy_url": self.policy_server.url, "judge_url": self.judge_server.url,
+            "judge_votes": cfg.judge_votes, "judge_max_new_tokens": 128, "spool_dir": str(self.out / "spool"),
+            "proxy_record_dir": str(self.out / "records"), "proxy_pause_mode": "hold",
+            "proxy_max_new_tokens": cfg.max_new_tokens, "proxy_served_model_name": "tiny",
+            "proxy_rollout_temperature": 1.0, "opd_distill_topk": cfg.distill_topk, "proxy_session_ttl_s": 120,
+        }, env={})
+        self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
+        self.metrics_path = str(self.out / "metrics.jsonl")
+        trainer_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
+        tcfg = TrainerConfig(mode=cfg.mode, rollout_batch_size=cfg.rollout_batch_size, lr=cfg.lr,
+                             distill_topk=cfg.distill_topk, save_every=cfg.save_every,
+                             ckpt_dir=str(self.out / "checkpoints"), metrics_path=self.metrics_path,
+                             tensorboard_dir=str(self.out / "tensorboard"), seed=cfg.seed)
+        self.trainer = EmbeddedTrainer(tcfg, trainer_model, sync=self.policy.load_state_dict, tokenizer=self.tokenizer)
+        self.stop_event = threading.Event()
+
+    def _serve(self, server: Any) -> Any:
+        server.start()
+        self.servers.append(server)
+        return server
+
+    @property
+    def url(self) -> str:
+        return self.runtime.url
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.runtime.stop()
+        for server in reversed(self.servers):
+            server.stop()
+
+
+def _collect(stack: LocalStack, n: int) -> Any:
+    """Collect a batch, or None when the run is stopping."""
+    return stack.runtime.collect(n, stop=stack.stop_event)
+
+
+def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
+    started = time.monotonic()
+    stack = LocalStack(cfg)
+    report = LocalReport(cfg.mode, 0, 0, metrics_path=stack.metrics_path)
+    print(f"openclaw-rl local ({cfg.mode}): proxy at {stack.url}/v1  (policy engine {stack.policy_server.url}, "
+          f"judge {stack.judge_server.url})", flush=True)
+    print("OpenClaw provider config (~/.openclaw/openclaw.json):\n" +
+          json.dumps(provider_json(stack.url, "tiny"), indent=2), flush=True)
+    sim_result: dict[str, Any] = {}
+    sim_thread = None
+    if cfg.simulate:
+        sim_thread = threading.Thread(target=_simulate, args=(stack, cfg, sim_result, progress), daemon=True)
+        sim_thread.start()
+    pool = ThreadPoolExecutor(1, thread_name_prefix="collect")
+    try:
+        pending: Future = pool.submit(_collect, stack, cfg.rollout_batch_size)
+        current = pending.result()
+        while current is not None and not stack.stop_event.is_set():
+            pending = pool.submit(_collect, stack, cfg.rollout_batch_size)  # batch k+1 fills while k trains
+            result = stack.trainer.train(current.samples, current.metrics)
+            nxt = pending.result()  # Slime syncs only once the next batch is complete (gate closed)
+            result.metrics["perf/sync_ms"] = stack.trainer.sync()
+            stack.runtime.ack(current.batch_id)
+            stack.trainer.log(result.metrics)
+            report.steps = result.step
+            diff = result.metrics.get("train/train_rollout_logprob_abs_diff")
+            if diff is not None:
+                report.logprob_abs_diff.append(diff)
+            if progress:
+                _print_step(result.step, result.metrics, sim_result)
+            current = nxt
+            if cfg.max_steps and result.step >= cfg.max_steps:
+                break
+            if cfg.simulate and sim_result.get("done"):
+                break
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopping (untrained samples stay in the spool for the next run)", flush=True)
+    finally:
+        stack.stop_event.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        if sim_thread is not None:
+            sim_thread.join(30)
+        stack.close()
+    sim = sim_result.get("result")
+    if sim is not None:
+        report.interactions = len(sim.matches)
+        report.baseline_rate, report.final_rate = sim.first_window_rate, sim.last_window_rate
+        report.curve_png = str(stack.out / "learning_curve.png")
+        sim.save_plot(report.curve_png)
+    report.seconds = time.monotonic() - started
+    (stack.out / "report.json").write_text(json.dumps(asdict(report), indent=2))
+    return report
+
+
+def _simulate(stack: LocalStack, cfg: LocalConfig, out: dict[str, Any], progress: bool) -> None:
+    from openclaw_rl.embedded.simulate import run_simulation
+
+    kwargs: dict[str, Any] = {}
+    if cfg.preferred_style:
+        kwargs["preferred_style"] = cfg.preferred_style
+    try:
+        out["result"] = asyncio.run(run_simulation(stack.url, interactions=cfg.interactions,
+                                                   concurrency=cfg.concurrency, seed=cfg.seed,
+                                                   on_interaction=lambda r: out.__setitem__("live", r), **kwargs))
+    except Exception:
+        log.exception("the simulated users failed")
+    finally:
+        out["done"] = True
+
+
+def _print_step(step: int, m: dict[str, float], sim: dict[str, Any]) -> None:
+    live = sim.get("live")
+    rate = f" | preferred {live.rate_curve(32)[-1]:.0%} after {len(live.matches)} replies" if live and live.matches else ""
+    print(f"step {step:4d} | reward {m.get('rollout/reward_mean', 0):+.2f} | batch filled in "
+          f"{m.get('rollout/batch_fill_seconds', 0):.1f}s | loss {m.get('train/loss', 0):+.4f} | "
+          f"|Δlogprob| {m.get('train/train_rollout_logprob_abs_diff', float('nan')):.1e} | "
+          f"sync {m.get('perf/sync_ms', 0):.1f}ms{rate}", flush=True)
+
+
+def register_local_command(sub: Any) -> None:
+    p = sub.add_parser("local", help="run the whole stack on this CPU: engine, judge, proxy, trainer",
+                       description=__doc__)
+    p.add_argument("--mode", choices=["rl", "opd", "combine"], default="rl")
+    p.add_argument("--simulate", action="store_true", help="drive it with simulated users and plot the learning curve")
+    p.add_argument("--interactions", type=int, default=LocalConfig.interactions, help="simulated replies in total")
+    p.add_argument("--concurrency", type=int, default=LocalConfig.concurrency, help="simulated users at once")
+    p.add_argument("--preferred-style", default="", help="the simulated users' hidden preference")
+    p.add_argument("--batch-size", type=int, default=LocalConfig.rollout_batch_size, help="samples per step")
+    p.add_argument("--lr", type=float, default=LocalConfig.lr)
+    p.add_argument("--distill-topk", type=int, default=0, help="opd: train the top-K reverse-KL loss")
+    p.add_argument("--max-steps", type=int, default=0)
+    p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (resumes from the latest)")
+    p.add_argument("--preset", default="h128", help="tiny model size: h64, h128, h256")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000, help="proxy port")
+    p.add_argument("--out-dir", default="", help="metrics, records, spool, checkpoints (default runs/local-<mode>)")
+    p.set_defaults(fn=_cmd_local)
+
+
+def _cmd_local(ns: Any) -> int:
+    cfg = LocalConfig(mode=ns.mode, preset=ns.preset, seed=ns.seed, host=ns.host, port=ns.port,
+                      out_dir=ns.out_dir or f"runs/local-{ns.mode}", rollout_batch_size=ns.batch_size, lr=ns.lr,
+                      distill_topk=ns.distill_topk, max_steps=ns.max_steps, save_every=ns.save_every,
+                      simulate=ns.simulate, interactions=ns.interactions, concurrency=ns.concurrency,
+                      preferred_style=ns.preferred_style)
+    report = run_local(cfg)
+    print(json.dumps(asdict(report), indent=2))
+    if report.curve_png:
+        print(f"learning curve: {report.curve_png} (preferred-behaviour rate {report.baseline_rate:.0%} -> "
+              f"{report.final_rate:.0%} over {report.interactions} interactions)")
+    return 0
