@@ -45,14 +45,15 @@ class HintedJudgement:
 async def judge_with_hint(turn: Turn, judge: JudgeClient, renderer: ChatRenderer, *, with_prm: bool,
                           min_hint_chars: int, top_k: int) -> HintedJudgement | None:
     """Hint votes and (optionally) PRM votes concurrently, then the teacher if a hint was accepted."""
+    feedback = PRMJudgement.from_feedback(turn.feedback) if turn.feedback is not None else None
     if turn.next_state is None or not judge.enabled:
-        return None
+        return None if feedback is None else HintedJudgement(None, feedback)
     assert turn.generation is not None
     text, state = turn.generation.text, turn.next_state
-    if with_prm:
+    if with_prm and feedback is None:
         hints, prm = await asyncio.gather(judge.hints(text, state), judge.prm(text, state))
     else:
-        hints, prm = await judge.hints(text, state), None
+        hints, prm = await judge.hints(text, state), feedback
     result = HintedJudgement(hints, prm, hints.best_hint(min_hint_chars))
     if result.hint:
         try:
@@ -77,6 +78,8 @@ def no_sample_reason(j: HintedJudgement | None, turn: Turn) -> tuple[DropReason,
         return DropReason.NO_NEXT_STATE, ""
     if j.hint and j.teacher is None:
         return DropReason.TEACHER_FAILED, j.teacher_error
+    if j.hints is None:
+        return DropReason.NO_HINT, "no judge: explicit feedback alone carries no hint"
     return DropReason.NO_HINT, f"{len(j.hints.votes) if j.hints else 0} votes, none with a usable hint"
 
 

@@ -29,6 +29,8 @@ class BinaryRLScorer:
         self.cfg = settings.rl
 
     async def judge(self, turn: Turn) -> PRMJudgement | None:
+        if turn.feedback is not None:  # an explicit rating replaces the votes
+            return PRMJudgement.from_feedback(turn.feedback)
         if turn.next_state is None or not self.judge_client.enabled:
             return None
         assert turn.generation is not None
@@ -37,7 +39,7 @@ class BinaryRLScorer:
     def build(self, turn: Turn, judgement: PRMJudgement | None, ledger: Ledger) -> Outcome:
         score = judgement.score if judgement else 0.0
         # Without a judge a next state is not evidence of anything (upstream never marks it either).
-        has_next = turn.next_state is not None and self.judge_client.enabled
+        has_next = turn.next_state is not None and (self.judge_client.enabled or turn.feedback is not None)
         record = {"next_state": turn.next_state, **(judgement.record() if judgement else {"score": 0.0})}
         if judgement and judgement.representative and score != 0:
             record["representative_eval"] = judgement.representative

@@ -114,9 +114,15 @@ class PRMJudgement:
     score: float
     votes: list[int | None]
     representative: str | None = None  # the first vote agreeing with a non-zero score
+    source: str = "judge"  # "judge", or "feedback" for an explicit rating (POST /v1/feedback)
+
+    @classmethod
+    def from_feedback(cls, rating: float) -> PRMJudgement:
+        return cls(float(rating), [], None, "feedback")
 
     def record(self) -> dict[str, Any]:
-        return {"score": self.score, "votes": [("fail" if v is None else v) for v in self.votes]}
+        return {"score": self.score, "votes": [("fail" if v is None else v) for v in self.votes],
+                "source": self.source}
 
 
 @dataclass(slots=True)

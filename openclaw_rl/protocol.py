@@ -168,6 +168,15 @@ class ChatCompletionRequest(BaseModel):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
 
+class FeedbackRequest(BaseModel):
+    """``POST /v1/feedback``: an explicit rating of a session's latest turn (openclaw-rl extension)."""
+
+    model_config = ConfigDict(extra="forbid")
+    session_id: Annotated[str, Field(min_length=1, max_length=512)]
+    rating: Literal[1, -1, 0]
+    text: Annotated[str, Field(max_length=32_000)] | None = None
+
+
 # --- responses -------------------------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ a position the teacher could not score) and that is recorded in ``metadata``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -58,7 +59,10 @@ class TrainingSample:
         meta = {"session_key": turn.session_key, "finish_reason": gen.finish_reason,
                 "weight_version": gen.weight_version, "sampling_temperature": turn.sampling_temperature,
                 "exact_tokens": True, **(metadata or {})}
-        return cls(session_id=turn.session_id, turn=turn.index, kind=kind,
+        # Deterministic id: re-judging a turn after a crash re-creates the same sample, which the spool
+        # ignores (exactly-once delivery).
+        sample_id = hashlib.sha1(f"{turn.session_key}\x1f{turn.epoch}\x1f{turn.index}\x1f{kind}".encode()).hexdigest()
+        return cls(session_id=turn.session_id, turn=turn.index, kind=kind, sample_id=sample_id,
                    prompt_ids=turn.prompt_ids.tolist(), response_ids=gen.response_ids.tolist(),
                    rollout_log_probs=gen.response_logprobs.tolist(),
                    loss_mask=[1] * r if loss_mask is None else loss_mask, reward=float(reward),

@@ -41,11 +41,12 @@ from .identity import check_resolver_names
 from .judge import JudgeClient
 from .metrics import ProxyMetrics
 from .parsers import OutputParser
-from .protocol import ChatCompletionRequest, models_response
+from .protocol import ChatCompletionRequest, FeedbackRequest, models_response
 from .scoring import make_scorer
 from .serving import ChatService
 from .sessions import SessionTracker
 from .spool import Spool
+from .turns import Turn
 from .writer import SampleWriter
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,8 @@ class Proxy:
         spool = Spool(settings.spool.dir, settings.spool.max_bytes)
         spool.release_leases()
         writer = SampleWriter(spool, metrics, p.record_dir)
-        tracker = SessionTracker(scorer, writer, metrics, ttl_s=p.session_ttl_s, max_sessions=p.max_sessions)
+        tracker = SessionTracker(scorer, writer, metrics, ttl_s=p.session_ttl_s, max_sessions=p.max_sessions,
+                                 persist=writer.save_turn)
         gate = SubmissionGate(is_open=gate_open, mode=p.pause_mode, hold_s=p.pause_hold_s)
         metrics.submission_open.set(1 if gate_open else 0)
         backend = PolicyBackend(http, p.policy_url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key)
@@ -170,6 +172,7 @@ async def read_json_body(request: Request, limit: int) -> Any:
 def make_app(proxy: Proxy) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        proxy.tracker.restore([Turn.from_record(json.loads(p)) for p in proxy.spool.pending_turns()])
         proxy.tracker.start_sweeper()
         yield
         await proxy.shutdown()
@@ -216,6 +219,18 @@ def make_app(proxy: Proxy) -> FastAPI:
         if isinstance(result, dict):
             return JSONResponse(result)
         return StreamingResponse(result, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    @app.post("/v1/feedback")
+    async def feedback(request: Request) -> dict[str, Any]:
+        namespace = proxy.auth.namespace(request.headers.get("authorization"))
+        raw = await read_json_body(request, 64 * 1024)
+        try:
+            fb = FeedbackRequest.model_validate(raw)
+        except ValidationError as e:
+            message, param = validation_message(e)
+            raise BadRequest(message, param=param) from None
+        turn, how = proxy.tracker.feedback(f"{namespace}\x1f{fb.session_id}", fb.rating, fb.text)
+        return {"session_id": fb.session_id, "turn": turn, "applied_as": how}
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> dict[str, Any]:

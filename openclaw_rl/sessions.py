@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import NotFound
 from .metrics import ProxyMetrics
 from .scoring import Ledger, Outcome, TurnScorer
 from .turns import DropReason, Generation, Turn
@@ -26,6 +28,7 @@ from .turns import DropReason, Generation, Turn
 log = logging.getLogger(__name__)
 
 Sink = Callable[[Turn, Outcome], None]  # must not block: the spool writer enqueues
+Persist = Callable[[Turn], None]  # must not block: saves a waiting turn for restart recovery
 
 
 @dataclass
@@ -39,6 +42,7 @@ class Session:
     ledger: Ledger = field(default_factory=Ledger)
     last_seen: float = field(default_factory=time.monotonic)
     closing: bool = False  # no further next states will come
+    epoch: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # this incarnation of the session id
 
     @property
     def busy(self) -> bool:
@@ -47,8 +51,9 @@ class Session:
 
 class SessionTracker:
     def __init__(self, scorer: TurnScorer, sink: Sink, metrics: ProxyMetrics, *, ttl_s: float = 900.0,
-                 max_sessions: int = 100_000):
+                 max_sessions: int = 100_000, persist: Persist | None = None):
         self.scorer, self.sink, self.metrics = scorer, sink, metrics
+        self.persist = persist or (lambda turn: None)
         self.ttl_s, self.max_sessions = ttl_s, max_sessions
         self.sessions: OrderedDict[str, Session] = OrderedDict()
         self._tasks: set[asyncio.Task] = set()
@@ -67,8 +72,11 @@ class SessionTracker:
         prev = session.turns.get(session.next_index - 1)
         if prev is not None and prev.next_state is None and next_state is not None:
             prev.next_state = next_state
+            if prev.generation is not None:
+                self.persist(prev)
             self._maybe_judge(session, prev)
         turn_template.index = session.next_index
+        turn_template.epoch = session.epoch
         session.next_index += 1
         session.turns[turn_template.index] = turn_template
         self._owner[id(turn_template)] = session
@@ -85,7 +93,58 @@ class SessionTracker:
         elif generation.finish_reason == "abort":
             self._finish(session, turn.index, Outcome(drop=DropReason.ABORTED))
         else:
+            self.persist(turn)
             self._maybe_judge(session, turn)
+
+    def feedback(self, key: str, rating: float, text: str | None) -> tuple[int, str]:
+        """Explicit feedback on a session's latest turn: its next state if it has none yet, and its score.
+
+        Returns (turn index, "next_state" | "override"). Raises NotFound when there is no open turn.
+        """
+        session = self.sessions.get(key)
+        turn = session.turns.get(session.next_index - 1) if session else None
+        if session is None or turn is None or turn.index in session.started or turn.index in session.judged:
+            raise NotFound("no turn of this session is waiting for feedback (unknown session, or its latest "
+                           "turn is already judged)")
+        turn.feedback = float(rating)
+        how = "override"
+        if turn.next_state is None:
+            turn.next_state = {"role": "user", "content": text or f"[explicit feedback: {rating:+g}]"}
+            how = "next_state"
+        session.last_seen = time.monotonic()
+        if turn.generation is not None:
+            self.persist(turn)
+        self._maybe_judge(session, turn)
+        return turn.index, how
+
+    def restore(self, turns: list[Turn]) -> int:
+        """Re-park turns persisted before a restart: waiting ones wait again, judged-not-emitted re-run.
+
+        The newest epoch of each session id is live again (its next request brings the next state);
+        older epochs were ending and are judged without one.
+        """
+        groups: dict[tuple[str, str], list[Turn]] = {}
+        for t in turns:
+            groups.setdefault((t.session_key, t.epoch), []).append(t)
+        latest = {key: epoch for (key, epoch), ts in sorted(groups.items(), key=lambda kv: min(t.created for t in kv[1]))}
+        for (key, epoch), ts in groups.items():
+            ts.sort(key=lambda t: t.index)
+            session = Session(key, next_index=ts[-1].index + 1, emit_next=ts[0].index, epoch=epoch,
+                              closing=latest[key] != epoch)
+            present = {t.index for t in ts}
+            for i in range(ts[0].index, ts[-1].index + 1):
+                if i not in present:  # failed before the restart; its drop was already counted then
+                    session.judged[i] = Outcome(drop=DropReason.GENERATION_FAILED)
+            for t in ts:
+                session.turns[t.index] = t
+                self._owner[id(t)] = session
+            if not session.closing:
+                self.sessions[key] = session
+            for t in ts:
+                self._maybe_judge(session, t)
+        if turns:
+            log.warning("restored %d waiting turns of %d sessions from the spool", len(turns), len(groups))
+        return len(turns)
 
     def fail(self, turn: Turn, reason: DropReason, detail: str = "") -> None:
         self._finish(self._owner[id(turn)], turn.index, Outcome(drop=reason, drop_detail=detail))

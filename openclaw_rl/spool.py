@@ -36,7 +36,16 @@ CREATE TABLE IF NOT EXISTS samples (
     payload    TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS samples_batch ON samples(batch_id);
+CREATE TABLE IF NOT EXISTS pending_turns (
+    session_key TEXT NOT NULL,
+    epoch       TEXT NOT NULL,
+    turn        INTEGER NOT NULL,
+    payload     TEXT NOT NULL,
+    PRIMARY KEY (session_key, epoch, turn)
+);
 """
+
+TurnKey = tuple[str, str, int]  # (session_key, epoch, turn index)
 
 
 class SpoolFull(RuntimeError):
@@ -70,11 +79,12 @@ class Spool:
                 pass
         return total
 
-    def put(self, samples: list[TrainingSample]) -> None:
-        """Persist samples atomically (all or none). Raises SpoolFull at the disk cap."""
-        if not samples:
+    def put(self, samples: list[TrainingSample], settled: TurnKey | None = None) -> None:
+        """Persist samples atomically (all or none) and, in the same transaction, forget the pending
+        turn they came from, so a crash can neither lose nor duplicate them. Raises SpoolFull at the cap."""
+        if not samples and settled is None:
             return
-        if self.size_bytes() >= self.max_bytes:
+        if samples and self.size_bytes() >= self.max_bytes:
             raise SpoolFull(f"spool {self.path} is at its cap of {self.max_bytes} bytes")
         rows = []
         for s in samples:
@@ -85,11 +95,24 @@ class Spool:
             try:
                 self._db.executemany("INSERT OR IGNORE INTO samples(sample_id, session_id, turn, kind, created,"
                                      " payload) VALUES (?,?,?,?,?,?)", rows)
+                if settled is not None:
+                    self._db.execute("DELETE FROM pending_turns WHERE session_key=? AND epoch=? AND turn=?", settled)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._arrived.notify_all()
+
+    def save_turn(self, key: TurnKey, payload: str) -> None:
+        """Persist (or update) a turn that waits for its next state or its judgement."""
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO pending_turns(session_key, epoch, turn, payload) VALUES (?,?,?,?)",
+                             (*key, payload))
+
+    def pending_turns(self) -> list[str]:
+        with self._lock:
+            rows = self._db.execute("SELECT payload FROM pending_turns ORDER BY session_key, epoch, turn").fetchall()
+        return [r[0] for r in rows]
 
     # --- delivery -----------------------------------------------------------------------------------
 

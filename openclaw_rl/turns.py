@@ -89,7 +89,32 @@ class Turn:
     next_state: dict[str, str] | None = None
     prompt_text: str | None = None  # rendered prompt, kept only for records
     traceparent: str | None = None
+    feedback: float | None = None  # explicit rating from POST /v1/feedback; overrides the judge's score
+    epoch: str = ""  # which incarnation of the session id (ids can be reused after a session ends)
 
     @property
     def response_length(self) -> int:
         return len(self.generation.response_ids) if self.generation else 0
+
+    def to_record(self) -> dict[str, Any]:
+        """JSON-able form, persisted while the turn waits (restart recovery)."""
+        gen = self.generation
+        return {"session_key": self.session_key, "session_id": self.session_id, "index": self.index,
+                "prompt_ids": self.prompt_ids.tolist(), "messages": self.messages, "tools": self.tools,
+                "sampling_temperature": self.sampling_temperature, "created": self.created,
+                "next_state": self.next_state, "prompt_text": self.prompt_text, "traceparent": self.traceparent,
+                "feedback": self.feedback, "epoch": self.epoch,
+                "generation": None if gen is None else {
+                    "ids": gen.response_ids.tolist(), "logprobs": gen.response_logprobs.tolist(), "text": gen.text,
+                    "finish_reason": gen.finish_reason, "weight_version": gen.weight_version}}
+
+    @classmethod
+    def from_record(cls, r: dict[str, Any]) -> Turn:
+        g = r.get("generation")
+        gen = None if g is None else Generation.from_lists(g["ids"], g["logprobs"], g["text"], g["finish_reason"],
+                                                           g.get("weight_version"))
+        return cls(session_key=r["session_key"], session_id=r["session_id"], index=r["index"],
+                   prompt_ids=array("i", r["prompt_ids"]), messages=r.get("messages"), tools=r.get("tools"),
+                   sampling_temperature=r.get("sampling_temperature"), created=r.get("created", time.time()),
+                   generation=gen, next_state=r.get("next_state"), prompt_text=r.get("prompt_text"),
+                   traceparent=r.get("traceparent"), feedback=r.get("feedback"), epoch=r.get("epoch", ""))

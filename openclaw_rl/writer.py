@@ -33,7 +33,7 @@ class SampleWriter:
                  on_written: Callable[[list[TrainingSample]], None] | None = None):
         self.spool, self.metrics = spool, metrics
         self.on_written = on_written
-        self._queue: queue.Queue[tuple[Turn, Outcome] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[str, Any, Any] | None] = queue.Queue()
         self.overflow: deque[TrainingSample] = deque()
         self._eval_lock = threading.Lock()
         self._eval_scores: list[float] = []
@@ -47,12 +47,17 @@ class SampleWriter:
         self._last_full_log = 0.0
 
     def __call__(self, turn: Turn, outcome: Outcome) -> None:
-        self._queue.put((turn, outcome))
+        """A turn's final outcome (from the session tracker, in turn order)."""
+        self._queue.put(("outcome", turn, outcome))
+
+    def save_turn(self, turn: Turn) -> None:
+        """A turn that waits for its next state or judgement: persisted so a restart resumes it."""
+        self._queue.put(("turn", turn, json.dumps(turn.to_record(), separators=(",", ":"))))
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until everything enqueued so far is persisted."""
         done = threading.Event()
-        self._queue.put((None, done))  # type: ignore[arg-type]
+        self._queue.put(("flush", done, None))
         done.wait(timeout)
 
     def close(self) -> None:
@@ -77,28 +82,30 @@ class SampleWriter:
             item = self._queue.get()
             if item is None:
                 return
-            turn, outcome = item
-            if turn is None:  # flush marker
-                outcome.set()  # type: ignore[attr-defined]
-                continue
+            op, a, b = item
             try:
-                self._write(turn, outcome)
+                if op == "flush":
+                    a.set()
+                elif op == "turn":
+                    self.spool.save_turn((a.session_key, a.epoch, a.index), b)
+                else:
+                    self._write(a, b)
             except Exception:
-                log.exception("writing session %s turn %d failed", turn.session_id, turn.index)
+                self.metrics.spool_errors.inc()
+                log.exception("spool write (%s) for session %s failed", op, getattr(a, "session_id", "?"))
 
     def _write(self, turn: Turn, outcome: Outcome) -> None:
         if outcome.eval_score is not None:
             with self._eval_lock:
                 self._eval_scores.append(outcome.eval_score)
-        self._persist(list(self.overflow) + outcome.samples, retrying=len(self.overflow))
+        self._persist(list(self.overflow) + outcome.samples, retrying=len(self.overflow),
+                      settled=(turn.session_key, turn.epoch, turn.index))
         if self._records is not None:
             self._record(turn, outcome)
 
-    def _persist(self, samples: list[TrainingSample], retrying: int) -> None:
-        if not samples:
-            return
+    def _persist(self, samples: list[TrainingSample], retrying: int, settled: Any) -> None:
         try:
-            self.spool.put(samples)
+            self.spool.put(samples, settled=settled)
         except SpoolFull as e:
             self.overflow = deque(samples)
             self.metrics.spool_errors.inc()
@@ -114,6 +121,8 @@ class SampleWriter:
                           len(samples))
             return
         self.overflow.clear()
+        if not samples:
+            return
         for s in samples[retrying:]:
             self.metrics.samples.labels(s.kind).inc()
         self.metrics.spool_depth.set(self.spool.ready_count())
