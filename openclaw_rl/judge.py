@@ -155,8 +155,9 @@ class JudgeClient:
     def __init__(self, http: httpx.AsyncClient, url: str, *, tokenizer: Any = None, votes: int = 3,
                  temperature: float = 0.6, max_new_tokens: int = 4096, timeout_s: float = 120.0,
                  concurrency: int = 32, api: str = "sglang", model: str = "", api_key: str = "",
-                 vocab_size: int | None = None):
+                 vocab_size: int | None = None, on_vote: Any = None):
         self.http, self.url = http, url.rstrip("/")
+        self.on_vote = on_vote or (lambda outcome: None)  # metrics hook: "ok", "failed", "unparsable"
         self.tokenizer, self.m = tokenizer, votes
         self.temperature, self.max_new_tokens, self.timeout_s = temperature, max_new_tokens, timeout_s
         self.api, self.model = api, model
@@ -210,7 +211,10 @@ class JudgeClient:
             return None
 
     async def _votes(self, system: str, user: str) -> list[str | None]:
-        return list(await asyncio.gather(*(self._one_vote(system, user) for _ in range(self.m))))
+        raws = list(await asyncio.gather(*(self._one_vote(system, user) for _ in range(self.m))))
+        for raw in raws:
+            self.on_vote("failed" if raw is None else "ok" if _BOXED.search(after_thinking(raw)) else "unparsable")
+        return raws
 
     async def prm(self, response_text: str, next_state: dict[str, str]) -> PRMJudgement:
         user = PRM_USER.format(response=response_text, role=next_state["role"], next_state=next_state["content"])

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 class TextPart(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     type: Literal["text"]
     text: str
 
@@ -26,7 +26,7 @@ class TextPart(BaseModel):
 class OtherPart(BaseModel):
     """image_url, input_audio, file, …: accepted, dropped before templating (text-only policies)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     type: str
 
     @field_validator("type")
@@ -41,22 +41,22 @@ ContentPart = TextPart | OtherPart
 
 
 class FunctionCall(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     name: str
     arguments: str | dict[str, Any] = "{}"
 
 
 class ToolCall(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     id: str | None = None
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[ContentPart] | None = None
+    content: str | Annotated[list[ContentPart], Field(min_length=1)] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
@@ -81,7 +81,7 @@ class ChatMessage(BaseModel):
 
 
 class FunctionDefinition(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     name: Annotated[str, Field(min_length=1, max_length=256)]
     description: str | None = None
     parameters: dict[str, Any] | None = None
@@ -89,18 +89,18 @@ class FunctionDefinition(BaseModel):
 
 
 class Tool(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     type: Literal["function"] = "function"
     function: FunctionDefinition
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     include_usage: bool = False
 
 
 class ChatCompletionRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     model: str | None = None
@@ -171,7 +171,7 @@ class ChatCompletionRequest(BaseModel):
 class FeedbackRequest(BaseModel):
     """``POST /v1/feedback``: an explicit rating of a session's latest turn (openclaw-rl extension)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     session_id: Annotated[str, Field(min_length=1, max_length=512)]
     rating: Literal[1, -1, 0]
     text: Annotated[str, Field(max_length=32_000)] | None = None

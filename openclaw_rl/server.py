@@ -128,7 +128,8 @@ class Proxy:
         metrics = ProxyMetrics()
         judge = JudgeClient(http, j.url, tokenizer=judge_tokenizer, votes=j.votes, temperature=j.temperature,
                             max_new_tokens=j.max_new_tokens, timeout_s=j.timeout_s, concurrency=j.concurrency,
-                            api=j.api, model=j.model, api_key=j.api_key, vocab_size=len(judge_tokenizer))
+                            api=j.api, model=j.model, api_key=j.api_key, vocab_size=len(judge_tokenizer),
+                            on_vote=lambda outcome: metrics.judge_votes.labels(outcome).inc())
         if not judge.enabled:
             log.warning("no judge URL: PRM is off, every turn scores 0 and RL/OPD produce no learning signal "
                         "(upstream's PRM-disabled behaviour). Set --judge-url to train.")
@@ -164,9 +165,27 @@ async def read_json_body(request: Request, limit: int) -> Any:
         if len(body) > limit:
             raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
     try:
-        return json.loads(body)
+        data = json.loads(body)
     except (ValueError, RecursionError) as e:
         raise BadRequest(f"request body is not valid JSON: {e}") from None
+    if b"\\ud" in body.lower() and _has_lone_surrogate(data):  # only escapes can smuggle them in
+        raise BadRequest("request body contains a lone UTF-16 surrogate (\\ud800-\\udfff): not valid Unicode")
+    return data
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if any("\ud800" <= ch <= "\udfff" for ch in v):
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
 
 
 def make_app(proxy: Proxy) -> FastAPI:

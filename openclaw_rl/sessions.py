@@ -247,6 +247,11 @@ class SessionTracker:
         return sum(len(s.turns) for s in self.sessions.values())
 
     @property
+    def judging(self) -> int:
+        """Judgements in flight."""
+        return len(self._tasks)
+
+    @property
     def unsettled_turns(self) -> int:
         """Every turn not yet emitted, including those of sessions already ended."""
         return len(self._owner)

@@ -57,6 +57,7 @@ def make_proxy(tmp_path: Path, tiny_model_dir: Path, tokenizer: Any) -> Iterator
                                   "judge_max_new_tokens": 256, **values}, env={})
         proxy = Proxy.build(settings, tokenizer=tokenizer, gate_open=gate_open)
         server = BackgroundServer(proxy.app).start()
+        proxy.server = server  # tests reach the proxy's event loop through it (support.on_loop)
         started.append((proxy, server))
         return proxy, server.url
 

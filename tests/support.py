@@ -63,7 +63,7 @@ def scripted_server(tokenizer: Any, reply: Callable[[str], str], **model_kw: Any
     model = ScriptedModel(tokenizer, responder=responder, **model_kw)
     app = make_engine_app(model, tokenizer, served_model_name="tiny", model_path="tiny")
     with BackgroundServer(app) as server:
-        server.model = model
+        server.model, server.app = model, app
         yield server
 
 
@@ -80,9 +80,20 @@ def settle(proxy: Any, timeout: float = 20.0) -> None:
     import time
 
     deadline = time.monotonic() + timeout
-    while proxy.tracker.unsettled_turns > proxy.tracker.pending_turns and time.monotonic() < deadline:
+    while time.monotonic() < deadline and (proxy.tracker.judging
+                                           or proxy.tracker.unsettled_turns > proxy.tracker.pending_turns):
         time.sleep(0.02)
     proxy.writer.flush()
+
+
+def on_loop(proxy: Any, fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` on the proxy's event loop (session state is only touched there) and return its result."""
+    import asyncio
+
+    async def call() -> Any:
+        return fn()
+
+    return asyncio.run_coroutine_threadsafe(call(), proxy.server.loop).result(30)
 
 
 def load_conversation(name: str) -> list[dict[str, Any]]:

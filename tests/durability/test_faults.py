@@ -1,0 +1,66 @@
+"""Faults survived: judge down or slow, policy down then back, spool at its disk cap."""
+
+from __future__ import annotations
+
+import httpx
+from support import scripted_server, settle, wait_for_samples
+
+from openclaw_rl.servers import free_port
+
+
+def converse(url: str, sid: str, replies: list[str]) -> list[int]:
+    convo, codes = [{"role": "user", "content": "hello"}], []
+    for text in replies:
+        r = httpx.post(f"{url}/v1/chat/completions", json={"messages": convo}, headers={"X-Session-Id": sid}, timeout=30)
+        codes.append(r.status_code)
+        if r.status_code == 200:
+            convo += [r.json()["choices"][0]["message"], {"role": "user", "content": text}]
+    return codes
+
+
+def test_judge_down_votes_fail_and_training_continues(policy_server, make_proxy):
+    proxy, url = make_proxy(policy_server.url, f"http://127.0.0.1:{free_port()}", judge_votes=3)
+    assert converse(url, "j", ["thanks", "thanks", "thanks"]) == [200, 200, 200]
+    samples = wait_for_samples(proxy, 1)  # all votes failed: score 0, the first judged turn is still kept
+    assert samples[0].reward == 0.0 and samples[0].metadata["judge_votes"] == ["fail"] * 3
+    settle(proxy)
+    assert proxy.metrics.judge_votes.labels("failed")._value.get() == 6
+    assert proxy.metrics.dropped.labels("zero_score")._value.get() == 1
+
+
+def test_slow_judge_times_out(policy_server, tokenizer, make_proxy):
+    with scripted_server(tokenizer, lambda p: "\\boxed{1}", ttft_s=3.0) as slow_judge:
+        proxy, url = make_proxy(policy_server.url, slow_judge.url, judge_votes=1, judge_timeout_s=0.3)
+        assert converse(url, "slow", ["thanks", "thanks"]) == [200, 200]
+        samples = wait_for_samples(proxy, 1)
+        assert samples[0].metadata["judge_votes"] == ["fail"]
+
+
+def test_policy_down_then_back(tokenizer, make_proxy):
+    port = free_port()
+    proxy, url = make_proxy(f"http://127.0.0.1:{port}")
+    assert converse(url, "p", ["x"]) == [502]
+    from support import policy_reply
+
+    from openclaw_rl.engine.scripted import ScriptedModel
+    from openclaw_rl.engine.server import make_engine_app
+    from openclaw_rl.servers import BackgroundServer
+
+    model = ScriptedModel(tokenizer, responder=lambda ids: policy_reply(tokenizer.decode(ids)), context_length=65536)
+    with BackgroundServer(make_engine_app(model, tokenizer, served_model_name="t", model_path="t"), port=port):
+        assert converse(url, "p", ["x"]) == [200]
+    settle(proxy)
+    assert proxy.tracker.unsettled_turns == proxy.tracker.pending_turns == 1  # the new turn waits normally
+
+
+def test_spool_at_its_cap_keeps_serving_and_loses_nothing(policy_server, judge_server, make_proxy, caplog):
+    proxy, url = make_proxy(policy_server.url, judge_server.url, judge_votes=1, spool_max_bytes=1)
+    assert converse(url, "d", ["thanks", "thanks", "thanks"]) == [200, 200, 200]
+    settle(proxy)
+    assert proxy.spool.depth() == 0 and len(proxy.writer.overflow) == 2  # held in memory, counted, logged
+    assert proxy.metrics.spool_errors._value.get() >= 1
+    assert any("held in memory" in r.getMessage() for r in caplog.records)
+    proxy.spool.max_bytes = 1 << 30  # space frees up: the next write persists the backlog too
+    assert converse(url, "d2", ["thanks", "thanks"]) == [200, 200]
+    samples = wait_for_samples(proxy, 3)
+    assert sorted((s.session_id, s.turn) for s in samples) == [("d", 1), ("d", 2), ("d2", 1)]
