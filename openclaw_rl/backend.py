@@ -73,9 +73,14 @@ class PolicyBackend:
             raise BadRequest(f"policy backend rejected the request: {message}")
         raise BackendUnavailable(f"policy backend answered HTTP {status}: {text[:200]}")
 
-    async def generate(self, payload: dict[str, Any]) -> GenerateResult:
+    def _headers(self, routing_key: str | None) -> dict[str, str]:
+        # A stable per-session key lets sglang-router (policy: consistent_hashing) keep a session on one
+        # worker, so multi-turn prompts hit that worker's prefix cache. Slime's agent adapters do the same.
+        return {**self.headers, "X-SMG-Routing-Key": routing_key} if routing_key else self.headers
+
+    async def generate(self, payload: dict[str, Any], routing_key: str | None = None) -> GenerateResult:
         try:
-            resp = await self.http.post(f"{self.url}/generate", json=payload, headers=self.headers,
+            resp = await self.http.post(f"{self.url}/generate", json=payload, headers=self._headers(routing_key),
                                         timeout=self.timeout_s)
         except httpx.TimeoutException as e:
             raise BackendTimeout(f"policy backend did not answer within {self.timeout_s}s") from e
@@ -89,11 +94,12 @@ class PolicyBackend:
             raise BackendUnavailable("policy backend answered non-JSON") from e
         return parse_generate(data, final=True)
 
-    async def generate_stream(self, payload: dict[str, Any]) -> AsyncIterator[GenerateResult]:
+    async def generate_stream(self, payload: dict[str, Any], routing_key: str | None = None
+                              ) -> AsyncIterator[GenerateResult]:
         """Yield cumulative snapshots; the last one has a finish_reason."""
         body = {**payload, "stream": True}
         try:
-            async with self.http.stream("POST", f"{self.url}/generate", json=body, headers=self.headers,
+            async with self.http.stream("POST", f"{self.url}/generate", json=body, headers=self._headers(routing_key),
                                         timeout=self.timeout_s) as resp:
                 if resp.status_code != 200:
                     self._raise_for(resp.status_code, await resp.aread())

@@ -8,7 +8,10 @@ what the policy saw. Content-part lists are flattened to text (images dropped: t
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import BadRequest
@@ -44,10 +47,24 @@ def _arguments(arguments: str | dict[str, Any]) -> dict[str, Any] | str:
     return value if isinstance(value, dict) else arguments
 
 
-class ChatRenderer:
-    """Owns the policy tokenizer: messages (+ tools) → prompt text and ids."""
+@dataclass(slots=True)
+class _Prefix:
+    chars: int  # length of the cached text prefix (it ends right before a "<|im_start|>" special token)
+    digest: bytes  # sha1 of that prefix: proves a new prompt still starts with it, without keeping the text
+    ids: list[int]  # its token ids
 
-    def __init__(self, tokenizer: Any, enable_thinking: bool | None = None):
+
+class ChatRenderer:
+    """Owns the policy tokenizer: messages (+ tools) → prompt text and ids.
+
+    Tokenising a 40 KB agent prompt on every turn is the proxy's main CPU cost, and each turn of a
+    session repeats the previous prompt's prefix. Per session we keep the ids of that prefix cut right
+    before a turn-start special token: added special tokens split the text before BPE runs, so
+    ``encode(prefix) + encode(rest) == encode(prefix + rest)`` exactly, and only the new messages are
+    tokenised. (Checked by tests against full encodes of real OpenClaw traffic.)
+    """
+
+    def __init__(self, tokenizer: Any, enable_thinking: bool | None = None, cache_size: int = 4096):
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("the policy tokenizer has no chat template; the proxy renders prompts itself")
         self.tokenizer = tokenizer
@@ -55,9 +72,17 @@ class ChatRenderer:
         self.template_kwargs: dict[str, Any] = {}
         if enable_thinking is not None:
             self.template_kwargs["enable_thinking"] = enable_thinking
+        self.turn_start = "<|im_start|>"
+        self.turn_start_id = tokenizer.convert_tokens_to_ids(self.turn_start)
+        if self.turn_start_id is None or self.turn_start_id == getattr(tokenizer, "unk_token_id", None) or \
+                self.turn_start not in getattr(tokenizer, "all_special_tokens", []):
+            self.turn_start_id = None  # not a ChatML-style template: no prefix cache
+        self._cache: OrderedDict[str, _Prefix] = OrderedDict()
+        self.cache_size = cache_size
+        self.cache_hits = self.cache_misses = 0
 
     def render(self, messages: list[dict[str, Any]], tools: list[Tool] | None = None,
-               add_generation_prompt: bool = True) -> tuple[str, list[int]]:
+               add_generation_prompt: bool = True, cache_key: str | None = None) -> tuple[str, list[int]]:
         tool_dicts = [t.model_dump(exclude_none=True) for t in tools] if tools else None
         try:
             text = self.tokenizer.apply_chat_template(messages, tools=tool_dicts, tokenize=False,
@@ -66,8 +91,34 @@ class ChatRenderer:
         except Exception as e:  # jinja raise_exception(), bad role order, …: the client's conversation
             raise BadRequest(f"the conversation cannot be rendered with the policy's chat template: {e}",
                              param="messages") from e
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return text, ids
+        if cache_key is None or self.turn_start_id is None:
+            return text, self.tokenizer.encode(text, add_special_tokens=False)
+        return text, self._encode_cached(text, cache_key)
+
+    def _encode_cached(self, text: str, key: str) -> list[int]:
+        entry = self._cache.get(key)
+        if entry is not None and len(text) > entry.chars and \
+                hashlib.sha1(text[: entry.chars].encode("utf-8", "surrogatepass")).digest() == entry.digest:
+            ids = entry.ids + self.tokenizer.encode(text[entry.chars:], add_special_tokens=False)
+            self.cache_hits += 1
+        else:
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            self.cache_misses += 1
+        # Cut before the second-to-last turn start: OpenClaw drops its trailing context message on the
+        # next request, so the prefix up to the last real message is what the next prompt will share.
+        text_cuts = [i for i in _find_all(text, self.turn_start)]
+        id_cuts = [i for i, t in enumerate(ids) if t == self.turn_start_id]
+        if len(text_cuts) >= 2 and len(text_cuts) == len(id_cuts):
+            chars = text_cuts[-2]
+            self._cache[key] = _Prefix(chars, hashlib.sha1(text[:chars].encode("utf-8", "surrogatepass")).digest(),
+                                       ids[: id_cuts[-2]])
+            self._cache.move_to_end(key)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return ids
+
+    def forget(self, key: str) -> None:
+        self._cache.pop(key, None)
 
     def encode(self, text: str) -> list[int]:
         """Tokenise text the *proxy* wrote (templates, hints), never sampled text."""
@@ -77,3 +128,11 @@ class ChatRenderer:
     def opens_thinking(prompt_text: str) -> bool:
         """Thinking templates end the generation prompt inside an open ``<think>`` block."""
         return prompt_text.rstrip().endswith("<think>")
+
+
+def _find_all(text: str, needle: str) -> list[int]:
+    out, i = [], text.find(needle)
+    while i >= 0:
+        out.append(i)
+        i = text.find(needle, i + 1)
+    return out

@@ -8,6 +8,7 @@ path out of a request (success, backend error, client hang-up) settles its turn 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -83,11 +84,11 @@ class ChatService:
                             "conversation prefix. For OpenClaw set compat.sendSessionAffinityHeaders: true on the "
                             "model entry (see README).")
         await self.gate.admit()
+        key = f"{namespace}\x1f{identity.session_id}"
         messages = normalize_messages(req.messages)
-        prompt_text, prompt_ids = self.renderer.render(messages, req.tools)
+        prompt_text, prompt_ids = self.renderer.render(messages, req.tools, cache_key=key)
         params, temperature = self._sampling_params(req, main)
         payload = {"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}
-        key = f"{namespace}\x1f{identity.session_id}"
         done = session_done(headers, req)
         turn = None
         if main:
@@ -99,7 +100,8 @@ class ChatService:
                         sampling_temperature=temperature, prompt_text=prompt_text if self.cfg.record_dir else None,
                         traceparent=headers.get("traceparent"))
             turn = self.tracker.begin(turn, next_state_of(req.messages))
-        ctx = _Reply(req, self, turn, key if done else None, len(prompt_ids), self.renderer.opens_thinking(prompt_text))
+        ctx = _Reply(req, self, turn, key if done else None, len(prompt_ids), self.renderer.opens_thinking(prompt_text),
+                     hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:16])
         if req.stream:
             return await ctx.stream(payload)
         return await ctx.once(payload)
@@ -109,8 +111,9 @@ class _Reply:
     """One request's answer; settles its turn exactly once."""
 
     def __init__(self, req: ChatCompletionRequest, svc: ChatService, turn: Turn | None, end_session_key: str | None,
-                 prompt_tokens: int, opens_thinking: bool):
+                 prompt_tokens: int, opens_thinking: bool, routing_key: str):
         self.req, self.svc, self.turn, self.end_key = req, svc, turn, end_session_key
+        self.routing_key = routing_key
         self.prompt_tokens, self.opens_thinking = prompt_tokens, opens_thinking
         self.model = req.model or svc.cfg.served_model_name
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -151,7 +154,7 @@ class _Reply:
 
     async def once(self, payload: dict[str, Any]) -> dict[str, Any]:
         try:
-            result = await self.svc.backend.generate(payload)
+            result = await self.svc.backend.generate(payload, self.routing_key)
         except OpenClawError as e:
             self._settle(None, DropReason.GENERATION_FAILED, e.message)
             raise
@@ -172,7 +175,7 @@ class _Reply:
                                    logprobs=self._logprobs(result), created=self.created)
 
     async def stream(self, payload: dict[str, Any]) -> AsyncIterator[bytes]:
-        chunks = self.svc.backend.generate_stream(payload)
+        chunks = self.svc.backend.generate_stream(payload, self.routing_key)
         try:
             first = await chunks.__anext__()  # errors before the first token still get a real HTTP status
         except StopAsyncIteration:

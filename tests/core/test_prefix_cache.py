@@ -1,0 +1,37 @@
+"""The per-session prefix tokenisation cache gives exactly the ids of a full encode."""
+
+from __future__ import annotations
+
+import random
+
+from support import load_conversation
+
+from openclaw_rl.chat import ChatRenderer, normalize_messages
+from openclaw_rl.protocol import ChatCompletionRequest
+
+
+def test_cached_encoding_equals_full_encoding_on_openclaw_traffic(tokenizer):
+    cached, plain = ChatRenderer(tokenizer), ChatRenderer(tokenizer)
+    for name in ("conversation_A.jsonl", "conversation_B.jsonl"):
+        for row in load_conversation(name):
+            req = ChatCompletionRequest.model_validate(row["body"])
+            msgs = normalize_messages(req.messages)
+            assert cached.render(msgs, req.tools, cache_key=name)[1] == plain.render(msgs, req.tools)[1]
+    assert cached.cache_hits >= 4  # every later request of a conversation reuses the earlier prefix
+
+
+def test_cached_encoding_on_random_conversations(tokenizer):
+    rng = random.Random(0)
+    pieces = ["hello", " world", "\n", "🙂", "café", "<think>", "</think>", "<tool_call>", "  ", "x" * 40,
+              "<|im_start|>", "<|im_end|>", "\u00e9\u0301", "1234", "'s", "?!"]
+    cached, plain = ChatRenderer(tokenizer), ChatRenderer(tokenizer)
+    for session in range(20):
+        history = [{"role": "system", "content": "".join(rng.choice(pieces) for _ in range(30))}]
+        for _ in range(6):
+            history.append({"role": "user", "content": "".join(rng.choice(pieces) for _ in range(rng.randint(1, 20)))})
+            req = ChatCompletionRequest.model_validate({"messages": history})
+            msgs = normalize_messages(req.messages)
+            assert cached.render(msgs, cache_key=str(session))[1] == plain.render(msgs)[1]
+            history.append({"role": "assistant", "content": "".join(rng.choice(pieces) for _ in range(10))})
+            if rng.random() < 0.3:
+                history[rng.randrange(len(history))]["content"] += "edit"  # a rewritten history misses the cache
