@@ -136,6 +136,7 @@ ENV_FALLBACKS = {
     "OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY": "opd_teacher_concurrency", "OPENCLAW_EVAL_MODE": "opd_eval_mode",
     "OPENCLAW_COMBINE_W_RL": "combine_w_rl", "OPENCLAW_COMBINE_W_OPD": "combine_w_opd",
     "TOOL_CALL_PARSER": "proxy_tool_parser",
+    "PRM_API_KEY": "judge_api_key",  # bearer key of an external judge (scripts/run_*.sh PRM_URL=...)
 }
 
 # Slime flags (attributes of Slime's args) → flat keys, lowest precedence

