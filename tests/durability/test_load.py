@@ -37,4 +37,4 @@ def test_concurrent_sessions_lose_nothing(policy_server, judge_server, make_prox
     settle(proxy)
     assert not proxy.tracker.sessions and proxy.tracker.unsettled_turns == 0
     gc.collect()
-    assert sum(isinstance(o, Turn) for o in gc.get_objects()) == 0
+    assert sum(type(o) is Turn for o in gc.get_objects()) == 0
