@@ -1,0 +1,485 @@
+"""``TorchModel``: the real engine core, a continuous-batching KV-cache sampler over a HF causal LM.
+
+Stage: engine server → **torch core** → token ids with log-probs. Concurrent ``generate`` calls are
+merged by one scheduler task into shared forward passes: new prompts are prefilled (equal lengths
+together, no padding), then every active request advances by one token per batched decode step over
+a left-padded KV cache with an explicit attention mask and per-row position ids (the torch work runs
+in one worker thread, up to ``LOOKAHEAD`` steps per hand-off, so the event loop never blocks). It
+computes in fp32, so its log-probs match a trainer's plain full forward to ~1e-6. It knows nothing
+about text, chat templates or stop rules (the server owns those) and keeps no prefix cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import random
+import threading
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from openclaw_rl.engine.model import InputScores, SamplingConfig, TokenStep, TopLogprobs
+
+logger = logging.getLogger(__name__)
+
+LOOKAHEAD = 2
+"""Steps a request may have computed but not yet pulled; beyond that it sits out decode steps (its
+cache column is masked), so a paused or slow consumer never makes the core run ahead of it."""
+_GREEDY_BELOW = 1e-6
+
+
+def forward_kwargs(model: Any) -> tuple[str, str | None]:
+    """The KV-cache and logits-trimming keyword names of ``model.forward``: transformers 5.x renamed
+    ``past_key_values`` to ``cache`` (the old name warns, removal in 5.40); 4.5x only knows the old one."""
+    params = inspect.signature(model.forward).parameters
+    cache = "cache" if "cache" in params else "past_key_values"
+    return cache, "logits_to_keep" if "logits_to_keep" in params else None
+
+
+@dataclass(eq=False, slots=True)
+class _Request:
+    """One ``generate`` call: its sampling setup, its place in the batch and its outbox of steps."""
+
+    prompt: list[int]
+    sampling: SamplingConfig
+    generator: torch.Generator
+    outbox: asyncio.Queue[TokenStep | BaseException]
+    bias: tuple[torch.Tensor, torch.Tensor] | None  # (ids, values) of the in-vocabulary logit_bias
+    temperature: float  # the logits' divisor; 1.0 for greedy rows, whose log-probs are unscaled
+    greedy: bool
+    truncates: bool  # top-k, top-p or min-p cut the distribution: only then is a sort needed
+    produced: int = 0
+    pos: int = 0  # valid cache entries of this row = the position of `pending`
+    pending: int = -1  # the last sampled token, which enters the cache in the next decode step
+    closed: bool = False
+
+
+class TorchModel:
+    """An ``EngineModel`` over a Hugging Face causal LM, computing in fp32 on CPU.
+
+    Args:
+        model: the LM (the core owns it; converted to fp32 and eval mode).
+        tokenizer_vocab_size: ``len(tokenizer)``; sampled logits at ids at or above it are masked, so a
+            padded embedding never yields undecodable ids (default: the embedding size, no mask). A
+            trainer recomputing rollout log-probs must mask the same ids to agree exactly.
+        eos_token_ids: default: the model's generation config and config eos ids.
+        max_batch: requests decoded together; later ones wait for a free slot.
+        context_length: default: ``config.max_position_embeddings``.
+        seed: seeds the per-request generators of requests that carry no ``sampling_seed``.
+    """
+
+    def __init__(self, model: Any, *, tokenizer_vocab_size: int | None = None,
+                 eos_token_ids: Sequence[int] | None = None, max_batch: int = 8,
+                 context_length: int | None = None, seed: int = 0):
+        self.model = model.float().eval()
+        self._cache_kw, self._keep_kw = forward_kwargs(self.model)
+        self._vocab_size = int(self.model.get_input_embeddings().num_embeddings)
+        self._token_limit = min(tokenizer_vocab_size or self._vocab_size, self._vocab_size)
+        self._eos = frozenset(eos_token_ids if eos_token_ids is not None else _config_eos(self.model))
+        config = self.model.config
+        self._context_length = int(context_length or getattr(config, "max_position_embeddings", 0) or 4096)
+        self.max_batch = max_batch
+        self._weight_version = "default"
+        self.weight_updates = 0
+        self._seeds = random.Random(seed)
+        self._lock = threading.Lock()  # held for a whole scheduler tick, a score pass or a weight copy
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch-core")
+        # batch state, touched only by the scheduler's ticks (in the worker thread, under the lock)
+        self._rows: list[_Request] = []
+        self._cache: Any = None
+        self._mask: torch.Tensor | None = None
+        # event-loop state
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._waiting: list[_Request] = []
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, max_batch: int = 8, context_length: int | None = None,
+                        seed: int = 0, tokenizer_vocab_size: int | None = None) -> TorchModel:
+        """Load a checkpoint directory; the tokenizer there is read only to learn its size."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if tokenizer_vocab_size is None:
+            tokenizer_vocab_size = len(AutoTokenizer.from_pretrained(path))
+        model = AutoModelForCausalLM.from_pretrained(path)
+        return cls(model, tokenizer_vocab_size=tokenizer_vocab_size, max_batch=max_batch,
+                   context_length=context_length, seed=seed)
+
+    # --- EngineModel ----------------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return self._eos
+
+    @property
+    def context_length(self) -> int:
+        return self._context_length
+
+    @property
+    def weight_version(self) -> str:
+        return self._weight_version
+
+    @property
+    def num_requests(self) -> int:
+        """Requests holding a batch slot or waiting for one; closed generators leave at the next tick."""
+        return len(self._rows) + len(self._waiting)
+
+    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingConfig) -> AsyncGenerator[TokenStep, None]:
+        if not prompt_ids:
+            raise ValueError("TorchModel.generate needs at least one prompt token")
+        req = self._new_request(prompt_ids, sampling)
+        self._submit(req)
+        try:
+            for _ in range(sampling.max_new_tokens):
+                step = await req.outbox.get()
+                if isinstance(step, BaseException):
+                    raise step
+                self._wake()  # the pull may make the row ready again
+                yield step
+        finally:
+            req.closed = True  # the scheduler drops the row (and its cache) before its next tick
+            self._wake()
+
+    async def score(self, ids: Sequence[int], start: int, top_k: int) -> InputScores:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._score, list(ids), start, top_k)
+
+    async def update_weights_from_disk(self, model_path: str, weight_version: str | None) -> None:
+        state = await asyncio.to_thread(read_checkpoint, model_path)
+        await asyncio.to_thread(self.load_state_dict, state, weight_version, source=model_path)
+
+    def flush_cache(self) -> None:
+        """Nothing to do: caches live only as long as their requests, and there is no prefix cache."""
+
+    def close(self) -> None:
+        """Stop the worker thread once its current job is done (the core is unusable afterwards)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # --- weights --------------------------------------------------------------------------------
+
+    def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], version: str | None = None, *,
+                        source: str = "state_dict") -> None:
+        """Copy new weights in place between two forward passes (waits for at most one); thread-safe.
+
+        Every shape is checked before anything is copied, so a checkpoint of another architecture is
+        refused with a ``ValueError`` and the old weights keep serving (real SGLang dies here). Tied
+        weights need only one of their names. ``version`` None keeps the current label.
+        """
+        pairs = self._match(state_dict, source)
+        with self._lock, torch.no_grad():
+            for target, tensor in pairs:
+                target.copy_(tensor)
+            self.weight_updates += 1
+            if version is not None:
+                self._weight_version = str(version)
+
+    def _match(self, state_dict: Mapping[str, torch.Tensor], source: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        own = self.model.state_dict(keep_vars=True)
+        groups: dict[int, list[str]] = {}
+        for name, tensor in own.items():
+            groups.setdefault(id(tensor), []).append(name)
+        unexpected = sorted(set(state_dict) - set(own))
+        if unexpected:
+            raise ValueError(f"{source} does not fit the loaded model: unexpected tensors {unexpected[:3]}")
+        pairs = []
+        for names in groups.values():
+            found = next((n for n in names if n in state_dict), None)
+            if found is None:
+                raise ValueError(f"{source} does not fit the loaded model: tensor {names[0]!r} is missing")
+            target, tensor = own[found], state_dict[found]
+            if tuple(tensor.shape) != tuple(target.shape):
+                raise ValueError(f"{source} does not fit the loaded model: tensor {found!r} has shape "
+                                 f"{list(tensor.shape)}, the model expects {list(target.shape)}")
+            pairs.append((target.data, tensor))
+        return pairs
+
+    # --- scheduling (event loop) ----------------------------------------------------------------
+
+    def _new_request(self, prompt_ids: Sequence[int], s: SamplingConfig) -> _Request:
+        seed = s.seed if s.seed is not None else self._seeds.getrandbits(63)
+        bias_items = [(int(t), float(b)) for t, b in s.logit_bias.items() if 0 <= int(t) < self._vocab_size]
+        bias = None
+        if bias_items:
+            bias = (torch.tensor([t for t, _ in bias_items]), torch.tensor([b for _, b in bias_items]))
+        greedy = s.temperature < _GREEDY_BELOW
+        truncates = not greedy and (s.top_k > 0 or s.top_p < 1.0 or s.min_p > 0.0)
+        return _Request(list(prompt_ids), s, torch.Generator().manual_seed(seed), asyncio.Queue(), bias,
+                        1.0 if greedy else float(s.temperature), greedy, truncates)
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _submit(self, req: _Request) -> None:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            if self._task is not None and not self._task.done() and self._loop is not None and self._loop.is_running():
+                raise RuntimeError("TorchModel is already serving requests on another event loop")
+            with self._lock:  # requests of a finished loop can never be pulled again: drop them
+                self._reset_batch()
+            self._waiting.clear()
+            self._loop, self._wakeup, self._task = loop, asyncio.Event(), None
+        self._waiting.append(req)
+        self._wake()
+        if self._task is None:
+            self._task = loop.create_task(self._schedule())
+
+    async def _schedule(self) -> None:
+        """Runs while any request exists: plan a tick (leaves, joins, ready rows), run it in the worker
+        thread, deliver its steps. Exits when idle; the next submit starts it again."""
+        assert self._loop is not None and self._wakeup is not None
+        try:
+            while self._rows or self._waiting:
+                self._wakeup.clear()
+                leaving = [r for r in self._rows if r.closed]
+                self._waiting = [r for r in self._waiting if not r.closed]
+                free = self.max_batch - len(self._rows) + len(leaving)
+                joining, self._waiting = self._waiting[:free], self._waiting[free:]
+                ready = [r for r in self._rows if not r.closed and r.produced < r.sampling.max_new_tokens
+                         and r.outbox.qsize() < LOOKAHEAD]
+                if not (leaving or joining or ready):
+                    await self._wakeup.wait()
+                    continue
+                # Every ready row may take this many steps without exceeding LOOKAHEAD or its budget.
+                burst = min((min(LOOKAHEAD - r.outbox.qsize(), r.sampling.max_new_tokens - r.produced)
+                             for r in ready), default=1)
+                try:
+                    steps = await self._loop.run_in_executor(self._executor, self._tick, leaving, joining, ready,
+                                                             burst)
+                except Exception as exc:  # a failed forward fails its requests, not the server
+                    logger.exception("engine tick failed; failing %d requests", len(self._rows) + len(joining))
+                    failed = [*self._rows, *joining]
+                    with self._lock:
+                        self._reset_batch()
+                    for req in failed:
+                        req.outbox.put_nowait(exc)
+                    continue
+                for req, step in steps:
+                    req.outbox.put_nowait(step)
+                await asyncio.sleep(0)  # let consumers pull first, so the next tick can be a burst
+        finally:
+            self._task = None
+
+    # --- ticks (worker thread) ------------------------------------------------------------------
+
+    def _tick(self, leaving: list[_Request], joining: list[_Request], ready: list[_Request],
+              burst: int = 1) -> list[tuple[_Request, TokenStep]]:
+        """Leaves, ``burst`` decode steps of the ready rows, then the joins' prefill. The lock is held
+        per forward pass, so a weight update lands between two steps and never mid-forward."""
+        out: list[tuple[_Request, TokenStep]] = []
+        with torch.inference_mode():
+            for i in range(burst if ready else 1):
+                with self._lock:
+                    if i == 0 and leaving:
+                        self._remove(leaving)
+                    if ready:
+                        out += self._decode(ready, self._weight_version)
+            if joining:
+                with self._lock:
+                    out += self._prefill(joining, self._weight_version)
+        return out
+
+    def _forward(self, ids: torch.Tensor, cache: Any, **kwargs: Any) -> torch.Tensor:
+        if self._keep_kw:
+            kwargs[self._keep_kw] = 1
+        out = self.model(input_ids=ids, use_cache=True, **{self._cache_kw: cache}, **kwargs)
+        return out.logits[:, -1]
+
+    def _prefill(self, joining: list[_Request], version: str) -> list[tuple[_Request, TokenStep]]:
+        """Prefill prompts of equal length together (no padding), then merge their caches into the batch."""
+        by_length: dict[int, list[_Request]] = {}
+        for req in joining:
+            by_length.setdefault(len(req.prompt), []).append(req)
+        out = []
+        for length, group in by_length.items():
+            cache = DynamicCache()
+            logits = self._forward(torch.tensor([r.prompt for r in group]), cache)
+            for req in group:
+                req.pos = length
+            out += self._emit(logits, group, version)
+            self._merge([(item[0], item[1]) for item in cache], group, length)
+        return out
+
+    def _decode(self, ready: list[_Request], version: str) -> list[tuple[_Request, TokenStep]]:
+        """One token for every ready row; rows that are not ready feed a masked dummy column."""
+        rows = self._rows
+        is_ready = [r in ready for r in rows]
+        if not any(is_ready) or self._mask is None:  # the batch was reset (its event loop ended) mid-burst
+            return []
+        ids = torch.tensor([[r.pending] for r in rows])
+        positions = torch.tensor([[r.pos] for r in rows])
+        self._mask = torch.cat([self._mask, torch.tensor(is_ready).unsqueeze(1)], dim=1)
+        logits = self._forward(ids, self._cache, attention_mask=self._mask, position_ids=positions)
+        if not all(is_ready):
+            logits = logits[[i for i, ok in enumerate(is_ready) if ok]]
+        chosen = [r for r, ok in zip(rows, is_ready) if ok]
+        for req in chosen:
+            req.pos += 1
+        return self._emit(logits, chosen, version)
+
+    def _emit(self, logits: torch.Tensor, reqs: list[_Request], version: str) -> list[tuple[_Request, TokenStep]]:
+        tokens, logprobs, tops = sample_rows(logits, reqs, self._token_limit)
+        for req, token in zip(reqs, tokens):
+            req.pending = token
+            req.produced += 1
+        return [(r, TokenStep(t, lp, top, version)) for r, t, lp, top in zip(reqs, tokens, logprobs, tops)]
+
+    def _merge(self, kv: list[tuple[torch.Tensor, torch.Tensor]], group: list[_Request], length: int) -> None:
+        """Append rows to the batch cache, left-padding whichever side is shorter so last tokens align."""
+        mask = torch.ones(len(group), length, dtype=torch.bool)
+        if self._rows:
+            assert self._mask is not None
+            width = max(self._mask.shape[1], length)
+            kv = [(torch.cat([_lpad(k0, width), _lpad(k, width)]), torch.cat([_lpad(v0, width), _lpad(v, width)]))
+                  for (k0, v0), (k, v) in zip(self._cache_tensors(), kv)]
+            mask = torch.cat([_lpad(self._mask, width), _lpad(mask, width)])
+        self._set_batch(self._rows + group, kv, mask)
+
+    def _remove(self, leaving: list[_Request]) -> None:
+        """Drop rows, then the cache columns no remaining row attends to (their left padding)."""
+        keep = [i for i, r in enumerate(self._rows) if r not in leaving]
+        rows = [self._rows[i] for i in keep]
+        if not rows:
+            self._reset_batch()
+            return
+        assert self._mask is not None
+        index = torch.tensor(keep)
+        kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self._cache_tensors()]
+        mask = self._mask.index_select(0, index)
+        used = mask.any(dim=0)
+        if not bool(used.all()):
+            cols = used.nonzero().squeeze(1)
+            kv = [(k.index_select(2, cols), v.index_select(2, cols)) for k, v in kv]
+            mask = mask.index_select(1, cols)
+        self._set_batch(rows, kv, mask)
+
+    def _cache_tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(item[0], item[1]) for item in self._cache]  # 5.x yields (k, v, sliding), 4.5x (k, v)
+
+    def _set_batch(self, rows: list[_Request], kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor) -> None:
+        """Rebuild the cache object only when the batch changes; decode steps grow it in place."""
+        self._rows, self._mask = rows, mask
+        self._cache = DynamicCache(kv)
+
+    def _reset_batch(self) -> None:
+        self._rows, self._cache, self._mask = [], None, None
+
+    # --- scoring (worker thread) ----------------------------------------------------------------
+
+    def _score(self, ids: list[int], start: int, top_k: int) -> InputScores:
+        """One forward pass, plain ``log_softmax`` (no temperature, no bias, no vocabulary mask), with
+        logits only for the scored positions and the one after the input."""
+        keep = len(ids) - start + 1
+        kwargs = {self._keep_kw: keep} if self._keep_kw else {}
+        with self._lock, torch.inference_mode():
+            logits = self.model(input_ids=torch.tensor([ids]), use_cache=False, **kwargs).logits[0, -keep:]
+        logprobs = torch.log_softmax(logits.float(), dim=-1)  # row j: the distribution of ids[start + j]
+        targets = torch.tensor(ids[start:], dtype=torch.long).unsqueeze(1)
+        token_lps = logprobs[:-1].gather(1, targets).squeeze(1).tolist()
+        if top_k <= 0:
+            return InputScores(token_lps, [], ())
+        values, indices = logprobs.topk(min(top_k, logprobs.shape[-1]), dim=-1)
+        tops = [_pairs(v, i) for v, i in zip(values.tolist(), indices.tolist())]
+        return InputScores(token_lps, tops[:-1], tops[-1])
+
+
+def sample_rows(logits: torch.Tensor, reqs: Sequence[_Request],
+                token_limit: int) -> tuple[list[int], list[float], list[TopLogprobs]]:
+    """Sample one token per row; log-probs of ``log_softmax((logits + bias) / T)`` before truncation.
+
+    Greedy rows take the argmax and report unscaled log-probs. Sampled rows use inverse-CDF sampling
+    with one uniform draw from the request's own ``torch.Generator`` (``torch.multinomial`` costs ~70 us
+    a row on a 4k vocabulary, which was a third of a batch-8 decode step), so a seeded request samples
+    the same tokens whatever it is batched with.
+    """
+    z = logits.float().clone()
+    if token_limit < z.shape[-1]:
+        z[:, token_limit:] = float("-inf")
+    for i, req in enumerate(reqs):
+        if req.bias is not None:
+            z[i].index_add_(0, req.bias[0], req.bias[1])
+    temps = [r.temperature for r in reqs]
+    logprobs = torch.log_softmax(z if all(t == 1.0 for t in temps) else z / torch.tensor(temps).unsqueeze(1), dim=-1)
+    tokens = z.argmax(dim=-1).tolist() if any(r.greedy for r in reqs) else [0] * len(reqs)
+    drawn = [i for i, r in enumerate(reqs) if not r.greedy]
+    if drawn:
+        probs = logprobs[drawn].exp() if len(drawn) < len(reqs) else logprobs.exp()
+        for j, i in enumerate(drawn):
+            if reqs[i].truncates:
+                probs[j] = _truncate(probs[j], reqs[i].sampling)
+        cdf = probs.double().cumsum(dim=-1)
+        total = cdf[:, -1:]
+        u = torch.cat([torch.rand(1, generator=reqs[i].generator, dtype=torch.float64) for i in drawn])
+        x = torch.minimum(u.unsqueeze(1) * total, torch.nextafter(total, torch.zeros_like(total)))
+        for i, token in zip(drawn, torch.searchsorted(cdf, x, right=True).squeeze(1).tolist()):
+            tokens[i] = token
+    chosen = logprobs.gather(1, torch.tensor(tokens).unsqueeze(1)).squeeze(1).tolist()
+    k = max(r.sampling.top_logprobs_num for r in reqs)
+    if k <= 0:
+        return tokens, chosen, [()] * len(reqs)
+    values, indices = logprobs.topk(min(k, z.shape[-1]), dim=-1)
+    tops = [_pairs(v[:r.sampling.top_logprobs_num], i[:r.sampling.top_logprobs_num])
+            for r, v, i in zip(reqs, values.tolist(), indices.tolist())]
+    return tokens, chosen, tops
+
+
+def _truncate(probs: torch.Tensor, s: SamplingConfig) -> torch.Tensor:
+    """Zero what SGLang's top-k, then top-p, then min-p drop (the most likely token always stays)."""
+    ordered, order = probs.sort(descending=True)
+    keep = torch.ones_like(ordered, dtype=torch.bool)
+    if s.top_k > 0:
+        keep[s.top_k:] = False
+    if s.top_p < 1.0:
+        keep &= (ordered.cumsum(0) - ordered) < s.top_p
+    if s.min_p > 0.0:
+        keep &= ordered >= s.min_p * ordered[0]
+    keep[0] = True
+    return probs * torch.zeros_like(keep).scatter_(0, order, keep)
+
+
+def _pairs(values: list[float], ids: list[int]) -> TopLogprobs:
+    return tuple(zip(values, ids))
+
+
+def _lpad(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Left-pad the sequence axis (dim 2 of a [B, H, T, D] cache, dim 1 of a [B, T] mask) to ``width``."""
+    missing = width - x.shape[-2 if x.dim() == 4 else -1]
+    if missing == 0:
+        return x
+    return F.pad(x, (0, 0, missing, 0)) if x.dim() == 4 else F.pad(x, (missing, 0), value=False)
+
+
+def _config_eos(model: Any) -> list[int]:
+    ids: list[int] = []
+    for source in (getattr(model, "generation_config", None), model.config):
+        value = getattr(source, "eos_token_id", None)
+        ids += [value] if isinstance(value, int) else list(value or [])
+    return sorted(set(ids))
+
+
+def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a ``.safetensors`` file or of a directory of safetensors shards (what
+    ``save_pretrained`` writes); read outside the lock, so serving goes on meanwhile."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    shards = [path] if path.is_file() else sorted(path.glob("*.safetensors"))
+    if not shards:
+        raise FileNotFoundError(f"no safetensors checkpoint at {path}")
+    state: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        state.update(load_file(shard))
+    return state
