@@ -117,7 +117,27 @@ def _register_local(sub: Any) -> None:
     register_local_command(sub)
 
 
-_EXTRA_COMMANDS: list[Any] = [_register_local]
+def _register_engine(sub: Any) -> None:
+    from .engine.serve import register_engine_command
+
+    register_engine_command(sub)
+
+
+def _register_bench(sub: Any) -> None:
+    from .bench.mock import register_mock_command
+    from .bench.proxy_bench import register_bench_command
+
+    register_mock_command(sub)
+    register_bench_command(sub)
+
+
+def _register_simulate(sub: Any) -> None:
+    from .embedded.simulate import register_simulate_command
+
+    register_simulate_command(sub)
+
+
+_EXTRA_COMMANDS: list[Any] = [_register_local, _register_engine, _register_bench, _register_simulate]
 
 
 def setup_logging(level: str, as_json: bool) -> None:

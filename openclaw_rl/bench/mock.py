@@ -1,0 +1,354 @@
+"""``openclaw-rl mock-sglang``: a scripted SGLang stand-in with latency knobs, run as its own process.
+
+Why: the proxy benchmark must measure the proxy's own cost, so the backend has to be cheap,
+deterministic and in a separate process (its CPU must not show up in the proxy's /proc counters).
+This wraps ``ScriptedModel`` (fixed reply of ``--reply-tokens`` byte tokens, then eos) in the
+SGLang-compatible engine app. With ``--judge`` it answers every prompt with a short ``\\boxed{1}``
+verdict, so the proxy's judge path (m votes per turn) runs for real.
+
+The latency (time to first token, decode rate) can be changed while it runs, through
+``POST /bench/latency`` (``{"ttft_ms": 50, "tokens_per_s": 100}``): one process set then serves several
+benchmark configurations in a row, and the proxy's counters stay comparable across them.
+It binds 127.0.0.1 only: it is a benchmark fixture, not a server.
+
+The other mocked end lives here too: scripted OpenClaw traffic (``build_workload``), a system prompt,
+a dozen function tools and user turns that grow a history to a target size, with the exact prompt ids
+the proxy will render, so a benchmark can send the same turn through the proxy and straight to the mock.
+``Stack`` runs a policy mock, a judge mock and the proxy under test as three processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from openclaw_rl.servers import free_port
+
+HOST = "127.0.0.1"
+JUDGE_REPLY = "The user moves on. \\boxed{1}"
+_FILLER = ("Done. I updated the handler, reran the tests and they pass; the config now reads the cache "
+           "size from the environment, and the log shows no more retries. ")
+
+
+def reply_text(tokens: int) -> str:
+    """A fixed ASCII reply of exactly ``tokens`` bytes (the scripted core emits one token per byte)."""
+    if tokens <= 0:
+        return ""
+    text = _FILLER * (tokens // len(_FILLER) + 1)
+    return text[:tokens - 1] + "."
+
+
+SYSTEM = ("You are a personal assistant running inside OpenClaw. You work in the user's workspace through "
+          "tools: read and edit files, run commands, search the web and send messages. Prefer small, "
+          "verifiable steps; say what you changed and why. Never invent file contents: read them first. "
+          "When a command fails, read its output before retrying. Keep answers short unless asked otherwise.")
+WORDS = ["the", "file", "config", "server", "request", "session", "token", "model", "agent", "tool", "result",
+         "error", "build", "test", "deploy", "user", "cache", "memory", "queue", "thread", "worker", "python",
+         "import", "return", "function", "class", "value", "list", "dict", "string", "index", "path", "output",
+         "input", "stream", "retry", "timeout", "handler", "log", "line", "branch", "commit", "review", "patch"]
+
+
+def _tool(name: str, doc: str, params: dict[str, str], required: list[str]) -> dict[str, Any]:
+    """An OpenAI function tool; ``params`` maps a name to "type: description"."""
+    props = {k: {"type": v.split(": ")[0], "description": v.split(": ")[1]} for k, v in params.items()}
+    return {"type": "function", "function": {"name": name, "description": doc, "parameters": {
+        "type": "object", "properties": props, "required": required}}}
+
+
+TOOLS = [  # the shape of OpenClaw's tool list (names and sizes), not its text
+    _tool("read", "Read a text file.", {"path": "string: file path", "offset": "integer: first line",
+                                        "limit": "integer: lines"}, ["path"]),
+    _tool("write", "Create or overwrite a file.", {"path": "string: file path", "content": "string: full text"},
+          ["path", "content"]),
+    _tool("edit", "Replace exact text in a file.", {"path": "string: file path", "old": "string: text to find",
+                                                     "new": "string: replacement"}, ["path", "old", "new"]),
+    _tool("exec", "Run a shell command.", {"command": "string: command line", "timeout": "integer: seconds",
+                                          "background": "boolean: keep running"}, ["command"]),
+    _tool("process", "Poll or kill a background command.", {"action": "string: poll|kill|log",
+                                                             "id": "string: process id"}, ["action", "id"]),
+    _tool("web_search", "Search the web.", {"query": "string: search terms", "count": "integer: results"},
+          ["query"]),
+    _tool("web_fetch", "Fetch a URL as text.", {"url": "string: address", "max_chars": "integer: truncate at"},
+          ["url"]),
+    _tool("browser", "Drive a browser tab.", {"action": "string: open|click|type|snapshot",
+                                              "target": "string: selector"}, ["action"]),
+    _tool("message", "Send a chat message.", {"channel": "string: channel", "to": "string: recipient",
+                                              "text": "string: body"}, ["text"]),
+    _tool("cron", "Schedule a reminder.", {"when": "string: cron expression", "text": "string: reminder"},
+          ["when", "text"]),
+    _tool("sessions_spawn", "Start a sub-agent.", {"task": "string: what it should do", "label": "string: name"},
+          ["task"]),
+    _tool("memory_search", "Search long-term memory.", {"query": "string: what to recall", "limit": "integer: hits"},
+          ["query"]),
+]
+
+
+@dataclass
+class Case:
+    """One turn of a scripted session: the OpenAI messages and the ids the proxy will render from them."""
+
+    messages: list[dict[str, Any]]
+    ids: list[int]
+
+
+def build_workload(tokenizer: Any, *, sessions: int, turns: int, max_history_tokens: int, reply_tokens: int,
+                   seed: int = 0) -> list[list[Case]]:
+    """Sessions whose user turns add equal token counts, so the last prompt is ~``max_history_tokens``.
+
+    The mock's reply does not depend on the prompt, so whole conversations are known in advance: the
+    ids can be rendered before any timing, and equal new tokens per turn let CPU per history size tell
+    history-proportional work from new-token work."""
+    reply = reply_text(reply_tokens)
+
+    def render(messages: list[dict[str, Any]]) -> list[int]:
+        text = tokenizer.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    system = {"role": "system", "content": SYSTEM}
+    base = len(render([system, {"role": "user", "content": ""}]))
+    reply_cost = len(tokenizer.encode(reply, add_special_tokens=False)) + 6
+    per_turn = max(16, (max_history_tokens - base) // turns - reply_cost)
+    per_word = len(tokenizer.encode(" ".join(WORDS * 4), add_special_tokens=False)) / (len(WORDS) * 4)
+    words = max(4, round(per_turn / per_word))
+    out = []
+    for s in range(sessions):
+        rng = random.Random(seed * 100_003 + s)
+        messages: list[dict[str, Any]] = [system]
+        cases = []
+        for t in range(turns):
+            if t:
+                messages = [*messages, {"role": "assistant", "content": reply}]
+            text = f"Step {t + 1} of task {s}: " + " ".join(rng.choice(WORDS) for _ in range(words))
+            messages = [*messages, {"role": "user", "content": text}]
+            cases.append(Case(messages, render(messages)))
+        out.append(cases)
+    return out
+
+
+def chat_body(case: Case, reply_tokens: int, stream: bool) -> bytes:
+    """What OpenClaw sends the proxy for this turn."""
+    return json.dumps({"model": "policy", "messages": case.messages, "tools": TOOLS,
+                       "max_tokens": reply_tokens + 8, "stream": stream}).encode()
+
+
+def generate_body(case: Case, reply_tokens: int, stream: bool) -> bytes:
+    """What the proxy sends SGLang for this turn (main line: rollout temperature 1.0, log-probs on)."""
+    params = {"max_new_tokens": reply_tokens + 8, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0}
+    return json.dumps({"input_ids": case.ids, "sampling_params": params, "return_logprob": True,
+                       "stream": stream}).encode()
+
+
+def ensure_tokenizer(cache_dir: Path | None = None) -> Path:
+    """The tiny model's tokenizer alone, built offline (about a second) and cached.
+
+    The benchmark needs the vocabulary and chat template, not weights: building the tiny model itself
+    includes pre-training, minutes on a small CPU. Same files as the model's tokenizer (same corpus)."""
+    from openclaw_rl.embedded.tiny_model import FORMAT_VERSION, build_tokenizer, default_cache_dir
+
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    target = root / f"tokenizer-v{FORMAT_VERSION}"
+    if (target / "tokenizer_config.json").is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tokenizer.", dir=root))
+    try:
+        build_tokenizer(tmp)
+        tmp.chmod(0o755)
+        try:
+            os.rename(tmp, target)  # atomic: a concurrent builder's identical copy may already be there
+        except OSError:
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the whole process (all threads, exited ones too), from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds_fine(pid: int) -> float:
+    """On-CPU ns of the live threads (/proc/<pid>/task/*/schedstat): a per-request bracket needs
+    better than the 10 ms tick of /proc/<pid>/stat."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
+
+
+def rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+class Stack:
+    """Policy mock, judge mock and the proxy (``serve --judge-url … --prm-m m``) as separate processes,
+    so the proxy's CPU and RSS can be read from ``/proc/<pid>`` without the backends' share."""
+
+    def __init__(self, tokenizer_dir: str, workdir: Path, *, reply_tokens: int, judge_votes: int = 3,
+                 profile_proxy: str = ""):
+        self.tokenizer_dir, self.workdir, self.reply_tokens = tokenizer_dir, workdir, reply_tokens
+        self.judge_votes, self.profile_proxy = judge_votes, profile_proxy
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[Any] = []
+        ports = [free_port(HOST) for _ in range(3)]
+        self.policy_url, self.judge_url, self.proxy_url = (f"http://{HOST}:{p}" for p in ports)
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        root = str(Path(__file__).resolve().parents[2])  # importable from any working directory
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+               "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 (lives as long as the process)
+        self.logs.append(log)
+        self.procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                           start_new_session=True))
+        return self.procs[-1]
+
+    async def start(self, http: httpx.AsyncClient, timeout_s: float = 120.0) -> None:
+        """Start all three and wait until each answers its health route. The proxy may run under cProfile."""
+        cli = [sys.executable, "-m", "openclaw_rl.cli", "--log-level", "WARNING"]
+        port = lambda url: url.rsplit(":", 1)[1]  # noqa: E731
+        for name, url, extra in (("policy", self.policy_url, []), ("judge", self.judge_url, ["--judge"])):
+            self._spawn(name, [*cli, "mock-sglang", "--tokenizer", self.tokenizer_dir, "--port", port(url),
+                               "--reply-tokens", str(self.reply_tokens), *extra])
+        if self.profile_proxy:
+            cli = [sys.executable, "-m", "cProfile", "-o", self.profile_proxy, *cli[1:]]
+        self.proxy = self._spawn("proxy", [*cli, "serve", "--mode", "rl", "--policy-url", self.policy_url,
+                                           "--judge-url", self.judge_url, "--prm-m", str(self.judge_votes),
+                                           "--tokenizer", self.tokenizer_dir, "--port", port(self.proxy_url),
+                                           "--spool-dir", str(self.workdir / "spool"), "--session-ttl", "3600"])
+        deadline = time.monotonic() + timeout_s
+        for proc, url in zip(self.procs, (f"{self.policy_url}/health", f"{self.judge_url}/health",
+                                          f"{self.proxy_url}/healthz")):
+            while True:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{url} did not come up; see the logs in {self.workdir}")
+                try:
+                    if (await http.get(url)).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.1)
+
+    async def settle(self, quiet_s: float = 0.3, timeout_s: float = 20.0) -> None:
+        """Wait until the proxy's CPU stops moving: judge votes and spool writes outlive the responses."""
+        start = time.monotonic()
+        last, quiet_since = cpu_seconds_fine(self.proxy.pid), time.monotonic()
+        while time.monotonic() - start < timeout_s and time.monotonic() - quiet_since < quiet_s:
+            await asyncio.sleep(0.05)
+            now = cpu_seconds_fine(self.proxy.pid)
+            if now - last > 0.002:
+                quiet_since = time.monotonic()
+            last = now
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of each process, and of this one (the load generator): is the box saturated?"""
+        names = ("policy_mock", "judge_mock", "proxy")
+        return {**{n: cpu_seconds(p.pid) for n, p in zip(names, self.procs)}, "bench_client": time.process_time()}
+
+    def stop(self) -> None:
+        for proc in self.procs:  # SIGINT: uvicorn shuts down cleanly (and cProfile writes its file)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        for log in self.logs:
+            log.close()
+
+
+def build_mock_app(tokenizer: Any, *, judge: bool = False, ttft_s: float = 0.0, tokens_per_s: float = 0.0,
+                   reply_tokens: int = 64, context_length: int = 131072) -> Any:
+    """The engine app over a ``ScriptedModel`` whose reply never depends on the prompt.
+
+    A prompt-independent reply keeps the mock's own cost flat across history sizes, so any growth of
+    the proxy's cost with history is the proxy's. ``app.state.model`` is the core (latency knobs).
+    """
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+
+    from openclaw_rl.engine.scripted import ScriptedModel
+    from openclaw_rl.engine.server import make_engine_app
+
+    text = JUDGE_REPLY if judge else reply_text(reply_tokens)
+    model = ScriptedModel(tokenizer, responder=lambda prompt_ids: text, ttft_s=ttft_s, tokens_per_s=tokens_per_s,
+                          context_length=context_length)
+    name = "mock-judge" if judge else "mock-policy"
+    app = make_engine_app(model, tokenizer, served_model_name=name, model_path=name)
+    app.state.model = model
+
+    async def set_latency(request: Request) -> JSONResponse:
+        body = await request.json()
+        model.ttft_s = max(0.0, float(body.get("ttft_ms", model.ttft_s * 1000.0))) / 1000.0
+        model.tokens_per_s = max(0.0, float(body.get("tokens_per_s", model.tokens_per_s)))
+        return JSONResponse({"ttft_ms": model.ttft_s * 1000.0, "tokens_per_s": model.tokens_per_s})
+
+    app.router.add_route("/bench/latency", set_latency, methods=["POST"])  # plain Starlette: no annotations read
+    return app
+
+
+def add_mock_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tokenizer", required=True, help="tokenizer dir (byte-level BPE, e.g. the tiny model's)")
+    p.add_argument("--port", type=int, required=True, help="port on 127.0.0.1")
+    p.add_argument("--ttft-ms", type=float, default=0.0, help="delay before the first token")
+    p.add_argument("--tokens-per-s", type=float, default=0.0, help="decode rate after it (0 = instant)")
+    p.add_argument("--reply-tokens", type=int, default=64, help="reply length in tokens (eos follows)")
+    p.add_argument("--context-length", type=int, default=131072)
+    p.add_argument("--judge", action="store_true", help="answer every prompt with a short \\boxed{1} verdict")
+
+
+def cmd_mock(ns: argparse.Namespace) -> int:
+    import uvicorn
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(ns.tokenizer)
+    app = build_mock_app(tokenizer, judge=ns.judge, ttft_s=ns.ttft_ms / 1000.0, tokens_per_s=ns.tokens_per_s,
+                         reply_tokens=ns.reply_tokens, context_length=ns.context_length)
+    logging.getLogger(__name__).info("mock SGLang (%s) on http://%s:%d", "judge" if ns.judge else "policy",
+                                     HOST, ns.port)
+    uvicorn.run(app, host=HOST, port=ns.port, log_level="warning", access_log=False)
+    return 0
+
+
+def register_mock_command(sub: Any) -> None:
+    """Add ``mock-sglang`` to the ``openclaw-rl`` subcommands (see ``cli._EXTRA_COMMANDS``)."""
+    p = sub.add_parser("mock-sglang", help="a scripted SGLang stand-in with latency knobs (benchmarks)",
+                       description=__doc__.splitlines()[0])
+    add_mock_flags(p)
+    p.set_defaults(fn=cmd_mock)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m openclaw_rl.bench.mock``: the same as ``openclaw-rl mock-sglang``."""
+    p = argparse.ArgumentParser(prog="mock-sglang", description=__doc__.splitlines()[0])
+    add_mock_flags(p)
+    return cmd_mock(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

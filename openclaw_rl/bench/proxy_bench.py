@@ -1,0 +1,400 @@
+"""``openclaw-rl bench``: what the proxy costs on top of SGLang, measured on loopback.
+
+The proxy's cost is small next to a model's, so it is measured as a *difference*: every turn goes
+through the proxy (OpenAI messages + a dozen tools, as OpenClaw sends them) and, in the same run,
+straight to the mock's ``/generate`` with the ids the proxy renders (pre-rendered with the same
+tokenizer and template), so only the proxy's own work differs. Mocks and proxy are separate processes
+(``mock.Stack``): the proxy's CPU and RSS come from ``/proc/<pid>`` alone. Configurations: (a) zero-
+latency mock, concurrency 1; (b) the same at concurrency C (throughput); (c) a model-like mock (50 ms
+to the first token, then 100 tokens/s) at C; streaming TTFT at concurrency 1, model-like; then, on a
+fresh proxy, RSS per idle session (one parked turn) and per live one (a request in flight). The
+judge runs in all (m votes). A benchmark, not a test: targets are printed PASS/MISS, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from openclaw_rl.bench import mock
+from openclaw_rl.bench.mock import Case, Stack
+
+# History buckets (prompt tokens). The system prompt and 12 tools alone are ~1.9K tiny-tokenizer
+# tokens, so the smallest histories are ~2-3K; turns between 5.6K and 6.4K fall in no bucket.
+BUCKETS = (("2k", 0, 3400), ("4k", 3400, 5600), ("8k", 6400, 1 << 30))
+TARGETS = (  # metric, op, bound, meaning
+    ("cpu_ms_per_turn_4k", "<=", 5.0, "proxy CPU per turn, ~4K-token history"),
+    ("a_added_p50_ms", "<=", 3.0, "added latency p50, zero-latency mock, c=1"),
+    ("a_added_p99_ms", "<=", 15.0, "added latency p99, zero-latency mock, c=1"),
+    ("b_turns_per_s", ">=", 120.0, "turns/s through the proxy, zero-latency mock, c=16"),
+    ("c_added_p50_ms", "<=", 5.0, "added latency p50, model-like mock, c=16"),
+    ("stream_ttft_added_p50_ms", "<=", 5.0, "streaming TTFT, proxy - direct (p50), c=1"),
+    ("cpu_growth_8k_over_2k", "<=", 1.25, "CPU/turn 8K bucket / 2K bucket (equal new tokens)"),
+    ("idle_session_net_kb", "<=", 64.0, "RSS per idle session beyond its token ids"),
+)
+_PER_CONFIG = ("added_p50_ms", "added_p95_ms", "added_p99_ms", "proxy_p50_ms", "proxy_p99_ms", "direct_p50_ms",
+               "direct_p99_ms", "turns_per_s", "direct_turns_per_s", "cpu_ms_per_turn", "turns", "errors")
+METRIC_KEYS = (*(f"{c}_{k}" for c in "abc" for k in _PER_CONFIG),
+               *(f"stream_ttft_{k}" for k in _PER_CONFIG[:7]), "stream_pairs",
+               *(f"cpu_ms_per_turn_{b}" for b, _, _ in BUCKETS), *(f"history_tokens_{b}" for b, _, _ in BUCKETS),
+               "cpu_growth_8k_over_2k", "cpu_ms_per_1k_history_tokens", "rss_baseline_kb", "idle_sessions",
+               "idle_session_kb", "idle_session_net_kb", "live_sessions", "live_session_kb", "live_session_net_kb")
+JSON = {"content-type": "application/json"}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    sessions: int = 32
+    turns: int = 16
+    concurrency: int = 16
+    max_history_tokens: int = 8192
+    reply_tokens: int = 64
+    stream_pairs: int = 24
+    idle_sessions: int = 400
+    live_sessions: int = 200
+    real_ttft_ms: float = 50.0
+    real_tokens_per_s: float = 100.0
+    judge_votes: int = 3
+    seed: int = 0
+
+
+QUICK = BenchConfig(sessions=2, turns=8, max_history_tokens=6800, reply_tokens=16, stream_pairs=4, idle_sessions=24,
+                    live_sessions=24)
+
+
+def pct(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile, None when there is nothing to rank."""
+    data = sorted(values)
+    return data[max(0, math.ceil(q * len(data)) - 1)] if data else None
+
+
+def ms(value: float | None) -> float | None:
+    return None if value is None else round(value * 1000.0, 3)
+
+
+class Bench:
+    """The phases and measurements of one run; ``self.stack`` is the process set under test."""
+
+    def __init__(self, cfg: BenchConfig, new_stack: Any):
+        self.cfg, self.new_stack = cfg, new_stack
+        self.metrics: dict[str, Any] = {}
+        self.details: dict[str, Any] = {"phase_seconds": {}}
+        self.checks: Counter[str] = Counter()
+        self.reply = mock.reply_text(cfg.reply_tokens)
+
+    def _request(self, case: Case, sid: str | None, done: bool, stream: bool) -> tuple[str, bytes, dict[str, str]]:
+        """Through the proxy when ``sid`` is given (OpenAI body), else straight to the mock (token ids)."""
+        n, stack = self.cfg.reply_tokens, self.stack
+        if sid is None:
+            return f"{stack.policy_url}/generate", mock.generate_body(case, n, stream), JSON
+        headers = {**JSON, "X-Session-Id": sid, **({"X-Session-Done": "1"} if done else {})}
+        return f"{stack.proxy_url}/v1/chat/completions", mock.chat_body(case, n, stream), headers
+
+    async def post(self, http: httpx.AsyncClient, case: Case, sid: str | None, done: bool = False) -> float | None:
+        """One non-streaming turn; seconds, or None (counted) when it failed."""
+        url, body, headers = self._request(case, sid, done, False)
+        start = time.perf_counter()
+        try:
+            r = (await http.post(url, content=body, headers=headers)).raise_for_status()
+        except httpx.HTTPError as e:  # counted, reported under "checks"
+            self.checks[f"error {type(e).__name__}"] += 1
+            return None
+        elapsed = time.perf_counter() - start
+        if sid:  # the comparison is only fair if the proxy rendered the very same ids
+            data = r.json()
+            self.checks["prompt_token_mismatches"] += data["usage"]["prompt_tokens"] != len(case.ids)
+            self.checks["content_mismatches"] += data["choices"][0]["message"]["content"] != self.reply
+        return elapsed
+
+    async def ttft(self, http: httpx.AsyncClient, case: Case, sid: str | None, done: bool) -> float | None:
+        """Seconds to the first SSE chunk that carries output (through the proxy: a non-empty delta)."""
+        url, body, headers = self._request(case, sid, done, True)
+        first, start = None, time.perf_counter()
+        try:
+            async with http.stream("POST", url, content=body, headers=headers) as r:
+                async for line in r.raise_for_status().aiter_lines():
+                    if first is not None or not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                        continue
+                    delta = ((json.loads(line[5:]).get("choices") or [{}])[0].get("delta") or {}) if sid else {}
+                    if not sid or delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
+                        first = time.perf_counter() - start
+        except httpx.HTTPError as e:
+            self.checks[f"error {type(e).__name__}"] += 1
+        return first
+
+    async def turn_major(self, http: httpx.AsyncClient, cases: list[list[Case]], tag: str, stream: bool,
+                         marks: list[float]) -> tuple[list[float], list[float], list[float]]:
+        """Concurrency 1, turn 1 of every session, then turn 2, …; each turn direct, then through the proxy.
+        Turn-major keeps one history size contiguous; ``marks`` gets the proxy's CPU before each proxy turn."""
+        prox, dire, added = [], [], []
+        send = self.ttft if stream else self.post
+        for t in range(self.cfg.turns):
+            for s, session in enumerate(cases):
+                d = await send(http, session[t], None, False)
+                marks.append(mock.cpu_seconds_fine(self.pid))
+                p = await send(http, session[t], f"{tag}-{s}", t == self.cfg.turns - 1)
+                prox += [p] if p is not None else []
+                dire += [d] if d is not None else []
+                added += [p - d] if p is not None and d is not None else []
+        return prox, dire, added
+
+    async def sequential(self, http: httpx.AsyncClient, cases: list[list[Case]]) -> None:
+        """(a): each proxy turn is bracketed by CPU readings, so its judge votes and spool writes count to it."""
+        marks: list[float] = []
+        cpu0 = mock.cpu_seconds(self.pid)
+        prox, dire, added = await self.turn_major(http, cases, "a", False, marks)
+        await self.stack.settle()
+        marks.append(mock.cpu_seconds_fine(self.pid))
+        self._summarise("a", added, prox, dire, sum(prox), sum(dire), mock.cpu_seconds(self.pid) - cpu0)
+        # CPU by history size; turn 1 is left out: it carries no judgement of an earlier turn
+        order = [(s, t) for t in range(self.cfg.turns) for s in range(len(cases))]
+        points = [(len(cases[s][t].ids), marks[i + 1] - marks[i]) for i, (s, t) in enumerate(order) if t > 0]
+        m = self.metrics
+        for name, lo, hi in BUCKETS:
+            sel = [(h, x) for h, x in points if lo <= h < hi]
+            m[f"cpu_ms_per_turn_{name}"] = ms(sum(x for _, x in sel) / len(sel)) if sel else None
+            m[f"history_tokens_{name}"] = round(sum(h for h, _ in sel) / len(sel)) if sel else None
+        low, high = m["cpu_ms_per_turn_2k"], m["cpu_ms_per_turn_8k"]
+        m["cpu_growth_8k_over_2k"] = round(high / low, 3) if low and high else None
+        xs, ys = [h for h, _ in points], [x for _, x in points]
+        m["cpu_ms_per_1k_history_tokens"] = round(statistics.linear_regression(xs, ys).slope * 1e6, 4) \
+            if len(set(xs)) > 1 else None
+        self.details["cpu_points_tokens_ms"] = [(h, round(x * 1e3, 3)) for h, x in points]
+
+    async def drive(self, http: httpx.AsyncClient, cases: list[list[Case]], tag: str | None
+                    ) -> tuple[dict[tuple[int, int], float], float]:
+        """C workers, each running whole sessions turn after turn, as C users would; direct if no tag."""
+        lat: dict[tuple[int, int], float] = {}
+        queue = iter(range(len(cases)))
+
+        async def worker() -> None:
+            for s in queue:
+                for t, case in enumerate(cases[s]):
+                    dt = await self.post(http, case, f"{tag}-{s}" if tag else None, t == len(cases[s]) - 1)
+                    lat.update({(s, t): dt} if dt is not None else {})
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(self.cfg.concurrency)))
+        return lat, time.perf_counter() - start
+
+    async def concurrent(self, http: httpx.AsyncClient, cases: list[list[Case]], tag: str) -> None:
+        """(b)/(c): all sessions direct, then all through the proxy; added latency is paired per turn."""
+        direct, direct_wall = await self.drive(http, cases, None)
+        await self.stack.settle()
+        cpu0 = mock.cpu_seconds(self.pid)
+        proxy, proxy_wall = await self.drive(http, cases, tag)
+        await self.stack.settle()
+        added = [proxy[k] - direct[k] for k in proxy if k in direct]
+        self._summarise(tag, added, list(proxy.values()), list(direct.values()), proxy_wall, direct_wall,
+                        mock.cpu_seconds(self.pid) - cpu0)
+
+    def _summarise(self, tag: str, added: list[float], prox: list[float], dire: list[float], proxy_wall: float,
+                   direct_wall: float, cpu_s: float) -> None:
+        m = self.metrics
+        m.update({f"{tag}_added_p{q}_ms": ms(pct(added, q / 100)) for q in (50, 95, 99)})
+        for name, values in (("proxy", prox), ("direct", dire)):
+            m[f"{tag}_{name}_p50_ms"], m[f"{tag}_{name}_p99_ms"] = ms(pct(values, 0.5)), ms(pct(values, 0.99))
+        if tag == "stream_ttft":
+            return
+        m[f"{tag}_turns_per_s"] = round(len(prox) / proxy_wall, 2) if proxy_wall else None
+        m[f"{tag}_direct_turns_per_s"] = round(len(dire) / direct_wall, 2) if direct_wall else None
+        m[f"{tag}_cpu_ms_per_turn"] = ms(cpu_s / len(prox)) if prox else None
+        m[f"{tag}_turns"], m[f"{tag}_errors"] = len(prox), self.cfg.sessions * self.cfg.turns - len(prox)
+
+    async def streaming(self, http: httpx.AsyncClient, cases: list[list[Case]]) -> None:
+        """TTFT at concurrency 1 with the model-like mock, on the first sessions (``stream_pairs`` turns)."""
+        k = max(1, math.ceil(self.cfg.stream_pairs / self.cfg.turns))
+        prox, dire, added = await self.turn_major(http, cases[:k], "stream", True, [])
+        self._summarise("stream_ttft", added, prox, dire, 0.0, 0.0, 0.0)
+        self.metrics["stream_pairs"] = len(added)
+
+    async def memory(self, http: httpx.AsyncClient, cases: list[list[Case]]) -> None:
+        """RSS per session on a fresh proxy: ``idle_sessions`` each left holding one parked turn (answered,
+        waiting for its next state), then ``live_sessions`` each with a request held in the paused mock."""
+        c, gate = self.cfg, asyncio.Semaphore(self.cfg.concurrency)
+        picks = [cases[i % len(cases)][c.turns // 2] for i in range(max(c.idle_sessions, c.live_sessions))]
+
+        async def idle(i: int) -> None:
+            async with gate:
+                await self.post(http, picks[i], f"idle-{i}")
+
+        rss = [mock.rss_kb(self.pid)]
+        await asyncio.gather(*(idle(i) for i in range(c.idle_sessions)))
+        await self.stack.settle()
+        rss.append(mock.rss_kb(self.pid))
+        await http.post(f"{self.stack.policy_url}/pause_generation")
+        live = [asyncio.ensure_future(self.post(http, picks[i], f"live-{i}")) for i in range(c.live_sessions)]
+        deadline = time.monotonic() + 120  # until every live request has reached the proxy's session tracker
+        while (await http.get(f"{self.stack.proxy_url}/healthz")).json()["pending_turns"] < \
+                c.idle_sessions + c.live_sessions and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        await self.stack.settle()
+        rss.append(mock.rss_kb(self.pid))
+        await http.post(f"{self.stack.policy_url}/continue_generation")
+        await asyncio.gather(*live)
+        prompt = len(picks[0].ids)
+        token_bytes = prompt * 4 + (c.reply_tokens + 1) * 12  # array('i') prompt + response ids + float64 log-probs
+        idle_kb, live_kb = (rss[1] - rss[0]) / c.idle_sessions, (rss[2] - rss[1]) / c.live_sessions
+        self.metrics.update(rss_baseline_kb=rss[0], idle_sessions=c.idle_sessions, live_sessions=c.live_sessions,
+                            idle_session_kb=round(idle_kb, 2), live_session_kb=round(live_kb, 2),
+                            idle_session_net_kb=round(idle_kb - token_bytes / 1024, 2),
+                            live_session_net_kb=round(live_kb - prompt * 4 / 1024, 2))
+        self.details["memory"] = {"rss_kb": rss, "history_tokens": prompt, "token_bytes": token_bytes}
+
+    async def run(self, cases: list[list[Case]]) -> None:
+        c, real = self.cfg, (self.cfg.real_ttft_ms, self.cfg.real_tokens_per_s)
+        limits = httpx.Limits(max_connections=c.live_sessions + c.concurrency + 8, max_keepalive_connections=64)
+        async with httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as http:
+            for phases in ((("a", (0, 0)), ("b", (0, 0)), ("c", real), ("stream", real)), (("memory", (0, 0)),)):
+                self.stack = self.new_stack(first=phases[0][0] == "a")
+                try:
+                    await self.stack.start(http)
+                    self.pid = self.stack.proxy.pid
+                    for s in range(min(2, len(cases))):  # warm-up: template compile, pools, first calls
+                        for t in range(min(2, c.turns)):
+                            await self.post(http, cases[s][t], None)
+                            await self.post(http, cases[s][t], f"warm-{s}", t == min(2, c.turns) - 1)
+                    for tag, (ttft_ms, rate) in phases:
+                        for url in (self.stack.policy_url, self.stack.judge_url):
+                            await http.post(f"{url}/bench/latency", json={"ttft_ms": ttft_ms, "tokens_per_s": rate})
+                        await self.stack.settle()
+                        started, cpu0 = time.perf_counter(), self.stack.cpu()
+                        phase = {"a": self.sequential, "stream": self.streaming, "memory": self.memory}.get(tag)
+                        await (phase(http, cases) if phase else self.concurrent(http, cases, tag))
+                        self.details["phase_seconds"][tag] = round(time.perf_counter() - started, 2)
+                        self.details.setdefault("phase_cpu_s", {})[tag] = {
+                            k: round(v - cpu0[k], 2) for k, v in self.stack.cpu().items()}
+                        print(f"bench: phase {tag} took {self.details['phase_seconds'][tag]} s", file=sys.stderr)
+                finally:
+                    self.stack.stop()
+
+
+def verdicts(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"metric": key, "value": (v := metrics.get(key)), "target": f"{op} {bound:g}", "meaning": meaning,
+             "pass": None if v is None else (v <= bound if op == "<=" else v >= bound)}
+            for key, op, bound, meaning in TARGETS]
+
+
+def print_report(results: dict[str, Any]) -> None:
+    m, w = results["metrics"], (20, 24, 11, 11, 9, 11, 12)
+    rows = [("config", "added p50/p95/p99 ms", "proxy p50", "direct p50", "turns/s", "direct t/s", "CPU ms/turn")]
+    for tag, name in (("a", "a zero-lat c=1"), ("b", "b zero-lat c=16"), ("c", "c model-like c=16"),
+                      ("stream_ttft", "TTFT model-like c=1")):
+        rows.append((name, "/".join(str(m[f"{tag}_added_p{q}_ms"]) for q in (50, 95, 99)),
+                     *(str(m.get(f"{tag}_{k}", "-")) for k in ("proxy_p50_ms", "direct_p50_ms", "turns_per_s",
+                                                              "direct_turns_per_s", "cpu_ms_per_turn"))))
+    print("\n".join(row[0].ljust(w[0]) + "".join(v.rjust(n) for v, n in zip(row[1:], w[1:])) for row in rows))
+    print("CPU ms/turn by history: " + ", ".join(f"{b}: {m[f'cpu_ms_per_turn_{b}']} (~{m[f'history_tokens_{b}']} tok)"
+                                                 for b, _, _ in BUCKETS)
+          + f"; fit: {m['cpu_ms_per_1k_history_tokens']} ms per 1K history tokens")
+    print(f"memory: idle session {m['idle_session_kb']} KB ({m['idle_session_net_kb']} KB net of token ids), "
+          f"live session {m['live_session_kb']} KB ({m['live_session_net_kb']} KB net)\n")
+    for row in [{"metric": "target", "value": "value", "target": "goal", "pass": "", "meaning": "meaning"},
+                *results["targets"]]:
+        flag = {"": "", None: "n/a", True: "PASS", False: "MISS"}[row["pass"]]
+        print(f"{row['metric']:<26}{row['value']!s:>10}  {row['target']:<9}{flag:<6}{row['meaning']}")
+
+
+def plot(results: dict[str, Any], path: str) -> None:
+    """Added-latency percentiles per configuration, and CPU per turn per history bucket."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m = results["metrics"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    tags = [("a", "a: zero, c=1"), ("b", "b: zero, c=16"), ("c", "c: model-like, c=16"), ("stream_ttft", "TTFT, c=1")]
+    for j, q in enumerate((50, 95, 99)):
+        ax1.bar([i + (j - 1) * 0.27 for i in range(len(tags))], [m[f"{t}_added_p{q}_ms"] or 0 for t, _ in tags],
+                width=0.27, label=f"p{q}")
+    ax1.set_xticks(range(len(tags)), [name for _, name in tags])
+    ax1.set_ylabel("latency added by the proxy (ms)")
+    ax2.bar([f"~{m[f'history_tokens_{b}'] or 0} tok" for b, _, _ in BUCKETS],
+            [m[f"cpu_ms_per_turn_{b}"] or 0 for b, _, _ in BUCKETS])
+    ax2.axhline(5.0, color="red", linestyle="--", label="target at 4K: 5 ms")
+    ax2.set_ylabel("proxy CPU per turn (ms), by history size")
+    for ax in (ax1, ax2):
+        ax.legend()
+    fig.suptitle("openclaw-rl proxy overhead (loopback, scripted SGLang, judge m=3)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_bench(cfg: BenchConfig, tokenizer_dir: str, out: str = "", plot_path: str = "",
+              profile_proxy: str = "") -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    cases = mock.build_workload(tokenizer, sessions=cfg.sessions, turns=cfg.turns, reply_tokens=cfg.reply_tokens,
+                                max_history_tokens=cfg.max_history_tokens, seed=cfg.seed)
+    with tempfile.TemporaryDirectory(prefix="openclaw-bench-") as tmp:  # logs and spools; only one proxy profiled
+        bench = Bench(cfg, lambda first: Stack(tokenizer_dir, Path(tempfile.mkdtemp(dir=tmp)),
+                                               reply_tokens=cfg.reply_tokens, judge_votes=cfg.judge_votes,
+                                               profile_proxy=profile_proxy if first else ""))
+        asyncio.run(bench.run(cases))
+    metrics = {k: bench.metrics.get(k) for k in METRIC_KEYS}
+    results = {"metrics": metrics, "targets": verdicts(metrics), "config": asdict(cfg), "checks": dict(bench.checks),
+               "details": bench.details, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                                     "platform": platform.platform()}}
+    for path in filter(None, (out, plot_path)):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if out:
+        Path(out).write_text(json.dumps(results, indent=2) + "\n")
+    if plot_path:
+        plot(results, plot_path)
+    return results
+
+
+def add_bench_flags(p: argparse.ArgumentParser) -> None:
+    d = BenchConfig()
+    p.add_argument("--quick", action="store_true", help="a small run (seconds), for smoke tests")
+    p.add_argument("--out", default="runs/bench/results.json", help="JSON results")
+    p.add_argument("--plot", default="runs/bench/bench.png", help="PNG chart")
+    p.add_argument("--tokenizer", default="", help="tokenizer dir (default: the tiny model's, built offline)")
+    for name in ("sessions", "turns", "concurrency", "max_history_tokens", "reply_tokens", "stream_pairs",
+                 "idle_sessions", "live_sessions", "seed"):
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=f"default {getattr(d, name)}")
+    p.add_argument("--profile-proxy", default="", help="run the proxy under cProfile and write its stats here")
+
+
+def cmd_bench(ns: argparse.Namespace) -> int:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
+    cfg = QUICK if ns.quick else BenchConfig()
+    cfg = replace(cfg, **{k: v for k, v in vars(ns).items() if v is not None and k in asdict(cfg)})
+    ns.tokenizer = ns.tokenizer or str(mock.ensure_tokenizer())
+    results = run_bench(cfg, ns.tokenizer, ns.out, ns.plot, ns.profile_proxy and os.path.abspath(ns.profile_proxy))
+    print_report(results)
+    print(f"\nchecks: {results['checks']}; results: {ns.out or '-'}; chart: {ns.plot or '-'}")
+    return 0
+
+
+def register_bench_command(sub: Any) -> None:
+    """Add ``bench`` to the ``openclaw-rl`` subcommands (see ``cli._EXTRA_COMMANDS``)."""
+    p = sub.add_parser("bench", help="measure the proxy's overhead against a mocked SGLang (loopback)",
+                       description=__doc__.splitlines()[0])
+    add_bench_flags(p)
+    p.set_defaults(fn=cmd_bench)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``scripts/bench_proxy.py``: the same as ``openclaw-rl bench``."""
+    p = argparse.ArgumentParser(prog="bench_proxy", description=__doc__.splitlines()[0])
+    add_bench_flags(p)
+    return cmd_bench(p.parse_args(argv))
