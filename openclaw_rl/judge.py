@@ -99,6 +99,13 @@ def parse_hint(text: str) -> str:
     return matches[-1].strip() if matches else ""
 
 
+def _chat_text(data: Any) -> str | None:
+    try:
+        return str(data["choices"][0]["message"].get("content") or "")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+
+
 def majority_vote(votes: Sequence[int | None]) -> float:
     valid = [v for v in votes if v is not None]
     if not valid:
@@ -190,28 +197,29 @@ class JudgeClient:
         except ValueError as e:
             raise BackendUnavailable(f"judge {path} answered non-JSON") from e
 
-    async def _one_vote(self, system: str, user: str) -> str | None:
+    async def _votes(self, system: str, user: str) -> list[str | None]:
+        """m votes: one SGLang request with ``n = m`` (one prompt to render, one HTTP round trip), or m
+        concurrent chat requests for an OpenAI-compatible judge. A failed request fails its votes."""
         try:
             if self.api == "openai":
-                data = await self._post("/v1/chat/completions", {
+                outs = await asyncio.gather(*(self._post("/v1/chat/completions", {
                     "model": self.model, "temperature": self.temperature, "max_tokens": self.max_new_tokens,
                     "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]})
-                return str(data["choices"][0]["message"].get("content") or "")
-            data = await self._post("/generate", {
-                "text": self.render(system, user),
-                "sampling_params": {"temperature": self.temperature, "top_p": 1.0, "top_k": -1,
-                                    "max_new_tokens": self.max_new_tokens, "skip_special_tokens": False,
-                                    "no_stop_trim": True, "spaces_between_special_tokens": False},
-                "return_logprob": False})
-            if isinstance(data, list):
-                data = data[0]
-            return str(data["text"])
-        except (BackendUnavailable, BackendTimeout, KeyError, IndexError, TypeError) as e:
-            log.warning("judge vote failed: %s", e)
-            return None
-
-    async def _votes(self, system: str, user: str) -> list[str | None]:
-        raws = list(await asyncio.gather(*(self._one_vote(system, user) for _ in range(self.m))))
+                    for _ in range(self.m)), return_exceptions=True)
+                raws = [None if isinstance(o, BaseException) else _chat_text(o) for o in outs]
+            else:
+                data = await self._post("/generate", {
+                    "text": self.render(system, user),
+                    "sampling_params": {"temperature": self.temperature, "top_p": 1.0, "top_k": -1, "n": self.m,
+                                        "max_new_tokens": self.max_new_tokens, "skip_special_tokens": False,
+                                        "no_stop_trim": True, "spaces_between_special_tokens": False},
+                    "return_logprob": False})
+                items = data if isinstance(data, list) else [data]
+                raws = [str(item["text"]) if isinstance(item, dict) and "text" in item else None for item in items]
+                raws = (raws + [None] * self.m)[: self.m]
+        except (BackendUnavailable, BackendTimeout) as e:
+            log.warning("judge votes failed: %s", e)
+            raws = [None] * self.m
         for raw in raws:
             self.on_vote("failed" if raw is None else "ok" if _BOXED.search(after_thinking(raw)) else "unparsable")
         return raws
