@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .turns import Turn
@@ -77,7 +77,8 @@ class TrainingSample:
         return len(self.response_ids)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        # A shallow field dict: dataclasses.asdict deep-copies every token list (6 ms for 8K tokens).
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> TrainingSample:

@@ -7,6 +7,7 @@ every later stage can rely on ``len(response_ids) == len(response_logprobs)``. T
 
 from __future__ import annotations
 
+import base64
 import time
 from array import array
 from dataclasses import dataclass, field
@@ -97,24 +98,35 @@ class Turn:
         return len(self.generation.response_ids) if self.generation else 0
 
     def to_record(self) -> dict[str, Any]:
-        """JSON-able form, persisted while the turn waits (restart recovery)."""
+        """JSON-able form, persisted while the turn waits (restart recovery). Token arrays travel as
+        base64 of their bytes: encoding 8K ids this way costs microseconds instead of milliseconds."""
         gen = self.generation
         return {"session_key": self.session_key, "session_id": self.session_id, "index": self.index,
-                "prompt_ids": self.prompt_ids.tolist(), "messages": self.messages, "tools": self.tools,
+                "prompt_ids": _b64(self.prompt_ids), "messages": self.messages, "tools": self.tools,
                 "sampling_temperature": self.sampling_temperature, "created": self.created,
                 "next_state": self.next_state, "prompt_text": self.prompt_text, "traceparent": self.traceparent,
                 "feedback": self.feedback, "epoch": self.epoch,
                 "generation": None if gen is None else {
-                    "ids": gen.response_ids.tolist(), "logprobs": gen.response_logprobs.tolist(), "text": gen.text,
+                    "ids": _b64(gen.response_ids), "logprobs": _b64(gen.response_logprobs), "text": gen.text,
                     "finish_reason": gen.finish_reason, "weight_version": gen.weight_version}}
 
     @classmethod
     def from_record(cls, r: dict[str, Any]) -> Turn:
         g = r.get("generation")
-        gen = None if g is None else Generation.from_lists(g["ids"], g["logprobs"], g["text"], g["finish_reason"],
-                                                           g.get("weight_version"))
+        gen = None if g is None else Generation(_unb64("i", g["ids"]), _unb64("d", g["logprobs"]), g["text"],
+                                                g["finish_reason"], g.get("weight_version"))
         return cls(session_key=r["session_key"], session_id=r["session_id"], index=r["index"],
-                   prompt_ids=array("i", r["prompt_ids"]), messages=r.get("messages"), tools=r.get("tools"),
+                   prompt_ids=_unb64("i", r["prompt_ids"]), messages=r.get("messages"), tools=r.get("tools"),
                    sampling_temperature=r.get("sampling_temperature"), created=r.get("created", time.time()),
                    generation=gen, next_state=r.get("next_state"), prompt_text=r.get("prompt_text"),
                    traceparent=r.get("traceparent"), feedback=r.get("feedback"), epoch=r.get("epoch", ""))
+
+
+def _b64(values: array) -> str:
+    return base64.b64encode(values.tobytes()).decode("ascii")
+
+
+def _unb64(typecode: str, text: str) -> array:
+    out = array(typecode)
+    out.frombytes(base64.b64decode(text))
+    return out

@@ -51,8 +51,9 @@ class SampleWriter:
         self._queue.put(("outcome", turn, outcome))
 
     def save_turn(self, turn: Turn) -> None:
-        """A turn that waits for its next state or judgement: persisted so a restart resumes it."""
-        self._queue.put(("turn", turn, json.dumps(turn.to_record(), separators=(",", ":"))))
+        """A turn that waits for its next state or judgement: persisted so a restart resumes it.
+        Serialised on this thread, not the event loop."""
+        self._queue.put(("turn", turn, None))
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until everything enqueued so far is persisted."""
@@ -87,7 +88,8 @@ class SampleWriter:
                 if op == "flush":
                     a.set()
                 elif op == "turn":
-                    self.spool.save_turn((a.session_key, a.epoch, a.index), b)
+                    self.spool.save_turn((a.session_key, a.epoch, a.index),
+                                         json.dumps(a.to_record(), separators=(",", ":")))
                 else:
                     self._write(a, b)
             except Exception:
@@ -125,7 +127,6 @@ class SampleWriter:
             return
         for s in samples[retrying:]:
             self.metrics.samples.labels(s.kind).inc()
-        self.metrics.spool_depth.set(self.spool.ready_count())
         if self.on_written:
             self.on_written(samples)
 
