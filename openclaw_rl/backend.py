@@ -51,8 +51,12 @@ def parse_generate(data: Any, *, final: bool) -> GenerateResult:
         finish = fr.get("type") if isinstance(fr, dict) else fr
         if final and finish is None:
             raise BackendUnavailable("policy backend ended without a finish_reason")
+        version = meta.get("weight_version")
+        segments = meta.get("weight_versions") or []
+        if len(segments) > 1:  # the weights changed mid-generation: no single version produced it
+            version = "mixed:" + ",".join(str(seg.get("version")) for seg in segments if isinstance(seg, dict))
         return GenerateResult(str(data.get("text", "")), ids, logprobs, finish, int(meta.get("prompt_tokens", 0)),
-                              meta.get("weight_version"))
+                              version)
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise BackendUnavailable(f"policy backend answered malformed /generate output: {e!r}") from e
 

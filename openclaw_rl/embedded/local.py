@@ -51,7 +51,8 @@ class LocalReport:
     interactions: int
     baseline_rate: float | None = None
     final_rate: float | None = None
-    logprob_abs_diff: list[float] = field(default_factory=list)
+    logprob_abs_diff: list[float] = field(default_factory=list)  # same weights: numerical mismatch only
+    stale_logprob_abs_diff: list[float] = field(default_factory=list)  # Slime's metric: + one-step staleness
     curve_png: str | None = None
     metrics_path: str = ""
     seconds: float = 0.0
@@ -161,9 +162,10 @@ def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
             stack.runtime.ack(current.batch_id)
             stack.trainer.log(result.metrics)
             report.steps = result.step
-            diff = result.metrics.get("train/train_rollout_logprob_abs_diff")
+            diff = result.metrics.get("train/rollout_fidelity_abs_diff")
             if diff is not None:
                 report.logprob_abs_diff.append(diff)
+            report.stale_logprob_abs_diff.append(result.metrics.get("train/train_rollout_logprob_abs_diff", 0.0))
             if progress:
                 _print_step(result.step, result.metrics, sim_result)
             current = nxt
@@ -175,11 +177,15 @@ def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
         print("\ninterrupted: stopping (untrained samples stay in the spool for the next run)", flush=True)
     finally:
         stack.stop_event.set()
-        pool.shutdown(wait=True, cancel_futures=True)
+        stack.runtime.proxy.gate.open()  # no more weight syncs: let requests held at the gate finish
+        loop, task = sim_result.get("loop"), sim_result.get("task")
+        if loop is not None and task is not None and not task.done():
+            loop.call_soon_threadsafe(task.cancel)  # the simulated users stop; their results so far count
         if sim_thread is not None:
-            sim_thread.join(30)
+            sim_thread.join(60)
+        pool.shutdown(wait=True, cancel_futures=True)
         stack.close()
-    sim = sim_result.get("result")
+    sim = sim_result.get("result") or sim_result.get("live")
     if sim is not None:
         report.interactions = len(sim.matches)
         report.baseline_rate, report.final_rate = sim.first_window_rate, sim.last_window_rate
@@ -196,14 +202,20 @@ def _simulate(stack: LocalStack, cfg: LocalConfig, out: dict[str, Any], progress
     kwargs: dict[str, Any] = {}
     if cfg.preferred_style:
         kwargs["preferred_style"] = cfg.preferred_style
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(run_simulation(stack.url, interactions=cfg.interactions, concurrency=cfg.concurrency,
+                                           seed=cfg.seed, on_interaction=lambda r: out.__setitem__("live", r),
+                                           **kwargs))
+    out["loop"], out["task"] = loop, task
     try:
-        out["result"] = asyncio.run(run_simulation(stack.url, interactions=cfg.interactions,
-                                                   concurrency=cfg.concurrency, seed=cfg.seed,
-                                                   on_interaction=lambda r: out.__setitem__("live", r), **kwargs))
+        out["result"] = loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        pass
     except Exception:
         log.exception("the simulated users failed")
     finally:
         out["done"] = True
+        loop.close()
 
 
 def _print_step(step: int, m: dict[str, float], sim: dict[str, Any]) -> None:
@@ -211,7 +223,8 @@ def _print_step(step: int, m: dict[str, float], sim: dict[str, Any]) -> None:
     rate = f" | preferred {live.rate_curve(32)[-1]:.0%} after {len(live.matches)} replies" if live and live.matches else ""
     print(f"step {step:4d} | reward {m.get('rollout/reward_mean', 0):+.2f} | batch filled in "
           f"{m.get('rollout/batch_fill_seconds', 0):.1f}s | loss {m.get('train/loss', 0):+.4f} | "
-          f"|Δlogprob| {m.get('train/train_rollout_logprob_abs_diff', float('nan')):.1e} | "
+          f"|Δlogprob| {m.get('train/rollout_fidelity_abs_diff', float('nan')):.1e} "
+          f"(stale {m.get('train/train_rollout_logprob_abs_diff', float('nan')):.1e}) | "
           f"sync {m.get('perf/sync_ms', 0):.1f}ms{rate}", flush=True)
 
 

@@ -10,9 +10,11 @@ batch so it leaves the spool, and log. Deliberately absent: data/tensor parallel
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,6 +137,12 @@ class EmbeddedTrainer:
         self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
                                            betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
         self.step = 0
+        # The weights the engine serves right now, and their version label: rollout log-probs of samples
+        # sampled by exactly these weights are recomputed with them, which isolates numerical
+        # train/inference mismatch from the one-step staleness of the async loop (Slime's own metric
+        # train_rollout_logprob_abs_diff includes both).
+        # Slime's async loop trains batch k+1 after syncing step k, so keep the last few served versions.
+        self.served: OrderedDict[str, torch.nn.Module] = OrderedDict(default=copy.deepcopy(model).eval())
         self._tb = self._tensorboard()
         if cfg.ckpt_dir:
             self.resume()
@@ -170,6 +178,7 @@ class EmbeddedTrainer:
         self.step += 1
         # every loss metric is a sum of per-sample means (Slime's reducer): report the mean over samples
         metrics = {f"train/{k}": float(v) / max(len(samples), 1) for k, v in loss_metrics.items()}
+        metrics.update(self._fidelity(samples))
         metrics.update({"train/grad_norm": float(grad_norm), "perf/train_seconds": time.perf_counter() - t0,
                         "rollout/samples": float(len(samples)), **(rollout_metrics or {})})
         if self.cfg.save_every and self.cfg.ckpt_dir and self.step % self.cfg.save_every == 0:
@@ -179,8 +188,33 @@ class EmbeddedTrainer:
     def sync(self) -> float:
         """Push the current weights to the engine; returns milliseconds (logged with the step)."""
         t0 = time.perf_counter()
-        self.sync_fn(self.model.state_dict(), f"step-{self.step}")
-        return (time.perf_counter() - t0) * 1000
+        version = f"step-{self.step}"
+        self.sync_fn(self.model.state_dict(), version)
+        elapsed = (time.perf_counter() - t0) * 1000
+        oldest = self.served.popitem(last=False)[1] if len(self.served) >= 3 else copy.deepcopy(self.model)
+        oldest.load_state_dict(self.model.state_dict())
+        self.served[version] = oldest.eval()
+        return elapsed
+
+    @torch.no_grad()
+    def _fidelity(self, samples: list[TrainingSample]) -> dict[str, float]:
+        """Mean |trainer log-prob - rollout log-prob|, each sample scored with the weights that sampled it."""
+        from slime_plugins.openclaw.logprobs import iter_response_logits, token_log_probs
+
+        diffs: list[float] = []
+        for version, model in self.served.items():
+            same = [s for s in samples if s.metadata.get("weight_version") == version and s.response_length]
+            if not same:
+                continue
+            batch = build_batch(same)
+            logits = packed_logits(model, batch["unconcat_tokens"])
+            diffs += [(token_log_probs(lg, tok) - rollout).abs().mean().item() for (lg, tok), rollout in
+                      zip(iter_response_logits(self.args, batch, logits), batch["rollout_log_probs"])]
+        if not diffs:
+            return {"train/rollout_fidelity_samples": 0.0}
+        return {"train/rollout_fidelity_abs_diff": sum(diffs) / max(len(diffs), 1),
+                "train/rollout_fidelity_max_abs_diff": max(diffs, default=0.0),
+                "train/rollout_fidelity_samples": float(len(diffs))}
 
     def log(self, metrics: dict[str, float]) -> None:
         self._log(metrics)
