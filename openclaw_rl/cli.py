@@ -151,7 +151,7 @@ def setup_logging(level: str, as_json: bool) -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
-    for noisy in ("httpx", "httpcore"):  # one line per HTTP call would drown the proxy's own log
+    for noisy in ("httpx", "httpx2", "httpcore"):  # one line per HTTP call would drown the proxy's own log
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

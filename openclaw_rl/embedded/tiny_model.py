@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 # Bump when the files a build writes change (corpus, template, init, pre-training), so that cached
 # directories from an older version are not reused.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 3
 MARKER_FILE = "openclaw_tiny.json"
 CHAT_TEMPLATE_PATH = Path(__file__).with_name("chat_template.jinja")
 
@@ -118,12 +118,14 @@ def make_tokenizer_config_portable(model_dir: Path) -> None:
 
 
 def build_tiny_model(out_dir: Path, preset: str = DEFAULT_PRESET, seed: int = 0) -> Path:
-    """Write tokenizer + randomly initialised fp32 `Qwen3ForCausalLM` to `out_dir`; same seed, same bytes.
+    """Write tokenizer + a briefly pre-trained fp32 `Qwen3ForCausalLM` to `out_dir`; same seed, same bytes.
 
     The marker file is written last, so its presence means the directory is complete.
     """
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from openclaw_rl.embedded.pretrain import pretrain_task_model
 
     if preset not in PRESETS:
         raise ValueError(f"unknown tiny-model preset {preset!r}; choose one of {sorted(PRESETS)}")
@@ -137,10 +139,11 @@ def build_tiny_model(out_dir: Path, preset: str = DEFAULT_PRESET, seed: int = 0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(config).to(torch.float32)
-
-    # --- Pre-training slot ------------------------------------------------------------------------
-    # A later version runs a short seeded pre-training on synthetic chats here, before saving, so the
-    # tiny model emits template-shaped text. Bump FORMAT_VERSION when it lands.
+        # --- Pre-training --------------------------------------------------------------------------
+        # Seconds of seeded supervised training on the synthetic preference task (`task.py`): the
+        # model learns the chat format, answers in a uniformly random style, and follows style
+        # instructions (which the OPD teacher's hints rely on). Same seed and thread count: same bytes.
+        pretrain_task_model(model, tokenizer, seed=seed)
 
     model.generation_config.eos_token_id = [eos_id, pad_id]
     model.generation_config.pad_token_id = pad_id

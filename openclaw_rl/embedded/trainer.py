@@ -36,12 +36,13 @@ log = logging.getLogger(__name__)
 class TrainerConfig:
     mode: str = "rl"  # rl | opd | combine: picks the loss below
     rollout_batch_size: int = 8  # samples per optimizer step (Slime's --rollout-batch-size)
-    lr: float = 2e-3  # tiny models need a large step; Slime's scripts use 1e-5 for 4B models
+    lr: float = 5e-4  # tiny models need a large step (Slime's scripts use 1e-5 for 4B models); 2e-3 collapses
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     eps_clip: float = 0.2
     eps_clip_high: float = 0.28
     entropy_coef: float = 0.0
+    kl_coef: float = 0.0  # > 0: KL to the initial weights (low_var_kl), Slime's --use-kl-loss --kl-loss-coef
     rollout_temperature: float = 1.0  # must equal the proxy's, so trainer and rollout log-probs agree
     distill_topk: int = 0  # opd: K > 0 trains the top-K reverse-KL loss instead of token-level OPD
     w_rl: float = 1.0
@@ -55,7 +56,8 @@ class TrainerConfig:
     def slime_args(self) -> SimpleNamespace:
         """The attributes Slime's ``args`` carries that the loss functions read."""
         return SimpleNamespace(eps_clip=self.eps_clip, eps_clip_high=self.eps_clip_high, eps_clip_c=None,
-                               entropy_coef=self.entropy_coef, use_kl_loss=False, kl_loss_coef=0.0,
+                               entropy_coef=self.entropy_coef, use_kl_loss=self.kl_coef > 0,
+                               kl_loss_coef=self.kl_coef,
                                kl_loss_type="low_var_kl", rollout_temperature=self.rollout_temperature,
                                use_rollout_logprobs=False, distill_topk=self.distill_topk,
                                openclaw_combine_w_rl=self.w_rl, openclaw_combine_w_opd=self.w_opd,
@@ -143,6 +145,7 @@ class EmbeddedTrainer:
         # train_rollout_logprob_abs_diff includes both).
         # Slime's async loop trains batch k+1 after syncing step k, so keep the last few served versions.
         self.served: OrderedDict[str, torch.nn.Module] = OrderedDict(default=copy.deepcopy(model).eval())
+        self.reference = copy.deepcopy(model).eval() if cfg.kl_coef > 0 else None  # frozen initial weights
         self._tb = self._tensorboard()
         if cfg.ckpt_dir:
             self.resume()
@@ -167,6 +170,9 @@ class EmbeddedTrainer:
             from slime_plugins.openclaw.logprobs import iter_response_logits, token_log_probs
 
             batch["log_probs"] = [token_log_probs(lg, tok) for lg, tok in iter_response_logits(self.args, batch, old)]
+            if self.reference is not None:
+                ref = packed_logits(self.reference, batch["unconcat_tokens"])
+                batch["ref_log_probs"] = [token_log_probs(lg, tok) for lg, tok in iter_response_logits(self.args, batch, ref)]
         self.model.train()
         logits = packed_logits(self.model, batch["unconcat_tokens"])
         loss, loss_metrics = self.loss_fn(self.args, batch, logits, reducer)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -67,10 +66,8 @@ def test_marker_and_tokenizer_class(tiny_model_dir: Path) -> None:
     assert "extra_special_tokens" not in config
 
 
-def test_rebuild_is_byte_identical_and_fast(tiny_model_dir: Path, tmp_path: Path) -> None:
-    start = time.perf_counter()
-    again = build_tiny_model(tmp_path / "again", "h128", seed=0)
-    assert time.perf_counter() - start < 30  # a few seconds normally; this only catches blow-ups
+def test_rebuild_is_byte_identical(tiny_model_dir: Path, tmp_path: Path) -> None:
+    again = build_tiny_model(tmp_path / "again", "h128", seed=0)  # build time: scripts/bench_engine.py
     names = sorted(p.name for p in tiny_model_dir.iterdir())
     assert names == sorted(p.name for p in again.iterdir())
     assert {"tokenizer.json", "model.safetensors"} <= set(names)
@@ -126,9 +123,7 @@ def test_presets_are_valid_qwen3_configs(preset: str) -> None:
 
 
 def test_corpus_is_seeded_and_sized() -> None:
-    start = time.perf_counter()
     docs = generate_corpus(0)
-    assert time.perf_counter() - start < 5
     assert 1_000_000 <= sum(len(d.encode()) for d in docs) <= 2_500_000
     assert docs == generate_corpus(0)
     assert docs[:50] != generate_corpus(1)[:50]

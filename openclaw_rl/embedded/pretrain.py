@@ -1,0 +1,257 @@
+"""A short, seeded supervised pre-training of the tiny model on the synthetic preference task.
+
+A random tiny Qwen3 emits noise, and noise has no "style" a user could prefer, so the embedded stack
+could not show learning. `build_tiny_model` therefore runs this for a few seconds: afterwards the model
+answers requests in a uniformly random style, and in the instructed style when asked (see `task.py`).
+Only the final assistant message of each chat is trained, tokenised exactly as the proxy would see it:
+the prompt is the chat template's generation prompt, the target is what follows it, so the model learns
+the empty ``<think>`` block that the template expects and the ``<|im_end|>`` that stops sampling.
+
+Deterministic: one `torch.Generator` and one `random.Random` per call, no data-loader workers, fixed
+batch order; CPU kernels at a fixed thread count give the same bytes twice.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+IGNORE = -100
+
+
+@dataclass(frozen=True, slots=True)
+class FreeChoice:
+    """A choice the data leaves to chance: for chats where `applies(chat)` holds, the first answer
+    token that is a key of `target` is trained towards the distribution `target` (token → probability)
+    instead of the one token the chat happens to have.
+
+    Sampled one-hot targets make the fitted choice distribution as noisy as the last few batches; a
+    soft target gives the exact, prompt-independent distribution (here: uniform over styles).
+    """
+
+    target: dict[int, float]
+    applies: Callable[[list[dict[str, Any]]], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class PretrainStats:
+    steps: int
+    seconds: float
+    first_loss: float
+    last_loss: float
+
+
+def encode_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[list[int], int]:
+    """(ids, prompt_len): the generation prompt of all but the last message, then that message's tokens.
+
+    The two parts are encoded separately, as the proxy encodes the prompt and the engine samples the
+    reply; the trailing newline after ``<|im_end|>`` is not part of any reply and is dropped.
+    """
+    prompt = tokenizer.apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True)
+    full = tokenizer.apply_chat_template(messages, tokenize=False)
+    if not full.startswith(prompt):
+        raise ValueError("the chat template's generation prompt is not a prefix of the rendered chat")
+    target = full[len(prompt):].removesuffix("\n")
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    return prompt_ids + tokenizer.encode(target, add_special_tokens=False), len(prompt_ids)
+
+
+def _free_position(ids: list[int], prompt_len: int, chat: list[dict[str, Any]], free: FreeChoice | None) -> int:
+    """Index of the token trained towards `free.target` in this chat, or -1."""
+    if free is None or not free.applies(chat):
+        return -1
+    return next((j for j in range(prompt_len, len(ids)) if ids[j] in free.target), -1)
+
+
+def _batches(encoded: list[tuple[list[int], int]], batch_size: int, rng: random.Random) -> list[list[int]]:
+    """Index batches of similar length (less padding, so fewer wasted FLOPs), in a seeded order."""
+    order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i][0]), i))
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def _target_loss(model: Any, input_ids: Any, mask: Any, labels: Any, weights: Any, free: Any,
+                 soft: tuple[Any, Any] | None) -> Any:
+    """Weighted mean next-token cross-entropy over the target positions only.
+
+    The tied 4105-row output head dominates a tiny model's cost, and targets are a third of the tokens,
+    so the head runs on the gathered target positions instead of on every position (HF's ``labels=``).
+    Positions flagged in `free` use the soft target `soft = (token ids, probabilities)` instead.
+    """
+    import torch
+
+    hidden = model.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+    wanted = labels[:, 1:] != IGNORE
+    logp = torch.log_softmax(model.lm_head(hidden[:, :-1][wanted]).float(), dim=-1)
+    losses = -logp.gather(1, labels[:, 1:][wanted].unsqueeze(1)).squeeze(1)
+    if soft is not None:
+        ids, probs = soft
+        losses = torch.where(free[:, 1:][wanted], -(logp[:, ids] * probs).sum(-1), losses)
+    w = weights[:, 1:][wanted]
+    return (losses * w).sum() / w.sum()
+
+
+def pretrain(model: Any, tokenizer: Any, chats: list[list[dict[str, Any]]], *, steps: int, seed: int,
+             batch_size: int = 32, lr: float = 3e-3, warmup: int = 20, head_tokens: int = 6,
+             head_weight: float = 4.0, free_choice: FreeChoice | None = None, log_every: int = 0) -> PretrainStats:
+    """Train `model` in place on the final assistant message of each chat (AdamW, warmup + cosine).
+
+    It runs on one thread: the ops of a 1M-parameter model are too small to gain much from more, a
+    busy machine makes multi-threaded small ops collapse (OpenMP barriers wait for descheduled
+    threads: 3x slower than one thread with four busy processes on two cores), and one thread makes
+    the result independent of the machine's core count.
+
+    The first `head_tokens` target tokens (the empty think block and the style opener) weigh
+    `head_weight` times more: the style decision is one token among ~35 of copied request text, and
+    it is the behaviour that has to be right within the few seconds of training.
+
+    The chats are cycled in length-bucketed batches for `steps` optimizer steps; the model is left in
+    eval mode. Returns timing and the first / last batch loss so callers can log the fit.
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _pretrain(model, tokenizer, chats, steps=steps, seed=seed, batch_size=batch_size, lr=lr,
+                         warmup=warmup, head_tokens=head_tokens, head_weight=head_weight,
+                         free_choice=free_choice, log_every=log_every)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _pretrain(model: Any, tokenizer: Any, chats: list[list[dict[str, Any]]], *, steps: int, seed: int,
+              batch_size: int, lr: float, warmup: int, head_tokens: int, head_weight: float,
+              free_choice: FreeChoice | None, log_every: int) -> PretrainStats:
+    import torch
+
+    started = time.perf_counter()
+    rng = random.Random(seed)
+    encoded = [encode_chat(tokenizer, chat) for chat in chats]
+    free_at = [_free_position(ids, prompt_len, chat, free_choice) for (ids, prompt_len), chat in zip(encoded, chats)]
+    soft = None
+    if free_choice is not None:
+        soft = (torch.tensor(list(free_choice.target)), torch.tensor(list(free_choice.target.values())))
+    pad_id = tokenizer.pad_token_id
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+
+    def schedule(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.02 + 0.49 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    model.train()
+    batches: list[list[int]] = []
+    first = last = float("nan")
+    for step in range(steps):
+        if not batches:
+            batches = _batches(encoded, batch_size, rng)
+        batch = batches.pop()
+        rows = [encoded[i] for i in batch]
+        width = max(len(ids) for ids, _ in rows)
+        input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        labels = torch.full((len(rows), width), IGNORE, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        weights = torch.ones((len(rows), width))
+        free = torch.zeros((len(rows), width), dtype=torch.bool)
+        for r, index in enumerate(batch):
+            if free_at[index] >= 0:
+                free[r, free_at[index]] = True
+        for r, (ids, prompt_len) in enumerate(rows):
+            input_ids[r, :len(ids)] = torch.tensor(ids)
+            labels[r, prompt_len:len(ids)] = torch.tensor(ids[prompt_len:])
+            mask[r, :len(ids)] = 1
+            weights[r, prompt_len:prompt_len + head_tokens] = head_weight
+        loss = _target_loss(model, input_ids, mask, labels, weights, free, soft)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        last = float(loss.detach())
+        if step == 0:
+            first = last
+        if log_every and (step % log_every == 0 or step == steps - 1):
+            print(f"pretrain step {step:4d} loss {last:.4f} ({time.perf_counter() - started:.1f}s)")
+    model.eval()
+    return PretrainStats(steps, time.perf_counter() - started, first, last)
+
+
+DEFAULT_CHATS = 4800
+DEFAULT_STEPS = 200
+
+
+def pretrain_task_model(model: Any, tokenizer: Any, *, seed: int, steps: int = DEFAULT_STEPS,
+                        n_chats: int = DEFAULT_CHATS, batch_size: int = 16, lr: float | None = None,
+                        log_every: int = 0) -> PretrainStats:
+    """Pre-train on `task.pretraining_chats`: uniformly random style unless instructed, else the instructed one.
+
+    The uninstructed opener is trained towards the exact uniform mixture over styles (each style's
+    possible first tokens share its 1/K), so the untrained preferred rate is 1/K by construction.
+    The default learning rate is 5e-3 up to hidden size 128 and shrinks with width beyond (h256
+    diverged from instruction-following at 5e-3 and learned it at 2.5e-3).
+    """
+    if lr is None:
+        lr = 5e-3 * min(1.0, 128 / model.config.hidden_size)
+    from openclaw_rl.embedded import task
+
+    openers = task.opener_token_ids(tokenizer)
+    target = {tok: 1.0 / len(openers) / len(ids) for ids in openers.values() for tok in ids}
+    if len(target) != sum(len(ids) for ids in openers.values()):
+        raise ValueError("two styles share an opening token; the styles would be indistinguishable")
+    free = FreeChoice(target, lambda chat: not task.is_instructed(chat))
+    return pretrain(model, tokenizer, task.pretraining_chats(n_chats, seed), steps=steps, seed=seed,
+                    batch_size=batch_size, lr=lr, free_choice=free, log_every=log_every)
+
+
+# --- checks (used by the tests and for reporting) -------------------------------------------------------
+
+
+def _prompt_batch(tokenizer: Any, prompts: list[list[dict[str, Any]]], suffix: str = "") -> Any:
+    """Left-padded ids of the generation prompts (plus `suffix`), as one batch."""
+    import torch
+
+    rows = [tokenizer.encode(tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) + suffix,
+                             add_special_tokens=False) for p in prompts]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(row)
+        mask[i, width - len(row):] = 1
+    return ids, mask
+
+
+def style_probabilities(model: Any, tokenizer: Any, prompts: list[list[dict[str, Any]]]) -> dict[str, float]:
+    """The mean probability, over `prompts`, that the reply opens in each style: exact, no sampling noise.
+
+    Read at the first token after the empty think block (``task.THINK_PREFIX``), where the style is decided.
+    """
+    import torch
+
+    from openclaw_rl.embedded import task
+
+    ids, mask = _prompt_batch(tokenizer, prompts, task.THINK_PREFIX)
+    with torch.no_grad():
+        probs = torch.softmax(model(input_ids=ids, attention_mask=mask).logits[:, -1].float(), dim=-1)
+    return {style: float(probs[:, list(tokens)].sum(-1).mean())
+            for style, tokens in task.opener_token_ids(tokenizer).items()}
+
+
+def sample_replies(model: Any, tokenizer: Any, prompts: list[list[dict[str, Any]]], *, seed: int,
+                   temperature: float = 1.0, max_new_tokens: int = 48) -> list[str]:
+    """One pure-sampled reply per prompt (no top-k/top-p), decoded without special tokens."""
+    import torch
+
+    ids, mask = _prompt_batch(tokenizer, prompts)
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=temperature, top_k=0,
+                             top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+    return [tokenizer.decode(row[ids.shape[1]:], skip_special_tokens=True) for row in out]
