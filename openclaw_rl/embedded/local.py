@@ -39,7 +39,7 @@ class LocalConfig:
     judge_votes: int = 1  # the rule judge is deterministic: one vote is as good as m
     save_every: int = 0
     simulate: bool = False
-    interactions: int = 240
+    interactions: int = 320
     concurrency: int = 8
     preferred_style: str = ""  # empty: the task's default preference
     max_new_tokens: int = 64
@@ -50,8 +50,10 @@ class LocalReport:
     mode: str
     steps: int
     interactions: int
-    baseline_rate: float | None = None
-    final_rate: float | None = None
+    baseline_rate: float | None = None  # simulated users: preferred rate over the first window of fresh requests
+    final_rate: float | None = None  # … and over the last window
+    preferred_prob_before: float | None = None  # exact probability of the preferred opener, untrained policy
+    preferred_prob_after: float | None = None  # … and after training (32 fresh requests, no sampling noise)
     logprob_abs_diff: list[float] = field(default_factory=list)  # same weights: numerical mismatch only
     stale_logprob_abs_diff: list[float] = field(default_factory=list)  # Slime's metric: + one-step staleness
     curve_png: str | None = None
@@ -148,6 +150,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
           json.dumps(provider_json(stack.url, "tiny"), indent=2), flush=True)
     sim_result: dict[str, Any] = {}
     sim_thread = None
+    report.preferred_prob_before = _preferred_probability(stack, cfg)
     if cfg.simulate:
         sim_thread = threading.Thread(target=_simulate, args=(stack, cfg, sim_result, progress), daemon=True)
         sim_thread.start()
@@ -186,15 +189,30 @@ def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
             sim_thread.join(60)
         pool.shutdown(wait=True, cancel_futures=True)
         stack.close()
+    report.preferred_prob_after = _preferred_probability(stack, cfg)
     sim = sim_result.get("result") or sim_result.get("live")
     if sim is not None:
-        report.interactions = len(sim.matches)
+        report.interactions = len(sim.interactions)
         report.baseline_rate, report.final_rate = sim.first_window_rate, sim.last_window_rate
         report.curve_png = str(stack.out / "learning_curve.png")
         sim.save_plot(report.curve_png)
     report.seconds = time.monotonic() - started
     (stack.out / "report.json").write_text(json.dumps(asdict(report), indent=2))
     return report
+
+
+def _preferred_probability(stack: LocalStack, cfg: LocalConfig) -> float:
+    from openclaw_rl.embedded import task
+    from openclaw_rl.embedded.pretrain import style_probabilities
+
+    prompts = [[{"role": "user", "content": r.text}] for r in task.REQUESTS[:32]]
+    model = stack.trainer.model
+    was_training = model.training
+    model.eval()
+    try:
+        return style_probabilities(model, stack.tokenizer, prompts)[cfg.preferred_style or task.DEFAULT_STYLE]
+    finally:
+        model.train(was_training)
 
 
 def _simulate(stack: LocalStack, cfg: LocalConfig, out: dict[str, Any], progress: bool) -> None:
@@ -231,8 +249,11 @@ def _print_step(step: int, m: dict[str, float], sim: dict[str, Any]) -> None:
 
 
 # Tuned on this task (seed 0, 2 CPU cores); see the learning-curve numbers in README.md.
-MODE_DEFAULTS: dict[str, dict[str, float]] = {"rl": {"lr": 5e-4, "kl_coef": 0.0}, "opd": {"lr": 2e-4, "kl_coef": 0.0},
-                                              "combine": {"lr": 5e-4, "kl_coef": 0.0}}
+MODE_DEFAULTS: dict[str, dict[str, float]] = {
+    "rl": {"lr": 5e-4, "kl_coef": 0.0, "batch_size": 8, "interactions": 320},
+    "opd": {"lr": 5e-4, "kl_coef": 0.0, "batch_size": 4, "interactions": 480},  # samples only from corrections
+    "combine": {"lr": 5e-4, "kl_coef": 0.0, "batch_size": 8, "interactions": 320},
+}
 
 
 def register_local_command(sub: Any) -> None:
@@ -240,10 +261,10 @@ def register_local_command(sub: Any) -> None:
                        description=__doc__)
     p.add_argument("--mode", choices=["rl", "opd", "combine"], default="rl")
     p.add_argument("--simulate", action="store_true", help="drive it with simulated users and plot the learning curve")
-    p.add_argument("--interactions", type=int, default=LocalConfig.interactions, help="simulated replies in total")
+    p.add_argument("--interactions", type=int, default=None, help="simulated replies in total (default: per mode)")
     p.add_argument("--concurrency", type=int, default=LocalConfig.concurrency, help="simulated users at once")
     p.add_argument("--preferred-style", default="", help="the simulated users' hidden preference")
-    p.add_argument("--batch-size", type=int, default=LocalConfig.rollout_batch_size, help="samples per step")
+    p.add_argument("--batch-size", type=int, default=None, help="samples per step (default: per mode)")
     p.add_argument("--lr", type=float, default=None, help="default: 5e-4 (rl), per-mode tuned otherwise")
     p.add_argument("--kl-coef", type=float, default=None, help="KL to the initial weights (low_var_kl)")
     p.add_argument("--distill-topk", type=int, default=0, help="opd: train the top-K reverse-KL loss")
@@ -261,15 +282,18 @@ def _cmd_local(ns: Any) -> int:
     for chatty in ("openclaw_rl.drops", "httpx2"):  # the step lines say it all; drops are on /metrics
         logging.getLogger(chatty).setLevel(logging.WARNING)
     cfg = LocalConfig(mode=ns.mode, preset=ns.preset, seed=ns.seed, host=ns.host, port=ns.port,
-                      out_dir=ns.out_dir or f"runs/local-{ns.mode}", rollout_batch_size=ns.batch_size,
+                      out_dir=ns.out_dir or f"runs/local-{ns.mode}",
+                      rollout_batch_size=ns.batch_size or int(MODE_DEFAULTS[ns.mode]["batch_size"]),
                       lr=ns.lr if ns.lr is not None else MODE_DEFAULTS[ns.mode]["lr"],
                       kl_coef=ns.kl_coef if ns.kl_coef is not None else MODE_DEFAULTS[ns.mode]["kl_coef"],
                       distill_topk=ns.distill_topk, max_steps=ns.max_steps, save_every=ns.save_every,
-                      simulate=ns.simulate, interactions=ns.interactions, concurrency=ns.concurrency,
+                      simulate=ns.simulate, concurrency=ns.concurrency,
+                      interactions=ns.interactions or int(MODE_DEFAULTS[ns.mode]["interactions"]),
                       preferred_style=ns.preferred_style)
     report = run_local(cfg)
     print(json.dumps(asdict(report), indent=2))
     if report.curve_png:
         print(f"learning curve: {report.curve_png} (preferred-behaviour rate {report.baseline_rate:.0%} -> "
-              f"{report.final_rate:.0%} over {report.interactions} interactions)")
+              f"{report.final_rate:.0%} over {report.interactions} interactions; probability of the preferred "
+              f"opener {report.preferred_prob_before:.0%} -> {report.preferred_prob_after:.0%})")
     return 0
