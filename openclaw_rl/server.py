@@ -260,6 +260,9 @@ def make_app(proxy: Proxy) -> FastAPI:
 
     @app.get("/metrics")
     async def prometheus() -> Response:
+        busy = sum(1 for sess in proxy.tracker.sessions.values() if sess.busy)
+        metrics.sessions.labels("active").set(busy)
+        metrics.sessions.labels("idle").set(len(proxy.tracker.sessions) - busy)
         metrics.spool_depth.set(proxy.spool.ready_count())
         metrics.submission_open.set(1 if proxy.gate.is_open else 0)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
