@@ -64,3 +64,25 @@ def test_spool_at_its_cap_keeps_serving_and_loses_nothing(policy_server, judge_s
     assert converse(url, "d2", ["thanks", "thanks"]) == [200, 200]
     samples = wait_for_samples(proxy, 3)
     assert sorted((s.session_id, s.turn) for s in samples) == [("d", 1), ("d", 2), ("d2", 1)]
+
+
+def test_no_trainer_backpressure_is_bounded_and_visible(policy_server, judge_server, make_proxy):
+    """A slow (here: absent) trainer: requests keep being served, samples pile up in the spool, visibly."""
+    proxy, url = make_proxy(policy_server.url, judge_server.url, judge_votes=1, proxy_rate_limit_per_min=0)
+    for sid in ("a", "b", "c"):
+        assert converse(url, sid, ["thanks", "thanks"]) == [200, 200]
+    wait_for_samples(proxy, 3)
+    metrics = httpx.get(f"{url}/metrics").text
+    assert "openclaw_spool_depth 3.0" in metrics and 'openclaw_sessions{state="idle"} 3.0' in metrics
+    assert httpx.get(f"{url}/healthz").json()["pending_turns"] == 3
+
+
+def test_per_key_rate_limit(policy_server, make_proxy):
+    proxy, url = make_proxy(policy_server.url, proxy_api_keys=["k1", "k2"], proxy_rate_limit_per_min=2)
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    codes = [httpx.post(f"{url}/v1/chat/completions", json=body, headers={"Authorization": "Bearer k1",
+                                                                          "X-Turn-Type": "side"}).status_code
+             for _ in range(3)]
+    assert codes == [200, 200, 429]
+    r = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"Authorization": "Bearer k2", "X-Turn-Type": "side"})
+    assert r.status_code == 200  # the limit is per key
