@@ -135,9 +135,24 @@ class LocalStack:
             server.stop()
 
 
-def _collect(stack: LocalStack, n: int) -> Any:
+def _collect(stack: LocalStack, n: int, bar: Any = None) -> Any:
     """Collect a batch, or None when the run is stopping."""
-    return stack.runtime.collect(n, stop=stack.stop_event)
+    def show(ready: int, total: int) -> None:
+        bar.total = total
+        bar.n = min(ready, total)
+        bar.refresh()
+
+    return stack.runtime.collect(n, stop=stack.stop_event, on_progress=show if bar is not None else None)
+
+
+def _progress_bar(enabled: bool) -> Any:
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=1, desc="next batch", unit="sample", leave=False, dynamic_ncols=True)
 
 
 def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
@@ -155,11 +170,12 @@ def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
         sim_thread = threading.Thread(target=_simulate, args=(stack, cfg, sim_result, progress), daemon=True)
         sim_thread.start()
     pool = ThreadPoolExecutor(1, thread_name_prefix="collect")
+    bar = _progress_bar(progress)
     try:
-        pending: Future = pool.submit(_collect, stack, cfg.rollout_batch_size)
+        pending: Future = pool.submit(_collect, stack, cfg.rollout_batch_size, bar)
         current = pending.result()
         while current is not None and not stack.stop_event.is_set():
-            pending = pool.submit(_collect, stack, cfg.rollout_batch_size)  # batch k+1 fills while k trains
+            pending = pool.submit(_collect, stack, cfg.rollout_batch_size, bar)  # batch k+1 fills while k trains
             result = stack.trainer.train(current.samples, current.metrics)
             nxt = pending.result()  # Slime syncs only once the next batch is complete (gate closed)
             result.metrics["perf/sync_ms"] = stack.trainer.sync()
@@ -171,7 +187,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
                 report.logprob_abs_diff.append(diff)
             report.stale_logprob_abs_diff.append(result.metrics.get("train/train_rollout_logprob_abs_diff", 0.0))
             if progress:
-                _print_step(result.step, result.metrics, sim_result)
+                _print_step(result.step, result.metrics, sim_result, bar)
             current = nxt
             if cfg.max_steps and result.step >= cfg.max_steps:
                 break
@@ -188,6 +204,8 @@ def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
         if sim_thread is not None:
             sim_thread.join(60)
         pool.shutdown(wait=True, cancel_futures=True)
+        if bar is not None:
+            bar.close()
         stack.close()
     report.preferred_prob_after = _preferred_probability(stack, cfg)
     sim = sim_result.get("result") or sim_result.get("live")
@@ -238,14 +256,18 @@ def _simulate(stack: LocalStack, cfg: LocalConfig, out: dict[str, Any], progress
         loop.close()
 
 
-def _print_step(step: int, m: dict[str, float], sim: dict[str, Any]) -> None:
+def _print_step(step: int, m: dict[str, float], sim: dict[str, Any], bar: Any = None) -> None:
     live = sim.get("live")
     rate = f" | preferred {live.rate_curve(32)[-1]:.0%} after {len(live.matches)} replies" if live and live.matches else ""
-    print(f"step {step:4d} | reward {m.get('rollout/reward_mean', 0):+.2f} | batch filled in "
+    line = (f"step {step:4d} | reward {m.get('rollout/reward_mean', 0):+.2f} | batch filled in "
           f"{m.get('rollout/batch_fill_seconds', 0):.1f}s | loss {m.get('train/loss', 0):+.4f} | "
           f"|Δlogprob| {m.get('train/rollout_fidelity_abs_diff', float('nan')):.1e} "
           f"(stale {m.get('train/train_rollout_logprob_abs_diff', float('nan')):.1e}) | "
-          f"sync {m.get('perf/sync_ms', 0):.1f}ms{rate}", flush=True)
+            f"sync {m.get('perf/sync_ms', 0):.1f}ms{rate}")
+    if bar is not None:
+        bar.write(line)
+    else:
+        print(line, flush=True)
 
 
 # Tuned on this task (seed 0, 2 CPU cores); see the learning-curve numbers in README.md.
