@@ -68,7 +68,9 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     host, port = settings.proxy.host, settings.proxy.port
     logging.getLogger(__name__).info("openclaw-rl proxy (%s mode) on http://%s:%d/v1 → policy %s, spool %s",
                                      settings.mode, host, port, settings.proxy.policy_url, proxy.spool.path)
-    uvicorn.run(proxy.app, host=host, port=port, log_level="warning", access_log=False)
+    from .servers import KEEP_ALIVE_S
+
+    uvicorn.run(proxy.app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_S)
     return 0
 
 

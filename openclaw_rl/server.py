@@ -122,7 +122,9 @@ class Proxy:
         tokenizer = tokenizer or load_tokenizer(p.tokenizer)
         if judge_tokenizer is None:
             judge_tokenizer = load_tokenizer(j.tokenizer) if j.tokenizer and j.tokenizer != p.tokenizer else tokenizer
-        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
+        # Pooled connections expire before the backend's keep-alive timeout (uvicorn and SGLang: 5 s), so a
+        # request never races the server closing its idle connection (seen as sporadic 502s under load).
+        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256, keepalive_expiry=2.0)
         http = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(p.request_timeout_s, connect=p.connect_timeout_s),
                                  trust_env=False)
         renderer = ChatRenderer(tokenizer, p.enable_thinking)

@@ -16,6 +16,9 @@ from typing import Any
 import uvicorn
 
 
+KEEP_ALIVE_S = 30  # longer than clients' pool expiry (httpx: 5 s), so idle connections close client-side first
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """Ask the OS for a free TCP port on ``host`` (racy by nature, fine for loopback tests)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -31,7 +34,7 @@ class BackgroundServer:
         self.port = port or free_port(host)
         config = uvicorn.Config(
             app, host=self.host, port=self.port, log_level=log_level, lifespan="on", access_log=False,
-            timeout_graceful_shutdown=5,
+            timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S,
         )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None

@@ -62,7 +62,8 @@ async def _session(client: httpx.AsyncClient, url: str, sid: str, turns: int, re
 async def run_load(url: str, *, sessions: int, turns: int, concurrency: int | None = None, tools: list | None = None,
                    session_done: bool = False, timeout_s: float = 120.0) -> LoadReport:
     report = LoadReport(sessions, turns)
-    limits = httpx.Limits(max_connections=concurrency or sessions, max_keepalive_connections=concurrency or sessions)
+    limits = httpx.Limits(max_connections=concurrency or sessions, max_keepalive_connections=concurrency or sessions,
+                          keepalive_expiry=2.0)
     gate = asyncio.Semaphore(concurrency or sessions)
 
     async def one(i: int) -> None:
