@@ -15,7 +15,6 @@ from typing import Any
 
 import uvicorn
 
-
 KEEP_ALIVE_S = 30  # longer than clients' pool expiry (httpx: 5 s), so idle connections close client-side first
 
 
