@@ -70,7 +70,8 @@ def cmd_serve(ns: argparse.Namespace) -> int:
                                      settings.mode, host, port, settings.proxy.policy_url, proxy.spool.path)
     from .servers import KEEP_ALIVE_S
 
-    uvicorn.run(proxy.app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_S)
+    uvicorn.run(proxy.app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_S,
+                h11_max_incomplete_event_size=settings.proxy.max_header_bytes)
     return 0
 
 

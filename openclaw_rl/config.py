@@ -34,6 +34,7 @@ class ProxySettings:
     request_timeout_s: float = 600.0  # a policy call slower than this becomes a 504
     connect_timeout_s: float = 5.0
     max_body_bytes: int = 8 * 1024 * 1024  # larger request bodies get 413
+    max_header_bytes: int = 64 * 1024  # larger request heads are refused with 400 by the HTTP parser
     max_new_tokens: int = 2048  # used when the client sends neither max_tokens nor max_completion_tokens
     max_new_tokens_cap: int = 8192  # client values above this are clamped (Slime's rollout-max-response-len)
     rollout_temperature: float | None = 1.0  # main-line turns sample at this temperature so rollout

@@ -34,7 +34,8 @@ class ProxyRuntime:
     def __init__(self, settings: Settings, *, tokenizer: Any = None, judge_tokenizer: Any = None):
         self.settings = settings
         self.proxy = Proxy.build(settings, tokenizer=tokenizer, judge_tokenizer=judge_tokenizer, gate_open=False)
-        self.server = BackgroundServer(self.proxy.app, settings.proxy.host, settings.proxy.port, log_level="warning")
+        self.server = BackgroundServer(self.proxy.app, settings.proxy.host, settings.proxy.port, log_level="warning",
+                                       max_header_bytes=settings.proxy.max_header_bytes)
         self.server.start()
         self._unacked: list[str] = []
         log.info("openclaw-rl proxy (%s mode) listening on %s/v1", settings.mode, self.server.url)

@@ -269,8 +269,26 @@ def make_app(proxy: Proxy) -> FastAPI:
         metrics.submission_open.set(1 if proxy.gate.is_open else 0)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
+    app.add_middleware(HeaderLimitMiddleware, limit=proxy.settings.proxy.max_header_bytes)
     app.add_middleware(ObserveMiddleware, metrics=metrics)
     return app
+
+
+class HeaderLimitMiddleware:
+    """431 for request heads over the limit (h11 only bounds heads that arrive in pieces)."""
+
+    def __init__(self, app: Any, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and sum(len(k) + len(v) for k, v in scope["headers"]) > self.limit:
+            body = json.dumps({"error": {"message": f"request headers exceed {self.limit} bytes",
+                                         "type": "invalid_request_error", "param": None, "code": 431}}).encode()
+            await send({"type": "http.response.start", "status": 431,
+                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
 
 
 class ObserveMiddleware:

@@ -28,12 +28,13 @@ def free_port(host: str = "127.0.0.1") -> int:
 class BackgroundServer:
     """A uvicorn server on a daemon thread. Use as a context manager or call start()/stop()."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int | None = None, log_level: str = "warning"):
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int | None = None, log_level: str = "warning",
+                 max_header_bytes: int = 64 * 1024):
         self.host = host
         self.port = port or free_port(host)
         config = uvicorn.Config(
             app, host=self.host, port=self.port, log_level=log_level, lifespan="on", access_log=False,
-            timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S,
+            timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S, h11_max_incomplete_event_size=max_header_bytes,
         )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None

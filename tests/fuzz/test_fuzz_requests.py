@@ -150,3 +150,11 @@ def test_surrogates_and_control_characters_in_content_are_served(fuzz_proxy):
         r = httpx.post(f"{url}/v1/chat/completions", content=body, timeout=30,
                        headers={**auth, "X-Turn-Type": "side", "content-type": "application/json"})
         assert r.status_code in (200, 400), (repr(s[:20]), r.status_code, r.text[:200])
+
+
+def test_oversized_headers_are_refused(fuzz_proxy):
+    proxy, url = fuzz_proxy
+    r = httpx.post(f"{url}/v1/chat/completions", json=VALID, headers={"Authorization": "Bearer k",
+                                                                      "X-Padding": "x" * 100_000})
+    assert r.status_code == 431 and r.json()["error"]["code"] == 431
+    assert httpx.get(f"{url}/healthz").status_code == 200  # the server is unaffected
