@@ -241,7 +241,7 @@ def _simulate(stack: LocalStack, cfg: LocalConfig, out: dict[str, Any], progress
         kwargs["preferred_style"] = cfg.preferred_style
     loop = asyncio.new_event_loop()
     task = loop.create_task(run_simulation(stack.url, interactions=cfg.interactions, concurrency=cfg.concurrency,
-                                           seed=cfg.seed, on_interaction=lambda r: out.__setitem__("live", r),
+                                           seed=cfg.seed, window=40, on_interaction=lambda r: out.__setitem__("live", r),
                                            **kwargs))
     out["loop"], out["task"] = loop, task
     try:
@@ -272,9 +272,9 @@ def _print_step(step: int, m: dict[str, float], sim: dict[str, Any], bar: Any = 
 
 # Tuned on this task (seed 0, 2 CPU cores); see the learning-curve numbers in README.md.
 MODE_DEFAULTS: dict[str, dict[str, float]] = {
-    "rl": {"lr": 5e-4, "kl_coef": 0.0, "batch_size": 8, "interactions": 320},
-    "opd": {"lr": 5e-4, "kl_coef": 0.0, "batch_size": 4, "interactions": 480},  # samples only from corrections
-    "combine": {"lr": 5e-4, "kl_coef": 0.0, "batch_size": 8, "interactions": 320},
+    "rl": {"lr": 5e-4, "kl_coef": 0.0, "batch_size": 8, "interactions": 400},
+    "opd": {"lr": 5e-4, "kl_coef": 0.0, "batch_size": 4, "interactions": 640},  # samples only from corrections
+    "combine": {"lr": 5e-4, "kl_coef": 0.0, "batch_size": 8, "interactions": 400},
 }
 
 
