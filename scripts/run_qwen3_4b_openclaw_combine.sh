@@ -25,16 +25,8 @@ oc_variant_slime_checks() {
 }
 
 oc_algorithm_args() {  # upstream's COMBINE_ARGS
-  ALGO_ARGS=(
-    --advantage-estimator grpo
-    --disable-rewards-normalization
-    --loss-type custom_loss
-    --custom-loss-function-path openclaw_combine.loss.combine_loss_function
-    --entropy-coef 0.00
-    --eps-clip 0.2
-    --eps-clip-high 0.28
-  )
-  oc_add_kl_args
+  oc_grpo_args
+  ALGO_ARGS+=(--loss-type custom_loss --custom-loss-function-path openclaw_combine.loss.combine_loss_function)
 }
 
 # shellcheck source=lib/common.sh

@@ -20,14 +20,7 @@ DEF_ROLLOUT_BATCH_SIZE=16 DEF_LR=1e-5 DEF_SAVE_INTERVAL=100
 WANDB_GROUP=qwen3-4b-openclaw-rl
 
 oc_algorithm_args() {  # upstream's GRPO_ARGS
-  ALGO_ARGS=(
-    --advantage-estimator grpo
-    --disable-rewards-normalization
-    --entropy-coef 0.00
-    --eps-clip 0.2
-    --eps-clip-high 0.28
-  )
-  oc_add_kl_args
+  oc_grpo_args
 }
 
 # shellcheck source=lib/common.sh

@@ -25,14 +25,7 @@ oc_variant_slime_checks() {
 }
 
 oc_algorithm_args() {  # upstream's GRPO_ARGS
-  ALGO_ARGS=(
-    --advantage-estimator grpo
-    --disable-rewards-normalization
-    --entropy-coef 0.00
-    --eps-clip 0.2
-    --eps-clip-high 0.28
-  )
-  oc_add_kl_args
+  oc_grpo_args
 }
 
 # shellcheck source=lib/common.sh

@@ -384,6 +384,18 @@ oc_resolve_opd_advantage() {
 
 # Upstream passed --use-kl-loss --kl-loss-coef 0.0: the reference model was loaded and evaluated for a
 # term that is always zero. The KL group is emitted only for a non-zero KL_LOSS_COEF.
+# upstream's GRPO_ARGS (rl, rl_lora, combine_lora; combine appends its custom loss), then the KL group.
+oc_grpo_args() {
+  ALGO_ARGS=(
+    --advantage-estimator grpo
+    --disable-rewards-normalization
+    --entropy-coef 0.00
+    --eps-clip 0.2
+    --eps-clip-high 0.28
+  )
+  oc_add_kl_args
+}
+
 oc_add_kl_args() {
   if ! oc_is_zero "${KL_LOSS_COEF}"; then
     ALGO_ARGS+=(--use-kl-loss --kl-loss-coef "${KL_LOSS_COEF}" --kl-loss-type low_var_kl)

@@ -10,7 +10,7 @@ from openclaw_rl.binary_rl import BinaryRLScorer
 from openclaw_rl.config import Settings
 from openclaw_rl.judge import PRMJudgement
 from openclaw_rl.metrics import ProxyMetrics
-from openclaw_rl.scoring import Ledger, Outcome
+from openclaw_rl.scoring import Outcome
 from openclaw_rl.sessions import SessionTracker
 from openclaw_rl.turns import DropReason, Generation, Turn
 
@@ -164,7 +164,3 @@ def test_memory_is_bounded_by_max_sessions():
         await settle()
         assert len(tracker.sessions) == 5 and len(emitted) == 7
     asyncio.run(run())
-
-
-def test_ledger_is_per_session():
-    assert Ledger().effective == 0
