@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+GOLDEN = Path(__file__).resolve().parent / "data"  # recorded traffic, copied into the repository
 
 
 def policy_reply(prompt: str) -> str:

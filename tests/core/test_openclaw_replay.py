@@ -1,4 +1,4 @@
-"""Replay stock OpenClaw 2026.9.6's recorded requests through the proxy (../shared/reference/openclaw-golden).
+"""Replay stock OpenClaw 2026.9.6's recorded requests through the proxy (tests/data/openclaw-golden).
 
 Every main-line turn that has a next state must become a sample of the right session, with the right
 next state, even though OpenClaw sends no X-Session-Id / X-Turn-Type and wraps every request with an

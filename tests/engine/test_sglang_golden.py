@@ -1,6 +1,6 @@
 """Replay real SGLang 0.5.23 exchanges against the embedded engine and compare shapes and semantics.
 
-The transcripts (``/work/shared/reference/sglang-golden/exchanges.jsonl``) come from a tiny Qwen3 with a
+The transcripts (``tests/data/sglang-golden/exchanges.jsonl``) come from a tiny Qwen3 with a
 1708-token vocabulary: ``<|endoftext|>``, ``<|im_start|>``, ``<|im_end|>`` = 0, 1, 2, then the 256 byte
 tokens (3..258, sorted like ours), then merges. Our tiny tokenizer keeps the byte tokens at 0..255 and
 the specials after the merges, so request ids are mapped (specials → ours, bytes → id - 3, merges kept).
@@ -13,7 +13,6 @@ model decides (log-probs, ids of merged tokens, cache counters, latencies).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,9 @@ import pytest
 from openclaw_rl.engine import ScriptedModel, make_engine_app
 from openclaw_rl.servers import BackgroundServer
 
-GOLDEN = Path(os.environ.get("SGLANG_GOLDEN", "/work/shared/reference/sglang-golden/exchanges.jsonl"))
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "sglang-golden" / "exchanges.jsonl"
 MODEL_DIR = "<model-dir>"
-EXCHANGES = [json.loads(line) for line in GOLDEN.read_text().splitlines()] if GOLDEN.exists() else []
+EXCHANGES = [json.loads(line) for line in GOLDEN.read_text().splitlines()]  # missing data fails loudly
 SKIPPED = {
     "get_server_info": "556 server args; a subset is checked in test_server_info_subset",
     "release_memory_occupation": "crash exchange, see test_crash_exchanges",
@@ -35,9 +34,6 @@ SKIPPED = {
 REPLAYED = [e for e in EXCHANGES if not e["name"].startswith(("skiptok_", "chat_")) and e["name"] not in SKIPPED]
 # Values the model or the cache decides; only their type is compared.
 _VOLATILE = {"cached_tokens_details"}
-
-pytestmark = pytest.mark.skipif(not EXCHANGES, reason=f"golden transcripts not found at {GOLDEN}")
-
 
 def golden_to_ours(token_id: int) -> int:
     if token_id < 3:
