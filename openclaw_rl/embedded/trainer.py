@@ -52,6 +52,8 @@ class TrainerConfig:
     metrics_path: str = ""  # JSONL, one line per step
     tensorboard_dir: str = ""
     seed: int = 0
+    max_staleness: int = -1  # refuse samples sampled more than N steps ago (-1: no bound); see staleness.py
+    fidelity_copies: int = 3  # served weight versions kept to score fidelity; 0 saves their memory (large models)
 
     def slime_args(self) -> SimpleNamespace:
         """The attributes Slime's ``args`` carries that the loss functions read."""
@@ -115,8 +117,24 @@ def packed_logits(model: torch.nn.Module, tokens: list[torch.Tensor]) -> torch.T
     for i, t in enumerate(tokens):
         ids[i, : len(t)] = t
         mask[i, : len(t)] = 1
-    logits = model(input_ids=ids, attention_mask=mask).logits.float()  # (B, L, V)
+    device = model_device(model)
+    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()  # (B, L, V)
     return torch.cat([logits[i, : len(t)] for i, t in enumerate(tokens)]).unsqueeze(0)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def batch_to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """Every tensor of a batch (also inside lists) on ``device``; a no-op on CPU."""
+    if device.type == "cpu":
+        return batch
+    def move(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return v.to(device)
+        return [move(x) for x in v] if isinstance(v, list) else v
+    return {k: move(v) for k, v in batch.items()}
 
 
 # --- the trainer ----------------------------------------------------------------------------------------
@@ -144,7 +162,9 @@ class EmbeddedTrainer:
         # train/inference mismatch from the one-step staleness of the async loop (Slime's own metric
         # train_rollout_logprob_abs_diff includes both).
         # Slime's async loop trains batch k+1 after syncing step k, so keep the last few served versions.
-        self.served: OrderedDict[str, torch.nn.Module] = OrderedDict(default=copy.deepcopy(model).eval())
+        self.served: OrderedDict[str, torch.nn.Module] = OrderedDict()
+        if cfg.fidelity_copies > 0:
+            self.served["default"] = copy.deepcopy(model).eval()
         self.reference = copy.deepcopy(model).eval() if cfg.kl_coef > 0 else None  # frozen initial weights
         self._tb = self._tensorboard()
         if cfg.ckpt_dir:
@@ -162,7 +182,12 @@ class EmbeddedTrainer:
 
     def train(self, samples: list[TrainingSample], rollout_metrics: dict[str, float] | None = None) -> StepResult:
         t0 = time.perf_counter()
-        batch = build_batch(samples)
+        from .staleness import admit
+
+        samples, stale_metrics = admit(samples, self.step, self.cfg.max_staleness)
+        if not samples:  # the whole batch was too stale: no step, the caller still acknowledges it
+            return StepResult(self.step, {**stale_metrics, **(rollout_metrics or {})})
+        batch = batch_to(build_batch(samples), model_device(self.model))
         reducer = make_sum_of_sample_mean(batch["response_lengths"], batch["loss_masks"])
         with torch.no_grad():  # old log-probs: recomputed with the weights that are about to be updated
             self.model.eval()
@@ -185,6 +210,7 @@ class EmbeddedTrainer:
         # every loss metric is a sum of per-sample means (Slime's reducer): report the mean over samples
         metrics = {f"train/{k}": float(v) / max(len(samples), 1) for k, v in loss_metrics.items()}
         metrics.update(self._fidelity(samples))
+        metrics.update(stale_metrics)
         metrics.update({"train/grad_norm": float(grad_norm), "perf/train_seconds": time.perf_counter() - t0,
                         "rollout/samples": float(len(samples)), **(rollout_metrics or {})})
         if self.cfg.save_every and self.cfg.ckpt_dir and self.step % self.cfg.save_every == 0:
@@ -197,7 +223,10 @@ class EmbeddedTrainer:
         version = f"step-{self.step}"
         self.sync_fn(self.model.state_dict(), version)
         elapsed = (time.perf_counter() - t0) * 1000
-        oldest = self.served.popitem(last=False)[1] if len(self.served) >= 3 else copy.deepcopy(self.model)
+        if self.cfg.fidelity_copies <= 0:
+            return elapsed
+        oldest = (self.served.popitem(last=False)[1] if len(self.served) >= self.cfg.fidelity_copies
+                  else copy.deepcopy(self.model))
         oldest.load_state_dict(self.model.state_dict())
         self.served[version] = oldest.eval()
         return elapsed
@@ -212,7 +241,7 @@ class EmbeddedTrainer:
             same = [s for s in samples if s.metadata.get("weight_version") == version and s.response_length]
             if not same:
                 continue
-            batch = build_batch(same)
+            batch = batch_to(build_batch(same), model_device(model))
             logits = packed_logits(model, batch["unconcat_tokens"])
             diffs += [(token_log_probs(lg, tok) - rollout).abs().mean().item() for (lg, tok), rollout in
                       zip(iter_response_logits(self.args, batch, logits), batch["rollout_log_probs"])]
