@@ -60,6 +60,31 @@ class TrainReport:
     seconds: float = 0.0
 
 
+def check_policy_server(info: dict[str, Any], model: str) -> list[str]:
+    """What in ``/get_server_info`` would silently spoil training; raises on what makes it wrong.
+
+    The proxy reads SGLang's cumulative streaming chunks; ``--incremental-streaming-output`` would make it
+    record only each chunk's last tokens. SGLang's ``--dtype auto`` serves a float32 checkpoint in
+    float16, which moves rollout log-probs ~5e-3 away from an fp32 trainer (``--dtype float32``: ~1e-5).
+    """
+    if info.get("incremental_streaming_output"):
+        raise ValueError("the policy server streams incrementally (--incremental-streaming-output); the proxy "
+                         "needs SGLang's default cumulative chunks: relaunch without that flag")
+    warnings = []
+    if info.get("dtype") == "auto" and _checkpoint_dtype(model) in ("float32", None):
+        warnings.append("the policy server runs --dtype auto, which serves a float32 checkpoint in float16: "
+                        "launch it with --dtype float32 (CPU) or bfloat16 (GPU, bf16 checkpoint)")
+    return warnings
+
+
+def _checkpoint_dtype(model: str) -> str | None:
+    try:
+        config = json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config.get("dtype") or config.get("torch_dtype")
+
+
 class ExternalStack:
     """The proxy (its own thread), the trainer and the weight-sync client; ``close()`` stops the proxy."""
 
@@ -84,6 +109,8 @@ class ExternalStack:
         self.weights = SGLangWeightSync(settings.proxy.policy_url, cfg.sync_dir or self.out / "weights",
                                         api_key=settings.proxy.policy_api_key)
         served = self.weights.server_version()  # fails early and clearly if the server is not there
+        for warning in check_policy_server(dict(self.weights.get("/get_server_info")), cfg.model):
+            log.warning(warning)
         model = load_policy(cfg.model, cfg.policy)
         self.metrics_path = str(self.out / "metrics.jsonl")
         temperature = settings.proxy.rollout_temperature

@@ -88,7 +88,7 @@ class SGLangWeightSync:
 
     def server_version(self) -> str:
         """The version label the server reports now (``"default"`` until the first update)."""
-        return str(self._get("/get_model_info").get("weight_version"))
+        return str(self.get("/get_model_info").get("weight_version"))
 
     def sync(self, model: torch.nn.Module, version: str) -> None:
         t0 = time.perf_counter()
@@ -118,7 +118,7 @@ class SGLangWeightSync:
             raise WeightSyncError(f"policy server reports weight_version {reported!r} after loading {version!r}")
         log.info("policy server %s now serves %s (%s)", self.url, version, model_path)
 
-    def _get(self, path: str) -> Mapping[str, Any]:
+    def get(self, path: str) -> Mapping[str, Any]:
         try:
             resp = self.http.get(f"{self.url}{path}")
         except httpx.HTTPError as exc:
