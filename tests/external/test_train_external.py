@@ -108,3 +108,18 @@ def test_the_server_check_refuses_incremental_streaming_and_flags_fp16_serving(t
     assert check_policy_server({"dtype": "auto"}, str(tiny_model_dir))  # a float32 checkpoint served as fp16
     assert check_policy_server({"dtype": "float32", "incremental_streaming_output": False}, str(tiny_model_dir)) == []
     assert check_policy_server({}, str(tiny_model_dir)) == []  # the embedded engine serves the checkpoint's dtype
+
+
+def test_the_train_command_line_maps_onto_the_proxy_and_trainer_settings():
+    from openclaw_rl.cli import build_parser, settings_from_cli
+    from openclaw_rl.embedded.hf_policy import policy_config_from_cli
+
+    ns = build_parser().parse_args(["train", "--model", "/m", "--policy-url", "http://127.0.0.1:30010",
+                                    "--judge-url", "http://127.0.0.1:30020", "--pause-mode", "hold", "--lora-rank", "16",
+                                    "--lora-targets", "q_proj,v_proj", "--gradient-checkpointing", "--max-staleness", "1"])
+    settings = settings_from_cli(ns)
+    assert (settings.proxy.policy_url, settings.judge.url, settings.proxy.pause_mode) == (
+        "http://127.0.0.1:30010", "http://127.0.0.1:30020", "hold")
+    policy = policy_config_from_cli(ns)
+    assert (policy.lora_rank, policy.lora_targets, policy.gradient_checkpointing) == (16, ("q_proj", "v_proj"), True)
+    assert ns.max_staleness == 1 and ns.fn.__name__ == "_cmd_train"
