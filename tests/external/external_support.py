@@ -70,3 +70,50 @@ def sample_over_http(url: str, tokenizer: Any, n: int = 4, max_new_tokens: int =
                                       loss_mask=[1] * len(data["output_ids"]), reward=(-1.0) ** i,
                                       metadata={"weight_version": meta["weight_version"]}))
     return samples
+
+
+def score(model: Any, samples: list[Any]) -> list[Any]:
+    """Per-sample response log-probs of ``samples`` under ``model`` (the trainer's own computation)."""
+    import torch
+
+    from openclaw_rl.embedded.trainer import TrainerConfig, build_batch, packed_logits
+    from slime_plugins.openclaw.logprobs import iter_response_logits, token_log_probs
+
+    batch = build_batch(samples)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        logits = packed_logits(model, batch["unconcat_tokens"])
+    model.train(was_training)
+    return [token_log_probs(lg, tok) for lg, tok in iter_response_logits(TrainerConfig().slime_args(), batch, logits)]
+
+
+def max_gap(a: list[Any], b: list[Any]) -> float:
+    import torch
+
+    return max((torch.as_tensor(x) - torch.as_tensor(y)).abs().max().item() for x, y in zip(a, b))
+
+
+def step_and_sync(url: str, model: Any, tokenizer: Any, sync_dir: Path) -> dict[str, Any]:
+    """One trainer step on rollouts from the server at ``url``, a sync into it, fresh rollouts after it.
+
+    Returns the step's metrics and three gaps over the fresh rollouts: the server's rollout log-probs vs
+    the trained model (``synced``: small when the server serves exactly the synced weights), and the
+    trained vs the initial model (``moved``: how far the step moved, so ``synced`` means something).
+    """
+    from openclaw_rl.embedded.trainer import EmbeddedTrainer, TrainerConfig
+    from openclaw_rl.embedded.weight_sync import SGLangWeightSync
+
+    weights = SGLangWeightSync(url, sync_dir)
+    try:
+        trainer = EmbeddedTrainer(TrainerConfig(lr=1e-2), model, sync=lambda _sd, v: weights.sync(model, v))
+        result = trainer.train(sample_over_http(url, tokenizer))
+        trainer.sync()
+        fresh = sample_over_http(url, tokenizer)
+        ours = score(model, fresh)
+        return {"metrics": result.metrics, "version": weights.server_version(), "fresh": fresh, "ours": ours,
+                "fresh_versions": {s.metadata["weight_version"] for s in fresh},
+                "synced": max_gap(ours, [s.rollout_log_probs for s in fresh]),
+                "moved": max_gap(ours, score(trainer.served["default"], fresh))}
+    finally:
+        weights.close()

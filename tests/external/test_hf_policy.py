@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from external_support import engine_for, sample_over_http, tiny_qwen3_checkpoint
+from external_support import (
+    engine_for,
+    max_gap,
+    sample_over_http,
+    score,
+    step_and_sync,
+    tiny_qwen3_checkpoint,
+)
 
 from openclaw_rl.embedded.hf_policy import PolicyLoadConfig, load_policy
-from openclaw_rl.embedded.trainer import EmbeddedTrainer, TrainerConfig, build_batch, packed_logits
-from openclaw_rl.embedded.weight_sync import SGLangWeightSync, full_state_dict
+from openclaw_rl.embedded.trainer import EmbeddedTrainer, TrainerConfig
+from openclaw_rl.embedded.weight_sync import full_state_dict
 
 
 def test_auto_precision():
@@ -22,17 +29,6 @@ def test_auto_precision():
         PolicyLoadConfig(dtype="int8").resolved_dtype()
 
 
-def _engine_log_probs(core, samples):
-    """The engine's own model scoring the samples (its weights as loaded, fp32)."""
-    from slime_plugins.openclaw.logprobs import iter_response_logits, token_log_probs
-
-    args = TrainerConfig().slime_args()
-    batch = build_batch(samples)
-    with torch.no_grad():
-        logits = packed_logits(core.model, batch["unconcat_tokens"])
-    return [token_log_probs(lg, tok) for lg, tok in iter_response_logits(args, batch, logits)]
-
-
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_qwen3_checkpoint_trains_and_syncs_into_a_separate_engine(tmp_path, tokenizer, lora):
     ckpt = tiny_qwen3_checkpoint(tmp_path / "qwen3", tokenizer, tie=False)
@@ -40,38 +36,22 @@ def test_qwen3_checkpoint_trains_and_syncs_into_a_separate_engine(tmp_path, toke
     model = load_policy(str(ckpt), cfg)
     assert next(model.parameters()).dtype == torch.float32
     assert getattr(model, "is_activation_checkpointing", None) or model.is_gradient_checkpointing
+    frozen = {k: v.clone() for k, v in model.named_parameters() if not v.requires_grad}
     with engine_for(ckpt, tokenizer) as engine:
-        weights = SGLangWeightSync(engine.url, tmp_path / "sync")
-        trainer = EmbeddedTrainer(TrainerConfig(lr=1e-2), model, sync=lambda _sd, v: weights.sync(model, v))
-        frozen = {k: v.clone() for k, v in model.named_parameters() if not v.requires_grad}
-        samples = sample_over_http(engine.url, tokenizer)
-        result = trainer.train(samples)
-        # the step used the rollouts of the same weights: trainer and engine agree on every sampled token
-        assert result.metrics["train/rollout_fidelity_samples"] == len(samples)
-        assert result.metrics["train/rollout_fidelity_abs_diff"] < 1e-5
-        assert result.metrics["train/grad_norm"] > 0
-        if lora:
-            assert frozen and all(torch.equal(v, dict(model.named_parameters())[k]) for k, v in frozen.items())
-            base, state = full_state_dict(model)
-            assert base is not model and set(state) == _checkpoint_keys(ckpt)  # exactly the base checkpoint keys
-        trainer.sync()
-        assert weights.server_version() == "step-1"
-        # the engine now serves the trainer's (merged) weights: its log-probs are the trainer's
-        fresh = sample_over_http(engine.url, tokenizer)
-        assert {s.metadata["weight_version"] for s in fresh} == {"step-1"}
-        model.eval()
-        with torch.no_grad():
-            from slime_plugins.openclaw.logprobs import iter_response_logits, token_log_probs
-
-            batch = build_batch(fresh)
-            logits = packed_logits(model, batch["unconcat_tokens"])
-            ours = [token_log_probs(lg, tok) for lg, tok in iter_response_logits(trainer.args, batch, logits)]
-        theirs = _engine_log_probs(engine.core, fresh)
-        gap = max((a - b).abs().max().item() for a, b in zip(ours, theirs))
-        assert gap < 1e-5, gap
-        rollout_gap = max((a - torch.tensor(s.rollout_log_probs)).abs().max().item() for a, s in zip(ours, fresh))
-        assert rollout_gap < 1e-4, rollout_gap
-        weights.close()
+        out = step_and_sync(engine.url, model, tokenizer, tmp_path / "sync")
+        theirs = score(engine.core.model, out["fresh"])  # the engine's own weights, as loaded
+    # the step used rollouts of the same weights: trainer and engine agree on every sampled token
+    assert out["metrics"]["train/rollout_fidelity_samples"] == 4
+    assert out["metrics"]["train/rollout_fidelity_abs_diff"] < 1e-5
+    assert out["metrics"]["train/grad_norm"] > 0
+    assert out["version"] == "step-1" and out["fresh_versions"] == {"step-1"}
+    # after the sync the engine serves exactly the trainer's (merged) weights, and the step moved them
+    assert max_gap(out["ours"], theirs) < 1e-5
+    assert out["synced"] < 1e-4 < 1e-2 < out["moved"], (out["synced"], out["moved"])
+    if lora:
+        assert frozen and all(torch.equal(v, dict(model.named_parameters())[k]) for k, v in frozen.items())
+        base, state = full_state_dict(model)
+        assert base is not model and set(state) == _checkpoint_keys(ckpt)  # exactly the base checkpoint keys
 
 
 def _checkpoint_keys(ckpt) -> set[str]:

@@ -15,14 +15,15 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
-from external_support import train_settings
+from external_support import step_and_sync, tiny_qwen3_checkpoint, train_settings
 
 from openclaw_rl.embedded.external import ExternalConfig, run_train
-from openclaw_rl.embedded.hf_policy import PolicyLoadConfig
+from openclaw_rl.embedded.hf_policy import PolicyLoadConfig, load_policy
 from openclaw_rl.servers import free_port
 
 SGLANG_PYTHON = os.environ.get("OPENCLAW_SGLANG_PYTHON", "")
@@ -43,6 +44,12 @@ def sglang_command(model_dir: Path, port: int) -> list[str]:
 
 @pytest.fixture
 def sglang_server(tiny_model_dir: Path, tmp_path: Path) -> Iterator[str]:
+    with launch_sglang(tiny_model_dir, tmp_path) as url:
+        yield url
+
+
+@contextmanager
+def launch_sglang(model_dir: Path, tmp_path: Path) -> Iterator[str]:
     port = free_port()
     home, tmp = tmp_path / "home", tmp_path / "tmp"
     home.mkdir()
@@ -50,7 +57,7 @@ def sglang_server(tiny_model_dir: Path, tmp_path: Path) -> Iterator[str]:
     env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmp), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     log_path = tmp_path / "sglang.log"
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(sglang_command(tiny_model_dir, port), env=env, stdout=log_file,
+        proc = subprocess.Popen(sglang_command(model_dir, port), env=env, stdout=log_file,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -98,3 +105,18 @@ def test_train_against_real_sglang_syncs_versioned_weights(sglang_server, rule_j
     assert report.fidelity and max(report.fidelity) < 1e-3, report.fidelity
     assert all(r["train/staleness_max"] <= cfg.max_staleness for r in rows)
     assert rows[2]["train/staleness_min"] == 1.0  # step 3 trained samples SGLang drew with the step-1 weights
+
+
+def test_lora_on_a_qwen3_checkpoint_syncs_merged_weights_into_real_sglang(tmp_path, tokenizer):
+    """LoRA trained here, merged into full weights, loaded by SGLang with /update_weights_from_disk
+    (SGLang's own adapter loading is not used). Untied lm_head, as in Qwen3-8B; q/k norms, GQA."""
+    ckpt = tiny_qwen3_checkpoint(tmp_path / "qwen3", tokenizer, tie=False)
+    model = load_policy(str(ckpt), PolicyLoadConfig(device="cpu", dtype="float32", gradient_checkpointing=True,
+                                                     lora_rank=4))
+    with launch_sglang(ckpt, tmp_path) as url:
+        out = step_and_sync(url, model, tokenizer, tmp_path / "sync")
+    print({k: out[k] for k in ("version", "fresh_versions", "synced", "moved")},
+          {k: v for k, v in out["metrics"].items() if "fidelity" in k})
+    assert out["metrics"]["train/rollout_fidelity_abs_diff"] < 1e-4  # SGLang fp32 vs the trainer, same weights
+    assert out["version"] == "step-1" and out["fresh_versions"] == {"step-1"}
+    assert out["synced"] < 1e-3 < 1e-2 < out["moved"], (out["synced"], out["moved"])
