@@ -59,9 +59,11 @@ def load_policy(model_path: str, cfg: PolicyLoadConfig) -> torch.nn.Module:
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device)
     if cfg.gradient_checkpointing:
         model.config.use_cache = False  # the KV cache is useless in training and conflicts with recompute
-        # transformers 5 renamed it; 4.x only has the old name
-        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-        enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2 renamed it
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     if cfg.lora_rank > 0:
         model = wrap_lora(model, cfg)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

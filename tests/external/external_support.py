@@ -42,7 +42,7 @@ def tiny_qwen3_checkpoint(out: Path, tokenizer: Any, *, tie: bool = False, seed:
 
     torch.manual_seed(seed)
     config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
                          tie_word_embeddings=tie, bos_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
