@@ -27,11 +27,11 @@ if TYPE_CHECKING:
 
 # Bump when the files a build writes change (corpus, template, init, pre-training), so that cached
 # directories from an older version are not reused.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 MARKER_FILE = "openclaw_tiny.json"
 CHAT_TEMPLATE_PATH = Path(__file__).with_name("chat_template.jinja")
 
-BPE_VOCAB_SIZE = 4096
+BPE_VOCAB_SIZE = 8192
 # Qwen's layout: specials right after the BPE vocabulary, <|im_end|> is eos, <|endoftext|> pads.
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 # Non-special, as in Qwen3, so decode(skip_special_tokens=True) keeps them and parsers can see them.
@@ -45,7 +45,7 @@ _SPLIT_PATTERN = (
 # The tokenizer does not depend on the model seed, so every checkpoint shares one vocabulary.
 _CORPUS_SEED = 0
 
-MAX_POSITIONS = 4096
+MAX_POSITIONS = 32768  # OpenClaw's prompt alone is ~15K tokens (51K characters); room for a long session
 _SHARED = {"num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": MAX_POSITIONS,
            "tie_word_embeddings": True}
 # Qwen3Config keyword arguments per preset. Most parameters sit in the tied 4105 x hidden embedding.
