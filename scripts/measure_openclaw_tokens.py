@@ -15,18 +15,10 @@ from pathlib import Path
 GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "data" / "openclaw-golden"
 
 
-def flatten(messages: list[dict]) -> list[dict]:
-    out = []
-    for m in messages:
-        c = m.get("content")
-        if isinstance(c, list):
-            c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
-        out.append({**m, "content": c or ""})
-    return out
-
-
 def main() -> None:
     from transformers import AutoTokenizer
+
+    from openclaw_rl.embedded.openclaw_golden import golden_prompt_ids
 
     if len(sys.argv) > 1:
         tok = AutoTokenizer.from_pretrained(sys.argv[1])
@@ -38,9 +30,8 @@ def main() -> None:
         print(f"tokenizer built in {time.perf_counter() - t0:.1f}s")
     for path in sorted(GOLDEN.glob("*.jsonl")):
         body = json.loads(path.read_text().splitlines()[0])["body"]
-        text = tok.apply_chat_template(flatten(body["messages"]), tools=body["tools"], tokenize=False,
-                                       add_generation_prompt=True)
-        n = len(tok.encode(text, add_special_tokens=False))
+        ids = golden_prompt_ids(tok, body)
+        text, n = tok.decode(ids), len(ids)
         print(f"{path.name}: {len(text)} characters -> {n} tokens ({len(text) / n:.2f} chars/token)")
 
 

@@ -51,9 +51,8 @@ def encode_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[list[in
     The two parts are encoded separately, as the proxy encodes the prompt and the engine samples the
     reply; the trailing newline after ``<|im_end|>`` is not part of any reply and is dropped.
     """
-    tools = getattr(messages, "tools", None)  # task.ToolChat: rendered with its tools, as OpenClaw sends them
-    prompt = tokenizer.apply_chat_template(list(messages[:-1]), tools=tools, tokenize=False, add_generation_prompt=True)
-    full = tokenizer.apply_chat_template(list(messages), tools=tools, tokenize=False)
+    prompt = tokenizer.apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True)
+    full = tokenizer.apply_chat_template(messages, tokenize=False)
     if not full.startswith(prompt):
         raise ValueError("the chat template's generation prompt is not a prefix of the rendered chat")
     target = full[len(prompt):].removesuffix("\n")

@@ -286,39 +286,6 @@ def pretraining_chat(rng: random.Random, draw_style: Callable[[], str]) -> list[
             {"role": "assistant", "content": answer(style, request, rng)}]
 
 
-class ToolChat(list):
-    """A chat (list of messages) that is rendered with a `tools` list, as OpenClaw's requests are."""
-
-    def __init__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]):
-        super().__init__(messages)
-        self.tools = tools
-
-
-def openclaw_chat(rng: random.Random, draw_style: Callable[[], str]) -> ToolChat:
-    """`pretraining_chat` as stock OpenClaw would send it: a synthetic OpenClaw-like system prompt and
-    tools (`openclaw_like`), timestamped user messages (the first with the Runtime line) and the
-    internal-context block as the last user message (flattened, as the proxy renders it). The target
-    is the same styled answer, so the model answers OpenClaw with visible text in one of the styles.
-    """
-    from openclaw_rl.embedded import openclaw_like
-
-    chat = [m for m in pretraining_chat(rng, draw_style) if m["role"] != "system"]
-    sid = f"s{rng.randint(0, 9999)}"
-    first = True
-    messages: list[dict[str, Any]] = [{"role": "system", "content": openclaw_like.system_prompt(rng, rng.randint(0, 3))}]
-    for m in chat[:-1]:
-        if m["role"] == "user":
-            m = openclaw_like.user_message(rng, m["content"], sid if first else None)
-            first = False
-        messages.append(m)
-    messages += [{"role": "user", "content": openclaw_like.INTERNAL_CONTEXT}, chat[-1]]
-    return ToolChat(messages, openclaw_like.tools(rng, rng.randint(1, 4)))
-
-
-OPENCLAW_SHARE = 0.03
-"""Fraction of pre-training chats in OpenClaw's shape (each is ~10x longer than a plain chat)."""
-
-
 def pretraining_chats(n: int, seed: int) -> list[list[dict[str, str]]]:
     """`n` seeded chats for supervised pre-training (train on the final assistant message only).
 
@@ -335,5 +302,4 @@ def pretraining_chats(n: int, seed: int) -> list[list[dict[str, str]]]:
             rng.shuffle(rounds)
         return rounds.pop()
 
-    return [openclaw_chat(rng, draw_style) if rng.random() < OPENCLAW_SHARE else pretraining_chat(rng, draw_style)
-            for _ in range(n)]
+    return [pretraining_chat(rng, draw_style) for _ in range(n)]

@@ -27,11 +27,11 @@ if TYPE_CHECKING:
 
 # Bump when the files a build writes change (corpus, template, init, pre-training), so that cached
 # directories from an older version are not reused.
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 MARKER_FILE = "openclaw_tiny.json"
 CHAT_TEMPLATE_PATH = Path(__file__).with_name("chat_template.jinja")
 
-BPE_VOCAB_SIZE = 8192
+BPE_VOCAB_SIZE = 4096
 # Qwen's layout: specials right after the BPE vocabulary, <|im_end|> is eos, <|endoftext|> pads.
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 # Non-special, as in Qwen3, so decode(skip_special_tokens=True) keeps them and parsers can see them.
