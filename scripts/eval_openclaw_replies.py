@@ -29,21 +29,22 @@ def main() -> None:
     p.add_argument("--n", type=int, default=16)
     p.add_argument("--preset", default="h128")
     p.add_argument("--model-dir", default="")
+    p.add_argument("--max-prompts", type=int, default=0, help="stop after this many recorded requests (0: all)")
     ns = p.parse_args()
     torch.set_num_threads(1)
     model_dir = ns.model_dir or ensure_tiny_model(ns.preset)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    for path in sorted(GOLDEN.glob("conversation_*.jsonl")):
-        for line_no, line in enumerate(path.read_text().splitlines()):
-            ids = golden_prompt_ids(tok, json.loads(line)["body"])
-            t0 = time.perf_counter()
-            rows = sample_continuations(model, ids, ns.n, seed=line_no, stop_ids=(tok.eos_token_id,))
-            texts = [tok.decode(r, skip_special_tokens=True) for r in rows]
-            styles = Counter(task.detect_style(t) for t in texts)
-            print(f"{path.name}#{line_no}: {len(ids)} prompt tokens, {time.perf_counter() - t0:.1f}s, styles {dict(styles)}")
-            print("   e.g.", repr(texts[0][:120]))
-
+    bodies = [(path.name, i, json.loads(line)["body"]) for path in sorted(GOLDEN.glob("conversation_*.jsonl"))
+              for i, line in enumerate(path.read_text().splitlines())]
+    for name, line_no, body in bodies[:ns.max_prompts or None]:
+        ids = golden_prompt_ids(tok, body)
+        t0 = time.perf_counter()
+        rows = sample_continuations(model, ids, ns.n, seed=line_no, stop_ids=(tok.eos_token_id,))
+        texts = [tok.decode(r, skip_special_tokens=True) for r in rows]
+        styles = Counter(task.detect_style(t) for t in texts)
+        print(f"{name}#{line_no}: {len(ids)} prompt tokens, {time.perf_counter() - t0:.1f}s, styles {dict(styles)}")
+        print("   e.g.", repr(texts[0][:120]))
 
 if __name__ == "__main__":
     main()

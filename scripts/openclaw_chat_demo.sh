@@ -61,13 +61,16 @@ SESSION=demo-$(date +%s)
 MESSAGE="How do I clean the kitchen?"
 for turn in $(seq 1 "$TURNS"); do
   echo "[demo] you: $MESSAGE"
-  REPLY=$(HOME="$DEMO/home" TMPDIR="$DEMO/tmp" "$OPENCLAW" agent --local --session-id "$SESSION" -m "$MESSAGE" 2>>"$DEMO/openclaw.err" || true)
+  # OpenClaw prints its own coloured log lines (ESC[…) on stdout too; the rest is the reply it shows.
+  REPLY=$(HOME="$DEMO/home" TMPDIR="$DEMO/tmp" "$OPENCLAW" agent --local --session-id "$SESSION" -m "$MESSAGE" \
+          2>>"$DEMO/openclaw.err" | grep -v $'^\e\[' || true)
   echo "[demo] OpenClaw shows: ${REPLY:-<nothing>}"
   if [[ "$REPLY" == Certainly* ]]; then MESSAGE="Thanks, perfect! Next: How do I water the garden?"
   else MESSAGE="No, please answer formally and politely. How do I clean the kitchen?"; fi
 done
 
-# 6. What the stack did: step lines, drops with reasons, samples in the spool.
+# 6. Wait (bounded) for the first training step: on 2 busy cores a step on ~15K-token samples takes minutes.
+for _ in $(seq 1 "${WAIT_STEP_S:-1200}"); do grep -q "^step" "$LOG" && break; sleep 1; done
 echo "[demo] --- openclaw-rl local log (steps, drops) ---"
 grep -E "^step|turn dropped|next batch" "$LOG" || echo "(no training step yet: $BATCH samples make a step)"
 kill -TERM $LOCAL_PID; wait $LOCAL_PID || true
