@@ -74,18 +74,15 @@ def sample_over_http(url: str, tokenizer: Any, n: int = 4, max_new_tokens: int =
 
 def score(model: Any, samples: list[Any]) -> list[Any]:
     """Per-sample response log-probs of ``samples`` under ``model`` (the trainer's own computation)."""
-    import torch
 
-    from openclaw_rl.embedded.trainer import TrainerConfig, build_batch, packed_logits
-    from slime_plugins.openclaw.logprobs import iter_response_logits, token_log_probs
+    from openclaw_rl.embedded.trainer import TrainerConfig, build_batch, sequence_logprobs
 
     batch = build_batch(samples)
     was_training = model.training
     model.eval()
-    with torch.no_grad():
-        logits = packed_logits(model, batch["unconcat_tokens"])
+    out = sequence_logprobs(model, batch, TrainerConfig().slime_args())
     model.train(was_training)
-    return [token_log_probs(lg, tok) for lg, tok in iter_response_logits(TrainerConfig().slime_args(), batch, logits)]
+    return out
 
 
 def max_gap(a: list[Any], b: list[Any]) -> float:
