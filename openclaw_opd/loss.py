@@ -1,7 +1,7 @@
 """Mode ``opd`` training signals: the token-level OPD advantage and the top-K distillation loss.
 
 Token level (default): ``A_t = teacher_t - old_t`` on every response token, then the ordinary PPO loss
-(``slime_plugins.openclaw.policy_loss``). Top-K (``--loss-type custom_loss``): reverse KL from the
+(``openclaw_rl.losses.policy_loss``). Top-K (``--loss-type custom_loss``): reverse KL from the
 student to the teacher over the teacher's top-K tokens plus one tail bin holding the remaining mass.
 
 Deviations from upstream OpenClaw-RL (``topk_distillation_loss.py`` and Slime's OPD estimator):
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from slime_plugins.openclaw.logprobs import active_tp_group, gather_log_probs, iter_response_logits
+from openclaw_rl.losses.logprobs import active_tp_group, gather_log_probs, iter_response_logits
 
 TEACHER_MASS_TOLERANCE = 1e-3  # a teacher top-K summing above 1 + this is not a distribution
 _LN2 = math.log(2.0)

@@ -1,7 +1,7 @@
 """The proxy running beside a trainer: open the gate, wait for a batch in the spool, close the gate.
 
 Stage: spool → **rollout** → trainer. Both trainers use this: Slime's rollout function (through
-``slime_plugins.openclaw.bridge``) and the embedded CPU trainer. The proxy runs on its own thread and
+``openclaw_rl.slime_hooks.bridge``) and the embedded CPU trainer. The proxy runs on its own thread and
 event loop. A batch is *leased* from the spool and acknowledged once the trainer has it; samples
 beyond the batch stay in the spool for the next one (upstream discarded them).
 """

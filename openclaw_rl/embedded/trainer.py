@@ -3,7 +3,7 @@
 Stage: rollout → **trainer** → weight sync → engine. Per step: take a batch from the proxy runtime
 (while the *next* batch is already being collected, Slime's ``train_async`` shape), build the batch
 dict Slime's Megatron actor would build (GRPO reward broadcast, teacher fields, recomputed old
-log-probs), call the mode's loss function from ``slime_plugins`` / ``openclaw_*`` — the very functions
+log-probs), call the mode's loss function from ``openclaw_rl.losses`` / ``openclaw_*`` — the very functions
 the Slime path uses — step AdamW, push the new weights into the engine in-process, acknowledge the
 batch so it leaves the spool, and log. Deliberately absent: data/tensor parallelism, micro-batching.
 """
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from openclaw_rl.samples import TrainingSample
-from slime_plugins.openclaw.policy_math import grpo_advantages, make_sum_of_sample_mean
+from openclaw_rl.losses.policy_math import grpo_advantages, make_sum_of_sample_mean
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def loss_for(cfg: TrainerConfig) -> Callable[..., tuple[torch.Tensor, dict[str, 
     """The loss each mode trains with, exactly as its Slime launch script configures it."""
     from openclaw_combine.loss import combine_loss_function
     from openclaw_opd.loss import on_policy_distillation_advantages, topk_distillation_loss_function
-    from slime_plugins.openclaw.policy_loss import policy_loss_function
+    from openclaw_rl.losses.policy_loss import policy_loss_function
 
     def token_opd(args: Any, batch: dict[str, Any], logits: torch.Tensor, reducer: Any) -> Any:
         on_policy_distillation_advantages(args, batch)  # A = teacher − old, Slime's estimator
@@ -167,7 +167,7 @@ class EmbeddedTrainer:
         with torch.no_grad():  # old log-probs: recomputed with the weights that are about to be updated
             self.model.eval()
             old = packed_logits(self.model, batch["unconcat_tokens"])
-            from slime_plugins.openclaw.logprobs import iter_response_logits, token_log_probs
+            from openclaw_rl.losses.logprobs import iter_response_logits, token_log_probs
 
             batch["log_probs"] = [token_log_probs(lg, tok) for lg, tok in iter_response_logits(self.args, batch, old)]
             if self.reference is not None:
@@ -205,7 +205,7 @@ class EmbeddedTrainer:
     @torch.no_grad()
     def _fidelity(self, samples: list[TrainingSample]) -> dict[str, float]:
         """Mean |trainer log-prob - rollout log-prob|, each sample scored with the weights that sampled it."""
-        from slime_plugins.openclaw.logprobs import iter_response_logits, token_log_probs
+        from openclaw_rl.losses.logprobs import iter_response_logits, token_log_probs
 
         diffs: list[float] = []
         for version, model in self.served.items():

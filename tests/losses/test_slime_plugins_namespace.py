@@ -11,7 +11,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROBE = (
-    "import slime_plugins.models as models, slime_plugins.openclaw.policy_math as math_mod; "
+    "import slime_plugins.models as models, openclaw_rl.losses.policy_math as math_mod; "
     "assert models.ORIGIN == 'slime', models.ORIGIN; "
     "assert callable(math_mod.compute_policy_loss)"
 )
