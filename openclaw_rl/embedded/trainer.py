@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from openclaw_rl.samples import TrainingSample
 from openclaw_rl.losses.policy_math import grpo_advantages, make_sum_of_sample_mean
+from openclaw_rl.samples import TrainingSample
 
 log = logging.getLogger(__name__)
 
