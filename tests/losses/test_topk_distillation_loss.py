@@ -152,7 +152,7 @@ def test_empty_samples_and_an_all_empty_micro_batch() -> None:
 
 def test_missing_teacher_topk_fields_raise() -> None:
     batch, logits = build_packed_batch([2])
-    with pytest.raises(ValueError, match="distill-topk"):
+    with pytest.raises(ValueError, match="distill_topk"):
         _run(batch, logits)
 
 
