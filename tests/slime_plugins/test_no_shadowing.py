@@ -11,6 +11,7 @@ Slime-shaped checkout first on the path, for the three ways the project can be i
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -83,9 +84,15 @@ def test_regular_install_with_slime_first(slime_checkout: Path, tmp_path: Path) 
     site = next(Path(p) for p in sys.path if p.endswith("site-packages"))
     venv_site = next((target / "lib").glob("python*/site-packages"))
     (venv_site / "openclaw_deps.pth").write_text(f"{site}\n")
+    source = tmp_path / "src"  # a copy, so the build leaves nothing in the checkout
+    for name in ("pyproject.toml", "README.md"):
+        source.mkdir(exist_ok=True)
+        shutil.copy(REPO_ROOT / name, source / name)
+    for package in ("openclaw_rl", "openclaw_opd", "openclaw_combine", "slime_plugins"):
+        shutil.copytree(REPO_ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     wheels = tmp_path / "wheels"  # built with this interpreter's setuptools (the fresh venv's may be too old)
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                            "-q", "-w", str(wheels), str(REPO_ROOT)], capture_output=True, text=True, timeout=600,
+                            "-q", "-w", str(wheels), str(source)], capture_output=True, text=True, timeout=600,
                            check=False)
     assert build.returncode == 0, build.stderr
     install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q",
