@@ -3,7 +3,7 @@
 Stage: rollout → **trainer** → weight sync → engine. Per step: take a batch from the proxy runtime
 (while the *next* batch is already being collected, Slime's ``train_async`` shape), build the batch
 dict Slime's Megatron actor would build (GRPO reward broadcast, teacher fields, recomputed old
-log-probs), call the mode's loss function from ``slime_plugins`` / ``openclaw_*`` — the very functions
+log-probs), call the mode's loss function from ``openclaw_rl.losses`` / ``openclaw_*`` — the very functions
 the Slime path uses — step AdamW, push the new weights into the engine in-process, acknowledge the
 batch so it leaves the spool, and log. Deliberately absent: data/tensor parallelism.
 
@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
+from openclaw_rl.losses.policy_math import grpo_advantages, make_sum_of_sample_mean
 from openclaw_rl.samples import TrainingSample
-from slime_plugins.openclaw.policy_math import grpo_advantages, make_sum_of_sample_mean
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def loss_for(cfg: TrainerConfig) -> Callable[..., tuple[torch.Tensor, dict[str, 
     """The loss each mode trains with, exactly as its Slime launch script configures it."""
     from openclaw_combine.loss import combine_loss_function
     from openclaw_opd.loss import on_policy_distillation_advantages, topk_distillation_loss_function
-    from slime_plugins.openclaw.policy_loss import policy_loss_function
+    from openclaw_rl.losses.policy_loss import policy_loss_function
 
     def token_opd(args: Any, batch: dict[str, Any], logits: torch.Tensor, reducer: Any) -> Any:
         on_policy_distillation_advantages(args, batch)  # A = teacher − old, Slime's estimator
@@ -148,7 +148,7 @@ def packed_response_logits(model: torch.nn.Module, batch: dict[str, Any]) -> tup
 @torch.no_grad()
 def sequence_logprobs(model: torch.nn.Module, batch: dict[str, Any], args: Any) -> list[torch.Tensor]:
     """Per sample, the log-probs of its response tokens under `model` (temperature as in `args`)."""
-    from slime_plugins.openclaw.logprobs import iter_response_logits, token_log_probs
+    from openclaw_rl.losses.logprobs import iter_response_logits, token_log_probs
 
     out = []
     for i, (tokens, r) in enumerate(zip(batch["unconcat_tokens"], batch["response_lengths"])):
