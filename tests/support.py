@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from starlette.requests import Request  # module level: FastAPI resolves the handlers' annotations here
+
 GOLDEN = Path(__file__).resolve().parent / "data"  # recorded traffic, copied into the repository
 
 
@@ -115,7 +117,7 @@ class FaultBackend:
         import asyncio
         import time
 
-        from fastapi import FastAPI, Request
+        from fastapi import FastAPI
         from fastapi.responses import JSONResponse, Response, StreamingResponse
 
         app = FastAPI()
