@@ -87,7 +87,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
                             max_connections=p.max_connections, max_header_bytes=p.max_header_bytes,
                             keep_alive_s=KEEP_ALIVE_S, on_drop=lambda why: proxy.metrics.slow_clients.labels(why).inc(),
                             log_level="warning", access_log=False, timeout_graceful_shutdown=30)
-    uvicorn.Server(config).run()
+    try:
+        uvicorn.Server(config).run()
+    except KeyboardInterrupt:  # uvicorn re-raises SIGINT after its graceful shutdown
+        pass
     return 0
 
 

@@ -109,8 +109,9 @@ def test_graceful_stop_keeps_waiting_turns_like_a_crash(policy_server, judge_ser
             replies[sid] = r.json()["choices"][0]["message"]
     finally:
         proc.send_signal(sig)
-        assert proc.wait(60) == 0
-    assert len(Spool(spool_dir).pending_turns()) == 30  # nothing flushed as no_next_state
+        assert proc.wait(60) in (0, -sig)  # uvicorn re-raises the signal after its graceful shutdown
+    # the old shutdown ended every session: 30 × no_next_state and no pending row left
+    assert len(Spool(spool_dir).pending_turns()) == 30
     proc = start_proxy(policy_server.url, judge_server.url, str(tiny_model_dir), port, spool_dir)
     try:
         for sid in sessions:
@@ -142,7 +143,7 @@ def test_random_sigkills_with_client_retries_lose_and_duplicate_nothing(policy_s
                                                                          tmp_path):
     """Clients retry every failed request (bounded) while the proxy is SIGKILLed at random moments and
     restarted. Every reply a client received and answered must become exactly one sample."""
-    sessions, turns, kills = (20, 10, 12) if FULL else (6, 5, 4)
+    sessions, turns, kills = (20, 10, 12) if FULL else (6, 5, 3)
     rng = random.Random(11)
     spool_dir, port = str(tmp_path / "spool"), free_port()
     url = f"http://127.0.0.1:{port}"
@@ -150,19 +151,21 @@ def test_random_sigkills_with_client_retries_lose_and_duplicate_nothing(policy_s
     proc = [start_proxy(*args)]
     used: dict[str, list[int]] = {f"k{i}": [] for i in range(sessions)}  # prompt_tokens of replies used
     failures: list[str] = []
+    deadline = time.time() + 900  # bounded: restarts take 5-40 s each on a loaded 2-core machine
 
     def post(sid: str, convo: list, done: bool) -> dict | None:
         headers = {"X-Session-Id": sid, **({"X-Session-Done": "1"} if done else {})}
-        deadline = time.time() + 180
-        while time.time() < deadline:  # a bounded retry loop, as a client SDK does
+        last = ""
+        while time.time() < deadline:  # retry every failure, as a client SDK does
             try:
                 r = httpx.post(f"{url}/v1/chat/completions", json={"messages": convo}, headers=headers, timeout=30)
                 if r.status_code == 200:
                     return r.json()
-            except httpx.HTTPError:
-                pass
+                last = f"{r.status_code} {r.text[:200]}"
+            except httpx.HTTPError as e:
+                last = repr(e)
             time.sleep(rng.uniform(0.05, 0.2))
-        failures.append(sid)
+        failures.append(f"{sid} at turn {len(convo) // 2 + 1}: {last}")
         return None
 
     def client(sid: str) -> None:
