@@ -64,6 +64,10 @@ class ChatService:
         self.keep_messages = keep_messages or bool(cfg.record_dir)
         self._warned: set[str] = set()
         self.context_length: int | None = cfg.context_length or None  # learned from the server when 0
+        # The longest vocabulary entry in UTF-8 bytes: no token covers more, so text of B bytes has at least
+        # B / this many tokens. Lets a prompt that cannot fit be refused before it is rendered at all.
+        vocab = renderer.tokenizer.get_vocab() if hasattr(renderer.tokenizer, "get_vocab") else {}
+        self.max_token_bytes = max((len(t.encode("utf-8", "surrogatepass")) for t in vocab), default=0)
         # One thread owns the renderer's prefix cache (no locking needed); bulk prompts get their own.
         self._render_pool = ThreadPoolExecutor(1, thread_name_prefix="openclaw-render")
         self._bulk_pool = ThreadPoolExecutor(1, thread_name_prefix="openclaw-render-bulk")
@@ -114,6 +118,14 @@ class ChatService:
 
     def _prepare(self, req: ChatCompletionRequest, cache_key: str | None) -> tuple[list[dict[str, Any]], str, list[int]]:
         messages = normalize_messages(req.messages)
+        if self.context_length and self.max_token_bytes:
+            text_bytes = sum(len(m["content"].encode("utf-8", "surrogatepass")) for m in messages)
+            at_least = text_bytes // self.max_token_bytes
+            if at_least >= self.context_length:
+                raise ContextLengthExceeded(
+                    f"This model's maximum context length is {self.context_length} tokens. However, your messages "
+                    f"resulted in at least {at_least} tokens. Please reduce the length of the messages.",
+                    param="messages")
         prompt_text, prompt_ids = self.renderer.render(messages, req.tools, cache_key=cache_key)
         return messages, prompt_text, prompt_ids
 

@@ -117,9 +117,11 @@ def slowloris(port: int, n: int, stop: threading.Event, out: dict) -> None:
 
 def big_request_probe(url: str, max_body: int, max_messages: int, out: dict) -> None:
     """Send the largest accepted request while polling /healthz; record both."""
-    per = max(1, (max_body - 200) // max_messages - len('{"role":"user","content":""},'))
-    body = json.dumps({"messages": [{"role": "user", "content": "w " * (per // 2)}] * max_messages,
-                       "max_tokens": 8}).encode()
+    def encode(chars: int) -> bytes:
+        return json.dumps({"messages": [{"role": "user", "content": "w " * (chars // 2)}] * max_messages,
+                           "max_tokens": 8}).encode()
+    per = (max_body - len(encode(0)) - 64) // max_messages  # content characters per message that still fit
+    body = encode(per)
     assert len(body) <= max_body, len(body)
     result: dict = {}
 

@@ -166,3 +166,27 @@ def fault_backend(**kw: Any) -> Iterator[Any]:
     with BackgroundServer(backend.app()) as server:
         backend.url = server.url  # type: ignore[attr-defined]
         yield backend
+
+
+def serve_cli(port: int, *args: str, startup_s: float = 180.0) -> Any:
+    """`openclaw-rl serve --port PORT ARGS…` as a user runs it; returns the process once /healthz answers.
+    (Start-up imports transformers: seconds, or tens of seconds on a loaded machine.)"""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "serve", "--port", str(port), *args],
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + startup_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"proxy on port {port} did not start (exit code {proc.poll()})")

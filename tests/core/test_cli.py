@@ -10,6 +10,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from openclaw_rl.servers import free_port
 

@@ -71,6 +71,17 @@ def test_message_count_is_bounded_before_anything_is_rendered(policy_server, mak
     assert chat(url, {"messages": [{"role": "user", "content": "x"}] * 100}).status_code == 200
 
 
+def test_a_prompt_that_cannot_fit_is_refused_before_it_is_rendered(policy_server, make_proxy):
+    proxy, url = make_proxy(policy_server.url)
+    calls = []
+    render = proxy.renderer.render
+    proxy.renderer.render = lambda *a, **kw: calls.append(1) or render(*a, **kw)
+    limit = proxy.service.context_length * proxy.service.max_token_bytes  # bytes that may still fit
+    r = chat(url, {"messages": [{"role": "user", "content": "z" * (limit + 10)}]})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert "at least" in r.json()["error"]["message"] and not calls
+
+
 # --- requests fit the server's context --------------------------------------------------------------------
 
 def prompt_of(tokenizer, n_tokens: int) -> list[dict]:

@@ -11,30 +11,20 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 
 import httpx
 import pytest
+from support import serve_cli
 
 from openclaw_rl.servers import free_port
 from openclaw_rl.spool import Spool
 
 
 def start_proxy(policy_url: str, judge_url: str, tokenizer_dir: str, port: int, spool: str) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "serve", "--policy-url", policy_url,
-                             "--judge-url", judge_url, "--tokenizer", tokenizer_dir, "--port", str(port),
-                             "--prm-m", "1", "--spool-dir", spool], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise RuntimeError("proxy did not start")
+    return serve_cli(port, "--policy-url", policy_url, "--judge-url", judge_url, "--tokenizer", tokenizer_dir,
+                     "--prm-m", "1", "--spool-dir", spool)
 
 
 def test_sigkill_mid_traffic_loses_and_duplicates_nothing(policy_server, judge_server, tiny_model_dir, tmp_path):

@@ -8,17 +8,16 @@ bounded in count and time.
 from __future__ import annotations
 
 import asyncio
-import os
 import selectors
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 
 import httpx
 import uvicorn
+from support import serve_cli
 
 from openclaw_rl.servers import free_port
 
@@ -26,18 +25,7 @@ SLOW = 300
 
 
 def start(policy_url: str, tokenizer_dir: str, port: int, spool: str, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "serve", "--policy-url", policy_url,
-                             "--tokenizer", tokenizer_dir, "--port", str(port), "--spool-dir", spool, *extra],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(600):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("proxy did not start")
+    return serve_cli(port, "--policy-url", policy_url, "--tokenizer", tokenizer_dir, "--spool-dir", spool, *extra)
 
 
 def wait_closed(socks: list[socket.socket], timeout: float) -> int:
