@@ -115,8 +115,14 @@ def slowloris(port: int, n: int, stop: threading.Event, out: dict) -> None:
                last_drop_s=max(dropped_at) if dropped_at else None)
 
 
+def big_request_probes(url: str, sizes: list[int], max_messages: int, out: list) -> None:
+    for size in sizes:
+        out.append({})
+        big_request_probe(url, size, max_messages, out[-1])
+
+
 def big_request_probe(url: str, max_body: int, max_messages: int, out: dict) -> None:
-    """Send the largest accepted request while polling /healthz; record both."""
+    """Send the largest request of ``max_body`` bytes while polling /healthz; record both."""
     def encode(chars: int) -> bytes:
         return json.dumps({"messages": [{"role": "user", "content": "w " * (chars // 2)}] * max_messages,
                            "max_tokens": 8}).encode()
@@ -164,7 +170,7 @@ def main() -> int:
     tok = AutoTokenizer.from_pretrained(ensure_tiny_model())
     spool = tempfile.mkdtemp(prefix="load-spool-")
     slow_out: dict = {}
-    big_out: dict = {}
+    big_out: list = []
     with scripted_server(tok, policy_reply) as policy, scripted_server(tok, judge_reply) as judge:
         settings = load_settings({"proxy_policy_url": policy.url, "judge_url": judge.url, "judge_votes": 3,
                                   "judge_max_new_tokens": 256, "spool_dir": spool, "proxy_session_ttl_s": 3600}, env={})
@@ -175,9 +181,13 @@ def main() -> int:
             if ns.slow_clients:
                 hostile.append(threading.Thread(target=slowloris, args=(server.port, ns.slow_clients, stop, slow_out)))
             if ns.big_request:
-                p = settings.proxy
-                hostile.append(threading.Thread(target=big_request_probe,
-                                                args=(server.url, p.max_body_bytes, p.max_messages, big_out)))
+                # the largest body accepted (refused before rendering: it cannot fit the context), then the
+                # largest that passes that bound and is rendered and tokenised (on the render threads)
+                p, svc = settings.proxy, proxy.service
+                renderable = int(0.95 * svc.context_length * svc.max_token_bytes) if svc.context_length else 0
+                sizes = [p.max_body_bytes] + ([renderable] if 0 < renderable < p.max_body_bytes else [])
+                hostile.append(threading.Thread(target=big_request_probes,
+                                                args=(server.url, sizes, p.max_messages, big_out)))
             for t in hostile:
                 t.start()
             report = asyncio.run(run_load(server.url, sessions=ns.sessions, turns=ns.turns))
@@ -213,11 +223,11 @@ def main() -> int:
               f"dropped by the {HEADER_TIMEOUT_S:g} s header deadline (last after {slow_out.get('last_drop_s') or 0:.1f} s); "
               f"{slow_out.get('still_open')} still open")
         ok = ok and slow_out.get("still_open") == 0
-    if ns.big_request:
-        print(f"big request           {big_out['body_bytes'] / 1e6:.2f} MB, {big_out['messages']} messages → "
-              f"{big_out.get('status')} {big_out.get('code') or ''} after {big_out.get('seconds', 0):.1f} s")
-        print(f"/healthz meanwhile    {big_out['healthz_polls']} polls, p50 {big_out['healthz_p50_ms'] or 0:.1f} ms, "
-              f"max {big_out['healthz_max_ms'] or 0:.1f} ms")
+    for big in big_out:
+        print(f"big request           {big['body_bytes'] / 1e6:.2f} MB, {big['messages']} messages → "
+              f"{big.get('status')} {big.get('code') or ''} after {big.get('seconds', 0):.1f} s")
+        print(f"  /healthz meanwhile  {big['healthz_polls']} polls, p50 {big['healthz_p50_ms'] or 0:.1f} ms, "
+              f"max {big['healthz_max_ms'] or 0:.1f} ms")
     return 0 if ok else 1
 
 
