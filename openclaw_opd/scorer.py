@@ -80,6 +80,8 @@ def no_sample_reason(j: HintedJudgement | None, turn: Turn) -> tuple[DropReason,
         return DropReason.TEACHER_FAILED, j.teacher_error
     if j.hints is None:
         return DropReason.NO_HINT, "no judge: explicit feedback alone carries no hint"
+    if j.hints.failed:
+        return DropReason.JUDGE_FAILED, f"all {len(j.hints.votes)} hint votes failed"
     return DropReason.NO_HINT, f"{len(j.hints.votes) if j.hints else 0} votes, none with a usable hint"
 
 

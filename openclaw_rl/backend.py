@@ -10,13 +10,14 @@ Streaming follows SGLang's cumulative chunk semantics (each chunk holds everythi
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from .errors import BackendTimeout, BackendUnavailable, BadRequest
+from .errors import BackendTimeout, BackendUnavailable, BadRequest, ContextLengthExceeded
 
 
 @dataclass(slots=True)
@@ -74,7 +75,9 @@ class PolicyBackend:
                 message = err.get("error", {}).get("message") or err.get("message") or text
             except (ValueError, AttributeError):
                 message = text
-            raise BadRequest(f"policy backend rejected the request: {message}")
+            cls = ContextLengthExceeded if "context length" in str(message) else BadRequest
+            raise cls(f"policy backend rejected the request: {message}",
+                      param="messages" if cls is ContextLengthExceeded else None)
         raise BackendUnavailable(f"policy backend answered HTTP {status}: {text[:200]}")
 
     def _headers(self, routing_key: str | None) -> dict[str, str]:
@@ -126,3 +129,64 @@ class PolicyBackend:
             raise BackendTimeout(f"policy backend stream stalled for {self.timeout_s}s") from e
         except httpx.HTTPError as e:
             raise BackendUnavailable(f"policy backend stream failed: {e!r}") from e
+
+
+# --- value range checks (kept apart from parsing) ------------------------------------------------------
+
+def check_output_values(result: GenerateResult, vocab_size: int) -> str | None:
+    """Why a final /generate answer cannot be trained on (None if it can): every id inside the
+    vocabulary (which also makes it fit a 32-bit token array), every log-prob a finite number ≤ 0."""
+    for i, t in enumerate(result.output_ids):
+        if not 0 <= t < vocab_size:
+            return f"output id {t} at position {i} is outside the vocabulary of {vocab_size}"
+    for i, lp in enumerate(result.logprobs):
+        if not (math.isfinite(lp) and lp <= 0.0):
+            return f"log-prob {lp!r} at position {i} is not a finite number <= 0"
+    return None
+
+
+# --- reachability and context length (GET, cached by the caller) --------------------------------------
+
+@dataclass(slots=True)
+class BackendInfo:
+    reachable: bool
+    context_length: int | None  # tokens, when the server reports it
+    error: str = ""
+
+
+async def probe_backend(http: httpx.AsyncClient, url: str, headers: dict[str, str] | None = None,
+                        timeout_s: float = 3.0) -> BackendInfo:
+    """One cheap probe: ``GET /v1/models`` (SGLang and the embedded engine report ``max_model_len``);
+    else SGLang's ``/get_server_info`` (``context_length`` when it was set at launch). ``/health`` is not
+    used: SGLang runs a real generation for it (about 1 s)."""
+    url = url.rstrip("/")
+    try:
+        resp = await http.get(f"{url}/v1/models", headers=headers, timeout=timeout_s)
+    except httpx.HTTPError as e:
+        return BackendInfo(False, None, f"{type(e).__name__}: {e}")
+    context = None
+    if resp.status_code == 200:
+        context = _positive_int(_first(resp, "data", "max_model_len"))
+    if context is None:
+        try:
+            info = await http.get(f"{url}/get_server_info", headers=headers, timeout=timeout_s)
+            if info.status_code == 200:
+                data = info.json()
+                context = _positive_int(data.get("context_length")) if isinstance(data, dict) else None
+        except (httpx.HTTPError, ValueError):
+            pass
+    if resp.status_code >= 500:
+        return BackendInfo(False, context, f"HTTP {resp.status_code}")
+    return BackendInfo(True, context)
+
+
+def _first(resp: httpx.Response, key: str, field: str) -> Any:
+    try:
+        items = resp.json().get(key)
+        return items[0].get(field) if isinstance(items, list) and items and isinstance(items[0], dict) else None
+    except (ValueError, AttributeError):
+        return None
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

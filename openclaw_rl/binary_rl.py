@@ -43,6 +43,9 @@ class BinaryRLScorer:
         record = {"next_state": turn.next_state, **(judgement.record() if judgement else {"score": 0.0})}
         if judgement and judgement.representative and score != 0:
             record["representative_eval"] = judgement.representative
+        if judgement is not None and judgement.failed:  # a dead judge is not a model that never does right
+            return Outcome(drop=DropReason.JUDGE_FAILED, drop_detail=f"all {len(judgement.votes)} judge votes failed",
+                           record=record)
         excluded = (not has_next) or score == 0
         promoted = excluded and has_next and self.cfg.at_least_one and ledger.effective == 0
         if excluded and not promoted:

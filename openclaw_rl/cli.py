@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from typing import Any
@@ -40,6 +41,14 @@ SERVE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--session-ttl", "proxy_session_ttl_s", {"type": float, "help": "flush sessions idle this many seconds"}),
     ("--pause-mode", "proxy_pause_mode", {"choices": ["reject", "hold"]}),
     ("--rollout-temperature", "proxy_rollout_temperature", {"type": float}),
+    ("--policy-timeout", "proxy_request_timeout_s", {"type": float,
+                                                     "help": "seconds before a policy call becomes a 504 (600)"}),
+    ("--context-length", "proxy_context_length", {"type": int,
+                                                  "help": "policy context in tokens (default: asked from the server)"}),
+    ("--header-timeout", "proxy_header_timeout_s", {"type": float,
+                                                    "help": "close connections whose request head takes longer (10)"}),
+    ("--body-timeout", "proxy_body_timeout_s", {"type": float, "help": "408 for bodies slower than this (60)"}),
+    ("--max-connections", "proxy_max_connections", {"type": int, "help": "close connections beyond this (2048)"}),
 ]
 
 
@@ -51,11 +60,13 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
 
 def settings_from_cli(ns: argparse.Namespace):
     values: dict[str, Any] = load_yaml(ns.config) if getattr(ns, "config", None) else {}
-    for _, key, _ in SERVE_FLAGS:
+    sources = {key: str(ns.config) for key in values}
+    for flag, key, _ in SERVE_FLAGS:
         value = getattr(ns, key, None)
         if value is not None:
             values[key] = value
-    return load_settings(values)
+            sources[key] = flag
+    return load_settings(values, sources=sources)
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
@@ -65,13 +76,21 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 
     settings = settings_from_cli(ns)
     proxy = Proxy.build(settings)
-    host, port = settings.proxy.host, settings.proxy.port
+    p = settings.proxy
     logging.getLogger(__name__).info("openclaw-rl proxy (%s mode) on http://%s:%d/v1 → policy %s, spool %s",
-                                     settings.mode, host, port, settings.proxy.policy_url, proxy.spool.path)
+                                     settings.mode, p.host, p.port, p.policy_url, proxy.spool.path)
+    from .listener import uvicorn_config
     from .servers import KEEP_ALIVE_S
 
-    uvicorn.run(proxy.app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_S,
-                h11_max_incomplete_event_size=settings.proxy.max_header_bytes)
+    # SIGTERM and SIGINT both run the app's graceful shutdown (waiting turns stay in the spool).
+    config = uvicorn_config(proxy.app, host=p.host, port=p.port, header_timeout_s=p.header_timeout_s,
+                            max_connections=p.max_connections, max_header_bytes=p.max_header_bytes,
+                            keep_alive_s=KEEP_ALIVE_S, on_drop=lambda why: proxy.metrics.slow_clients.labels(why).inc(),
+                            log_level="warning", access_log=False, timeout_graceful_shutdown=30)
+    try:
+        uvicorn.Server(config).run()
+    except KeyboardInterrupt:  # uvicorn re-raises SIGINT after its graceful shutdown
+        pass
     return 0
 
 
@@ -86,11 +105,22 @@ def cmd_samples(ns: argparse.Namespace) -> int:
     for sample in spool.iter_samples():
         if ns.session and sample.session_id != ns.session:
             continue
-        print(json.dumps(sample.summary(), ensure_ascii=False))
+        print(json.dumps(strict_json(sample.summary()), ensure_ascii=False, allow_nan=False))
         n += 1
         if ns.limit and n >= ns.limit:
             break
     return 0
+
+
+def strict_json(value: Any) -> Any:
+    """Non-finite floats (NaN, ±Infinity) become null: strict JSON parsers (Node's JSON.parse) reject them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [strict_json(v) for v in value]
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_flags(serve)
     serve.set_defaults(fn=cmd_serve)
 
-    samples = sub.add_parser("samples", help="print the spool's samples, one JSON object a line")
+    samples = sub.add_parser("samples", help="print the spool's samples, one strict JSON object a line "
+                             "(a non-finite float prints as null)")
     samples.add_argument("--spool-dir", required=True)
     samples.add_argument("--session", help="only this session id")
     samples.add_argument("--limit", type=int, default=0)

@@ -31,9 +31,15 @@ class ProxySettings:
     policy_url: str = "http://127.0.0.1:30010"  # SGLang (or the embedded engine) serving the policy
     policy_api_key: str = ""  # sent to the policy backend as a bearer token when set
     tokenizer: str = ""  # HF tokenizer dir of the policy; renders the chat template exactly as trained
-    request_timeout_s: float = 600.0  # a policy call slower than this becomes a 504
+    request_timeout_s: float = 600.0  # a policy call slower than this becomes a 504 (--policy-timeout)
     connect_timeout_s: float = 5.0
     max_body_bytes: int = 8 * 1024 * 1024  # larger request bodies get 413
+    max_messages: int = 10_000  # requests with more messages get 400 before anything is rendered
+    context_length: int = 0  # the policy's context in tokens; 0 = learn it from the server (/v1/models)
+    header_timeout_s: float = 10.0  # a connection must send a complete request head within this, or is closed
+    body_timeout_s: float = 60.0  # a request body must arrive completely within this, or 408
+    max_connections: int = 2048  # open client connections beyond this are closed at once (fd protection)
+    probe_interval_s: float = 10.0  # how often /healthz's view of the policy and judge is refreshed
     max_header_bytes: int = 64 * 1024  # larger request heads are refused with 400 by the HTTP parser
     max_new_tokens: int = 2048  # used when the client sends neither max_tokens nor max_completion_tokens
     max_new_tokens_cap: int = 8192  # client values above this are clamped (Slime's rollout-max-response-len)
@@ -65,12 +71,14 @@ class JudgeSettings:
     max_new_tokens: int = 4096
     timeout_s: float = 120.0  # a vote slower than this counts as failed
     concurrency: int = 32  # judge/teacher calls in flight at once
+    context_length: int = 0  # the judge's context in tokens; 0 = learn it from the server (/v1/models)
 
 
 @dataclass
 class SpoolSettings:
     dir: str = ""  # where finished samples persist; empty = a temp dir (lost on exit; tests only)
-    max_bytes: int = 4 * 1024**3  # beyond this the spool refuses new samples, loudly
+    max_bytes: int = 4 * 1024**3  # live (unacknowledged) sample bytes beyond which new samples wait in memory
+    max_overflow: int = 10_000  # samples held in memory while the spool is full; beyond, new turns get 503
 
 
 @dataclass
@@ -106,6 +114,20 @@ class Settings:
 
     def validate(self) -> Settings:
         p, j = self.proxy, self.judge
+        if not 1 <= p.port <= 65535:
+            raise ValueError(f"openclaw_proxy_port: expected a TCP port 1-65535, got {p.port}")
+        for i, key in enumerate(p.api_keys):
+            if not key or not key.isascii() or not key.isprintable() or any(c.isspace() for c in key):
+                raise ValueError(f"openclaw_proxy_api_keys: key #{i + 1} is empty or contains whitespace, control or "
+                                 "non-ASCII characters (an unset $KEY expands to an empty key); refusing to start")
+        positive = {"openclaw_proxy_request_timeout_s": p.request_timeout_s, "openclaw_proxy_max_body_bytes":
+                    p.max_body_bytes, "openclaw_proxy_max_messages": p.max_messages, "openclaw_proxy_header_timeout_s":
+                    p.header_timeout_s, "openclaw_proxy_body_timeout_s": p.body_timeout_s,
+                    "openclaw_proxy_max_connections": p.max_connections, "openclaw_proxy_max_sessions": p.max_sessions,
+                    "openclaw_judge_timeout_s": j.timeout_s, "openclaw_spool_max_bytes": self.spool.max_bytes}
+        for key, value in positive.items():
+            if not value > 0:
+                raise ValueError(f"{key}: expected a positive number, got {value}")
         if self.mode not in ("rl", "opd", "combine"):
             raise ValueError(f"mode must be rl, opd or combine, not {self.mode!r}")
         if j.votes < 1:
@@ -156,43 +178,72 @@ def flat_keys() -> set[str]:
     return keys
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
 def _coerce(value: Any, current: Any, key: str) -> Any:
+    """``value`` as the type of the field's default; raises TypeError naming the expected type.
+    Strings are parsed (environment variables and comma lists); other types must already fit."""
     if value is None:
         return None
     if isinstance(current, bool):
-        if isinstance(value, str):
-            return value.strip().lower() in ("1", "true", "yes", "on")
-        return bool(value)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+            return value.strip().lower() in _TRUE
+        raise TypeError("expected a boolean (true/false)")
     if isinstance(current, list):
         if isinstance(value, str):
             return [v.strip() for v in value.split(",") if v.strip()]
-        return list(value)
-    if isinstance(current, int) and not isinstance(current, bool):
-        return int(value)
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return list(value)
+        raise TypeError("expected a list of strings")
+    if isinstance(current, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+        raise TypeError("expected an integer")
     if isinstance(current, float) or (current is None and key == "proxy_rollout_temperature"):
-        return float(value)
-    return value if not isinstance(current, str) else str(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise TypeError("expected a number")
+    if isinstance(current, str):
+        if isinstance(value, (dict, list, tuple, bool)):
+            raise TypeError("expected a string")
+        return str(value)
+    return value
 
 
-def _apply(settings: Settings, key: str, value: Any) -> None:
+def _apply(settings: Settings, key: str, value: Any, source: str = "settings") -> None:
     if key == "mode":
         settings.mode = str(value)
         return
     section, _, name = key.partition("_")
     obj = getattr(settings, section)
-    setattr(obj, name, _coerce(value, getattr(obj, name), key))
+    try:
+        setattr(obj, name, _coerce(value, getattr(obj, name), key))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{source}: {PREFIX}{key}: {e}, got {value!r:.80}") from None
 
 
 def load_settings(values: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None,
-                  slime_args: Any = None) -> Settings:
-    """Build validated settings. ``values`` holds flat keys, with or without the ``openclaw_`` prefix."""
+                  slime_args: Any = None, sources: Mapping[str, str] | None = None) -> Settings:
+    """Build validated settings. ``values`` holds flat keys, with or without the ``openclaw_`` prefix;
+    ``sources`` names where a raw key came from (a file, a flag) for error messages."""
+    sources = sources or {}
     settings = Settings()
     known = flat_keys()
     if slime_args is not None:
         for attr, key in SLIME_FALLBACKS.items():
             v = getattr(slime_args, attr, None)
             if v is not None:
-                _apply(settings, key, v)
+                _apply(settings, key, v, f"Slime flag --{attr.replace('_', '-')}")
         if getattr(slime_args, "sglang_router_ip", None) and getattr(slime_args, "sglang_router_port", None):
             settings.proxy.policy_url = f"http://{slime_args.sglang_router_ip}:{slime_args.sglang_router_port}"
         if getattr(slime_args, "prm_router_ip", None) and getattr(slime_args, "prm_router_port", None):
@@ -200,7 +251,7 @@ def load_settings(values: Mapping[str, Any] | None = None, *, env: Mapping[str, 
     env = os.environ if env is None else env
     for var, key in ENV_FALLBACKS.items():
         if env.get(var, "") != "":
-            _apply(settings, key, env[var])
+            _apply(settings, key, env[var], f"environment variable {var}")
     if env.get("OPENCLAW_RECORD_ENABLED") == "1" and env.get("OPENCLAW_RECORD_FILE"):
         settings.proxy.record_dir = str(Path(env["OPENCLAW_RECORD_FILE"]).parent or ".")
     merged: dict[str, Any] = {}
@@ -214,7 +265,7 @@ def load_settings(values: Mapping[str, Any] | None = None, *, env: Mapping[str, 
             unknown.append(raw_key)
             continue
         if value is not None:
-            _apply(settings, key, value)
+            _apply(settings, key, value, sources.get(raw_key, "settings"))
     if unknown:
         raise ValueError(f"unknown openclaw setting(s) {sorted(unknown)}; known keys: "
                          f"{', '.join(PREFIX + k for k in sorted(known))}")
@@ -222,7 +273,16 @@ def load_settings(values: Mapping[str, Any] | None = None, *, env: Mapping[str, 
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the config file: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ValueError(f"{path}: malformed YAML{where}: {getattr(e, 'problem', None) or e}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of openclaw_* keys")
+        raise ValueError(f"{path}: expected a mapping of openclaw_* keys, got a {type(data).__name__}")
     return data

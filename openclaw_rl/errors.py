@@ -15,12 +15,16 @@ class OpenClawError(Exception):
 
     status: int = 500
     error_type: str = "internal_error"
+    code: str | None = None  # OpenAI's string error code when it has one; else the status is sent
 
-    def __init__(self, message: str, *, param: str | None = None, headers: dict[str, str] | None = None):
+    def __init__(self, message: str, *, param: str | None = None, headers: dict[str, str] | None = None,
+                 code: str | None = None):
         super().__init__(message)
         self.message = message
         self.param = param
         self.headers = headers or {}
+        if code is not None:
+            self.code = code
 
 
 class BadRequest(OpenClawError, ValueError):
@@ -28,6 +32,13 @@ class BadRequest(OpenClawError, ValueError):
 
     status = 400
     error_type = "invalid_request_error"
+
+
+class ContextLengthExceeded(BadRequest):
+    """The prompt leaves no room for a single new token in the policy's context: OpenAI's own 400, whose
+    ``code`` OpenClaw reacts to by compacting its history."""
+
+    code = "context_length_exceeded"
 
 
 class Unauthorized(OpenClawError):
@@ -45,6 +56,13 @@ class PayloadTooLarge(OpenClawError):
     error_type = "invalid_request_error"
 
 
+class RequestTimeout(OpenClawError):
+    """The client sent its body too slowly (408)."""
+
+    status = 408
+    error_type = "invalid_request_error"
+
+
 class RateLimited(OpenClawError):
     status = 429
     error_type = "rate_limit_error"
@@ -52,6 +70,13 @@ class RateLimited(OpenClawError):
 
 class SubmissionPaused(OpenClawError):
     """Training is syncing weights; the client should retry shortly (503 + Retry-After)."""
+
+    status = 503
+    error_type = "service_unavailable"
+
+
+class Overloaded(OpenClawError):
+    """The spool and its in-memory overflow are full: back-pressure until the trainer catches up (503)."""
 
     status = 503
     error_type = "service_unavailable"
@@ -72,7 +97,8 @@ class BackendTimeout(OpenClawError, TimeoutError):
 
 
 def error_body(exc: OpenClawError) -> dict[str, Any]:
-    return {"error": {"message": exc.message, "type": exc.error_type, "param": exc.param, "code": exc.status}}
+    return {"error": {"message": exc.message, "type": exc.error_type, "param": exc.param,
+                      "code": exc.code if exc.code is not None else exc.status}}
 
 
 def internal_error_body() -> dict[str, Any]:

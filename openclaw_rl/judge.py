@@ -122,6 +122,12 @@ class PRMJudgement:
     votes: list[int | None]
     representative: str | None = None  # the first vote agreeing with a non-zero score
     source: str = "judge"  # "judge", or "feedback" for an explicit rating (POST /v1/feedback)
+    failed_votes: int = 0  # votes whose request failed (unreachable, timeout, refused), not unparsable ones
+
+    @property
+    def failed(self) -> bool:
+        """No vote came back at all: the 0 score is the judge's failure, not its verdict (judge_failed)."""
+        return self.source == "judge" and bool(self.votes) and self.failed_votes == len(self.votes)
 
     @classmethod
     def from_feedback(cls, rating: float) -> PRMJudgement:
@@ -142,6 +148,12 @@ class HintVote:
 @dataclass(slots=True)
 class HintJudgement:
     votes: list[HintVote] = field(default_factory=list)
+    failed_votes: int = 0
+
+    @property
+    def failed(self) -> bool:
+        """Every hint vote failed to come back: judge_failed, not no_hint."""
+        return bool(self.votes) and self.failed_votes == len(self.votes)
 
     def best_hint(self, min_chars: int) -> str:
         """The longest hint of a +1 vote longer than ``min_chars`` characters ("" if none)."""
@@ -162,7 +174,7 @@ class JudgeClient:
     def __init__(self, http: httpx.AsyncClient, url: str, *, tokenizer: Any = None, votes: int = 3,
                  temperature: float = 0.6, max_new_tokens: int = 4096, timeout_s: float = 120.0,
                  concurrency: int = 32, api: str = "sglang", model: str = "", api_key: str = "",
-                 vocab_size: int | None = None, on_vote: Any = None):
+                 vocab_size: int | None = None, on_vote: Any = None, context_length: int | None = None):
         self.http, self.url = http, url.rstrip("/")
         self.on_vote = on_vote or (lambda outcome: None)  # metrics hook: "ok", "failed", "unparsable"
         self.tokenizer, self.m = tokenizer, votes
@@ -170,6 +182,7 @@ class JudgeClient:
         self.api, self.model = api, model
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.vocab_size = vocab_size
+        self.context_length = context_length  # tokens; set from the server by the proxy's probe when unknown
         self._slots = asyncio.Semaphore(max(1, concurrency))
 
     @property
@@ -197,27 +210,41 @@ class JudgeClient:
         except ValueError as e:
             raise BackendUnavailable(f"judge {path} answered non-JSON") from e
 
+    def max_new_tokens_for(self, prompt: str) -> int:
+        """The configured budget clamped to the room the judge's context leaves after ``prompt`` (its
+        rendered text, counted with the judge tokenizer); raises BadRequest when nothing is left."""
+        if not self.context_length or self.tokenizer is None:
+            return self.max_new_tokens
+        prompt_tokens = len(self.tokenizer.encode(prompt, add_special_tokens=False))
+        room = self.context_length - prompt_tokens
+        if room < 1:
+            raise BadRequest(f"judge prompt of {prompt_tokens} tokens does not fit the judge's context of "
+                             f"{self.context_length} tokens")
+        return min(self.max_new_tokens, room)
+
     async def _votes(self, system: str, user: str) -> list[str | None]:
         """m votes: one SGLang request with ``n = m`` (one prompt to render, one HTTP round trip), or m
         concurrent chat requests for an OpenAI-compatible judge. A failed request fails its votes."""
         try:
+            prompt = self.render(system, user)
+            max_new = self.max_new_tokens_for(prompt)
             if self.api == "openai":
                 outs = await asyncio.gather(*(self._post("/v1/chat/completions", {
-                    "model": self.model, "temperature": self.temperature, "max_tokens": self.max_new_tokens,
+                    "model": self.model, "temperature": self.temperature, "max_tokens": max_new,
                     "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]})
                     for _ in range(self.m)), return_exceptions=True)
                 raws = [None if isinstance(o, BaseException) else _chat_text(o) for o in outs]
             else:
                 data = await self._post("/generate", {
-                    "text": self.render(system, user),
+                    "text": prompt,
                     "sampling_params": {"temperature": self.temperature, "top_p": 1.0, "top_k": -1, "n": self.m,
-                                        "max_new_tokens": self.max_new_tokens, "skip_special_tokens": False,
+                                        "max_new_tokens": max_new, "skip_special_tokens": False,
                                         "no_stop_trim": True, "spaces_between_special_tokens": False},
                     "return_logprob": False})
                 items = data if isinstance(data, list) else [data]
                 raws = [str(item["text"]) if isinstance(item, dict) and "text" in item else None for item in items]
                 raws = (raws + [None] * self.m)[: self.m]
-        except (BackendUnavailable, BackendTimeout) as e:
+        except (BackendUnavailable, BackendTimeout, BadRequest) as e:
             log.warning("judge votes failed: %s", e)
             raws = [None] * self.m
         for raw in raws:
@@ -230,13 +257,14 @@ class JudgeClient:
         votes = [None if raw is None else parse_boxed(raw) for raw in raws]
         score = majority_vote(votes)
         rep = next((raw for raw, v in zip(raws, votes) if v == score and score != 0), None)
-        return PRMJudgement(score, votes, rep)
+        return PRMJudgement(score, votes, rep, failed_votes=raws.count(None))
 
     async def hints(self, response_text: str, next_state: dict[str, str]) -> HintJudgement:
         user = HINT_USER.format(response=response_text, role=next_state["role"], next_state=next_state["content"])
         raws = await self._votes(HINT_SYSTEM, user)
         return HintJudgement([HintVote(None, "", "") if raw is None else
-                              HintVote(parse_boxed(raw, (1, -1)), parse_hint(raw), raw) for raw in raws])
+                              HintVote(parse_boxed(raw, (1, -1)), parse_hint(raw), raw) for raw in raws],
+                             failed_votes=raws.count(None))
 
     async def teacher_log_probs(self, prompt_ids: Sequence[int], response_ids: Sequence[int],
                                 top_k: int = 0) -> TeacherScores:

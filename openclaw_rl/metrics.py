@@ -6,6 +6,7 @@ line that explains it, so "why is my batch not filling?" has an answer on ``GET 
 
 from __future__ import annotations
 
+import json
 import logging
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -13,6 +14,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from .turns import DropReason
 
 log = logging.getLogger("openclaw_rl.drops")
+
+LOG_FIELD_CHARS = 128
+
+
+def log_safe(value: object, limit: int = LOG_FIELD_CHARS) -> str:
+    """A client-supplied string as it may appear in a log line: control characters, quotes and non-ASCII
+    escaped (a session id cannot forge a line), and at most ``limit`` characters plus a note of the rest."""
+    text = str(value)
+    clipped = json.dumps(text[:limit])[1:-1]
+    return clipped + (f"...(+{len(text) - limit} chars)" if len(text) > limit else "")
 
 
 class ProxyMetrics:
@@ -36,11 +47,21 @@ class ProxyMetrics:
                                      registry=r)
         self.batch_fill = Gauge("openclaw_batch_fill", "Samples ready / rollout batch size", registry=r)
         self.spool_errors = Counter("openclaw_spool_errors_total", "Failed spool writes (retried)", registry=r)
+        self.backpressure = Counter("openclaw_backpressure_total",
+                                    "Requests refused with 503 because the spool and its overflow are full",
+                                    registry=r)
+        self.overflow = Gauge("openclaw_spool_overflow", "Samples held in memory while the spool is full",
+                              registry=r)
+        self.slow_clients = Counter("openclaw_slow_clients_total",
+                                    "Connections closed for sending their request head or body too slowly, "
+                                    "or refused over the connection limit", ["why"], registry=r)
+        self.backend_up = Gauge("openclaw_backend_up", "1 if the backend answered its last probe", ["backend"],
+                                registry=r)
 
     def drop(self, reason: DropReason, session_id: str, turn: int, detail: str = "") -> None:
         self.dropped.labels(reason.value).inc()
-        log.info("turn dropped: reason=%s session=%s turn=%d%s", reason.value, session_id, turn,
-                 f" ({detail})" if detail else "")
+        log.info("turn dropped: reason=%s session=%s turn=%d%s", reason.value, log_safe(session_id), turn,
+                 f" ({log_safe(detail, 400)})" if detail else "")
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

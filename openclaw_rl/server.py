@@ -8,11 +8,13 @@ parsing; every error leaves as OpenAI's error JSON with a 4xx/5xx status (``erro
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import hashlib
 import hmac
 import json
 import logging
+import os
 import time
 from collections import defaultdict, deque
 from contextlib import asynccontextmanager
@@ -25,14 +27,16 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .backend import PolicyBackend
+from .backend import PolicyBackend, probe_backend
 from .chat import ChatRenderer
 from .config import Settings
 from .errors import (
     BadRequest,
     OpenClawError,
+    Overloaded,
     PayloadTooLarge,
     RateLimited,
+    RequestTimeout,
     Unauthorized,
     error_body,
     internal_error_body,
@@ -53,13 +57,19 @@ from .writer import SampleWriter
 log = logging.getLogger(__name__)
 
 
-def load_tokenizer(path: str) -> Any:
+def load_tokenizer(path: str, key: str = "openclaw_proxy_tokenizer") -> Any:
     if not path:
         raise ValueError("the proxy needs the policy tokenizer (--tokenizer / openclaw_proxy_tokenizer / "
                          "Slime's --hf-checkpoint) to render prompts exactly as the policy sees them")
+    if not os.path.isdir(path):
+        raise ValueError(f"{key}: tokenizer directory {path!r} does not exist (expected a local HF model or "
+                         "tokenizer dir holding tokenizer_config.json)")
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except Exception as e:  # noqa: BLE001 - any loader failure is a configuration error here
+        raise ValueError(f"{key}: cannot load a tokenizer from {path!r}: {type(e).__name__}: {e}") from None
 
 
 def validation_message(e: ValidationError) -> tuple[str, str | None]:
@@ -69,9 +79,13 @@ def validation_message(e: ValidationError) -> tuple[str, str | None]:
 
 
 class Authenticator:
-    """Bearer keys compared in constant time; each key is its own session namespace."""
+    """Bearer keys compared in constant time and exactly as configured (nothing stripped: an empty or
+    whitespace key is refused at start-up, so no header can match "nothing"); each key is its own
+    session namespace."""
 
     def __init__(self, keys: list[str], rate_limit_per_min: int = 0):
+        if any(not k or k != k.strip() for k in keys):
+            raise ValueError("empty or whitespace-padded API keys are refused")
         self.keys = [(k.encode(), hashlib.sha256(k.encode()).hexdigest()[:12]) for k in keys]
         self.rate_limit = rate_limit_per_min
         self._hits: dict[str, deque[float]] = defaultdict(deque)
@@ -81,7 +95,7 @@ class Authenticator:
             return "default"
         if not authorization or not authorization.startswith("Bearer "):
             raise Unauthorized("missing bearer token")
-        token = authorization[len("Bearer "):].strip().encode()
+        token = authorization[len("Bearer "):].encode("latin-1", "replace")  # the header's own bytes
         found = None
         for key, ns in self.keys:  # check every key: timing does not reveal which one matched
             if hmac.compare_digest(token, key):
@@ -112,6 +126,7 @@ class Proxy:
     metrics: ProxyMetrics
     service: ChatService
     auth: Authenticator
+    probes: BackendProbes
     app: FastAPI | None = None
 
     @classmethod
@@ -121,7 +136,7 @@ class Proxy:
         check_resolver_names(p.identity)
         tokenizer = tokenizer or load_tokenizer(p.tokenizer)
         if judge_tokenizer is None:
-            judge_tokenizer = load_tokenizer(j.tokenizer) if j.tokenizer and j.tokenizer != p.tokenizer else tokenizer
+            judge_tokenizer = load_tokenizer(j.tokenizer, "openclaw_judge_tokenizer") if j.tokenizer and j.tokenizer != p.tokenizer else tokenizer
         # Pooled connections expire before the backend's keep-alive timeout (uvicorn and SGLang: 5 s), so a
         # request never races the server closing its idle connection (seen as sporadic 502s under load).
         limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256, keepalive_expiry=2.0)
@@ -132,6 +147,7 @@ class Proxy:
         judge = JudgeClient(http, j.url, tokenizer=judge_tokenizer, votes=j.votes, temperature=j.temperature,
                             max_new_tokens=j.max_new_tokens, timeout_s=j.timeout_s, concurrency=j.concurrency,
                             api=j.api, model=j.model, api_key=j.api_key, vocab_size=len(judge_tokenizer),
+                            context_length=j.context_length or None,
                             on_vote=lambda outcome: metrics.judge_votes.labels(outcome).inc())
         if not judge.enabled:
             log.warning("no judge URL: PRM is off, every turn scores 0 and RL/OPD produce no learning signal "
@@ -139,7 +155,7 @@ class Proxy:
         scorer = make_scorer(settings, judge, renderer)
         spool = Spool(settings.spool.dir, settings.spool.max_bytes)
         spool.release_leases()
-        writer = SampleWriter(spool, metrics, p.record_dir)
+        writer = SampleWriter(spool, metrics, p.record_dir, max_overflow=settings.spool.max_overflow)
         tracker = SessionTracker(scorer, writer, metrics, ttl_s=p.session_ttl_s, max_sessions=p.max_sessions,
                                  persist=writer.save_turn)
         gate = SubmissionGate(is_open=gate_open, mode=p.pause_mode, hold_s=p.pause_hold_s)
@@ -148,25 +164,86 @@ class Proxy:
         service = ChatService(p, renderer, OutputParser.named(p.reasoning_parser, p.tool_parser), backend, tracker,
                               gate, metrics, keep_messages=scorer.keeps_messages)
         auth = Authenticator(p.api_keys, p.rate_limit_per_min)
-        proxy = cls(settings, http, renderer, judge, spool, writer, tracker, gate, metrics, service, auth)
+        probes = BackendProbes(http, settings, service, judge, metrics)
+        proxy = cls(settings, http, renderer, judge, spool, writer, tracker, gate, metrics, service, auth, probes)
         proxy.app = make_app(proxy)
         return proxy
 
     async def shutdown(self) -> None:
+        """Graceful stop (SIGTERM/SIGINT): judgements in flight finish, waiting turns stay persisted for
+        the next start (exactly as after a crash), everything enqueued is committed."""
+        await self.probes.stop()
         await self.tracker.drain()
         self.writer.flush()
+        self.service.close()
         await self.http.aclose()
 
 
-async def read_json_body(request: Request, limit: int) -> Any:
+class BackendProbes:
+    """Cached reachability (and context length) of the policy and judge servers, refreshed in the
+    background every ``probe_interval_s``: ``/healthz`` reads the cache and never waits on a backend."""
+
+    def __init__(self, http: httpx.AsyncClient, settings: Settings, service: ChatService, judge: JudgeClient,
+                 metrics: ProxyMetrics):
+        self.http, self.settings, self.service, self.judge, self.metrics = http, settings, service, judge, metrics
+        self.state: dict[str, dict[str, Any]] = {}
+        self._task: asyncio.Task | None = None
+
+    async def refresh(self) -> None:
+        p, j = self.settings.proxy, self.settings.judge
+        targets = [("policy", p.policy_url, {"Authorization": f"Bearer {p.policy_api_key}"} if p.policy_api_key
+                    else None)]
+        if self.judge.enabled:
+            targets.append(("judge", j.url, self.judge.headers or None))
+        infos = await asyncio.gather(*(probe_backend(self.http, url, headers) for _, url, headers in targets))
+        for (name, _url, _), info in zip(targets, infos):
+            self.metrics.backend_up.labels(name).set(1 if info.reachable else 0)
+            self.state[name] = {"reachable": info.reachable, "checked_at": time.time(),
+                                "context_length": info.context_length, **({"error": info.error} if info.error else {})}
+            if name == "policy" and not p.context_length and info.context_length:
+                self.service.context_length = info.context_length
+            if name == "judge" and not j.context_length and info.context_length:
+                self.judge.context_length = info.context_length
+
+    def start(self) -> None:
+        async def loop() -> None:
+            while True:
+                try:
+                    await self.refresh()
+                except Exception:  # noqa: BLE001 - a probe bug must not kill the loop
+                    log.exception("backend probe failed")
+                await asyncio.sleep(self.settings.proxy.probe_interval_s)
+        self._task = asyncio.get_running_loop().create_task(loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The body, size-checked as it arrives and read within ``timeout_s`` (a slow body gets 408)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body of {declared} bytes exceeds the {limit}-byte limit")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
+
+    async def read() -> None:
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > limit:
+                raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
+    try:
+        await asyncio.wait_for(read(), timeout_s)
+    except asyncio.TimeoutError:
+        raise RequestTimeout(f"request body not received within {timeout_s:g}s") from None
+    return bytes(body)
+
+
+INLINE_PARSE_BYTES = 64 * 1024  # bodies above this are parsed and validated on a worker thread
+
+
+def parse_json_body(body: bytes) -> Any:
     try:
         data = json.loads(body)
     except (ValueError, RecursionError) as e:
@@ -174,6 +251,47 @@ async def read_json_body(request: Request, limit: int) -> Any:
     if b"\\ud" in body.lower() and _has_lone_surrogate(data):  # only escapes can smuggle them in
         raise BadRequest("request body contains a lone UTF-16 surrogate (\\ud800-\\udfff): not valid Unicode")
     return data
+
+
+async def read_json_body(request: Request, limit: int, timeout_s: float = 60.0) -> Any:
+    body = await read_body(request, limit, timeout_s)
+    if len(body) > INLINE_PARSE_BYTES:
+        return await asyncio.to_thread(parse_json_body, body)
+    return parse_json_body(body)
+
+
+def parse_chat_request(raw: Any, max_messages: int) -> ChatCompletionRequest:
+    """Cheap bounds first (the message count), then the schema."""
+    if not isinstance(raw, dict):
+        raise BadRequest("request body must be a JSON object")
+    messages = raw.get("messages")
+    if isinstance(messages, list) and len(messages) > max_messages:
+        raise BadRequest(f"too many messages: {len(messages)} (this proxy accepts at most {max_messages})",
+                         param="messages")
+    try:
+        return ChatCompletionRequest.model_validate(raw)
+    except ValidationError as e:
+        message, param = validation_message(e)
+        raise BadRequest(message, param=param) from None
+
+
+async def cancel_on_disconnect(request: Request, work: Any) -> Any:
+    """Run ``work`` (a coroutine) and cancel it if the client hangs up first: a non-streaming backend call
+    nobody waits for is stopped (its turn settles as client_disconnected). Returns None when the client
+    left. The body is fully read here, so the next ASGI message can only be the disconnect."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(request.receive())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done() and watcher.done() and watcher.result().get("type") == "http.disconnect":
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return None
+        return await task
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
 
 
 def _has_lone_surrogate(value: Any) -> bool:
@@ -196,6 +314,8 @@ def make_app(proxy: Proxy) -> FastAPI:
     async def lifespan(app: FastAPI):
         proxy.tracker.restore([Turn.from_record(json.loads(p)) for p in proxy.spool.pending_turns()])
         proxy.tracker.start_sweeper()
+        await proxy.probes.refresh()  # learn the context lengths before the first request
+        proxy.probes.start()
         # torch/transformers leave ~250K long-lived objects; without freezing them every full collection
         # walks them all and stalls the event loop for 100-300 ms (measured by the benchmark).
         gc.collect()
@@ -224,15 +344,20 @@ def make_app(proxy: Proxy) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         namespace = proxy.auth.namespace(request.headers.get("authorization"))
-        raw = await read_json_body(request, proxy.settings.proxy.max_body_bytes)
-        if not isinstance(raw, dict):
-            raise BadRequest("request body must be a JSON object")
-        try:
-            req = ChatCompletionRequest.model_validate(raw)
-        except ValidationError as e:
-            message, param = validation_message(e)
-            raise BadRequest(message, param=param) from None
-        result = await proxy.service.complete(req, dict(request.headers), namespace)
+        if proxy.writer.overloaded:
+            metrics.backpressure.inc()
+            raise Overloaded(f"the spool is full and {len(proxy.writer.overflow)} samples wait in memory; retry "
+                             "when the trainer has caught up", headers={"Retry-After": "30"})
+        p = proxy.settings.proxy
+        body = await read_body(request, p.max_body_bytes, p.body_timeout_s)
+        if len(body) > INLINE_PARSE_BYTES:
+            req = await asyncio.to_thread(lambda: parse_chat_request(parse_json_body(body), p.max_messages))
+        else:
+            req = parse_chat_request(parse_json_body(body), p.max_messages)
+        work = proxy.service.complete(req, dict(request.headers), namespace, len(body))
+        result = await (work if req.stream else cancel_on_disconnect(request, work))
+        if result is None:  # the client hung up; nobody reads this
+            return Response(status_code=499)
         if isinstance(result, dict):
             return JSONResponse(result)
         return StreamingResponse(result, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
@@ -240,7 +365,7 @@ def make_app(proxy: Proxy) -> FastAPI:
     @app.post("/v1/feedback")
     async def feedback(request: Request) -> dict[str, Any]:
         namespace = proxy.auth.namespace(request.headers.get("authorization"))
-        raw = await read_json_body(request, 64 * 1024)
+        raw = await read_json_body(request, 64 * 1024, proxy.settings.proxy.body_timeout_s)
         try:
             fb = FeedbackRequest.model_validate(raw)
         except ValidationError as e:
@@ -257,8 +382,13 @@ def make_app(proxy: Proxy) -> FastAPI:
     @app.get("/healthz")
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"ok": True, "submission_open": proxy.gate.is_open, "sessions": len(proxy.tracker.sessions),
-                "pending_turns": proxy.tracker.pending_turns}
+        """Cheap: backend reachability comes from the background probe's cache. ``ok`` is false while
+        the policy is unreachable (the HTTP status stays 200: the proxy itself is alive)."""
+        backends = proxy.probes.state
+        policy_ok = backends.get("policy", {}).get("reachable", True)
+        return {"ok": policy_ok, "submission_open": proxy.gate.is_open, "sessions": len(proxy.tracker.sessions),
+                "pending_turns": proxy.tracker.pending_turns, "backends": backends,
+                "spool_overflow": len(proxy.writer.overflow)}
 
     @app.get("/metrics")
     async def prometheus() -> Response:

@@ -3,11 +3,18 @@
 Stage: routes → **serving** → sessions. For a main-line request the exact prompt ids and the sampled
 ids + log-probs go to the session tracker; the client gets an OpenAI response, streamed token by token
 when it asked for ``stream`` (upstream faked streaming by sending the whole answer at the end). Every
-path out of a request (success, backend error, client hang-up) settles its turn exactly once.
+path out of a request (success, backend error, client hang-up) settles its turn exactly once, and a
+settling that raises drops the turn with a reason instead of wedging its session.
+
+Rendering and tokenising run on a dedicated thread, never on the event loop, so one huge request
+cannot stall other requests or ``/healthz``; prompts over ``BULK_BYTES`` get a second thread (and skip
+the prefix cache) so they cannot hold up ordinary turns either. A turn is committed to the spool
+before the last byte of its reply is sent (the final chunk, or the whole non-streaming body).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -15,15 +22,23 @@ import time
 import uuid
 from array import array
 from collections.abc import AsyncIterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from .backend import GenerateResult, PolicyBackend
+from .backend import GenerateResult, PolicyBackend, check_output_values
 from .chat import ChatRenderer, normalize_messages
 from .config import ProxySettings
-from .errors import BadRequest, OpenClawError, error_body
+from .errors import (
+    BackendUnavailable,
+    BadRequest,
+    ContextLengthExceeded,
+    OpenClawError,
+    error_body,
+    internal_error_body,
+)
 from .gate import SubmissionGate
 from .identity import classify_turn, next_state_of, resolve_identity, session_done
-from .metrics import ProxyMetrics
+from .metrics import ProxyMetrics, log_safe
 from .parsers import OutputParser
 from .protocol import ChatCompletionRequest, completion_chunk, completion_response, usage
 from .sessions import SessionTracker
@@ -37,6 +52,8 @@ def sse(obj: Any) -> bytes:
 
 
 SSE_DONE = b"data: [DONE]\n\n"
+BULK_BYTES = 1 << 20  # request bodies above this render on their own thread, without the prefix cache
+DURABLE_WAIT_S = 30.0  # the longest a reply waits for its turn's commit (a broken spool is counted, not fatal)
 
 
 class ChatService:
@@ -46,15 +63,36 @@ class ChatService:
         self.tracker, self.gate, self.metrics = tracker, gate, metrics
         self.keep_messages = keep_messages or bool(cfg.record_dir)
         self._warned: set[str] = set()
+        self.context_length: int | None = cfg.context_length or None  # learned from the server when 0
+        # The longest vocabulary entry in UTF-8 bytes: no token covers more, so text of B bytes has at least
+        # B / this many tokens. Lets a prompt that cannot fit be refused before it is rendered at all.
+        vocab = renderer.tokenizer.get_vocab() if hasattr(renderer.tokenizer, "get_vocab") else {}
+        self.max_token_bytes = max((len(t.encode("utf-8", "surrogatepass")) for t in vocab), default=0)
+        # One thread owns the renderer's prefix cache (no locking needed); bulk prompts get their own.
+        self._render_pool = ThreadPoolExecutor(1, thread_name_prefix="openclaw-render")
+        self._bulk_pool = ThreadPoolExecutor(1, thread_name_prefix="openclaw-render-bulk")
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:
             self._warned.add(key)
             log.warning(message, *args)
 
-    def _sampling_params(self, req: ChatCompletionRequest, main: bool) -> tuple[dict[str, Any], float | None]:
-        params: dict[str, Any] = {"max_new_tokens": min(req.max_new_tokens() or self.cfg.max_new_tokens,
-                                                        self.cfg.max_new_tokens_cap)}
+    def max_new_tokens(self, requested: int | None, prompt_tokens: int) -> int:
+        """The client's value (or the default), clamped to the cap and to the room the context leaves.
+        A prompt that leaves no room is OpenAI's ``context_length_exceeded`` 400."""
+        max_new = min(requested or self.cfg.max_new_tokens, self.cfg.max_new_tokens_cap)
+        context = self.context_length
+        if context:
+            if prompt_tokens >= context:
+                raise ContextLengthExceeded(
+                    f"This model's maximum context length is {context} tokens. However, your messages resulted in "
+                    f"{prompt_tokens} tokens. Please reduce the length of the messages.", param="messages")
+            max_new = min(max_new, context - prompt_tokens)
+        return max_new
+
+    def _sampling_params(self, req: ChatCompletionRequest, main: bool,
+                         prompt_tokens: int = 0) -> tuple[dict[str, Any], float | None]:
+        params: dict[str, Any] = {"max_new_tokens": self.max_new_tokens(req.max_new_tokens(), prompt_tokens)}
         temperature = req.temperature
         if main and self.cfg.rollout_temperature is not None:
             if req.temperature is not None and req.temperature != self.cfg.rollout_temperature:
@@ -74,8 +112,25 @@ class ChatService:
                 params[name] = getattr(req, name)
         return params, temperature
 
+    def close(self) -> None:
+        self._render_pool.shutdown(wait=False, cancel_futures=True)
+        self._bulk_pool.shutdown(wait=False, cancel_futures=True)
+
+    def _prepare(self, req: ChatCompletionRequest, cache_key: str | None) -> tuple[list[dict[str, Any]], str, list[int]]:
+        messages = normalize_messages(req.messages)
+        if self.context_length and self.max_token_bytes:
+            text_bytes = sum(len(m["content"].encode("utf-8", "surrogatepass")) for m in messages)
+            at_least = text_bytes // self.max_token_bytes
+            if at_least >= self.context_length:
+                raise ContextLengthExceeded(
+                    f"This model's maximum context length is {self.context_length} tokens. However, your messages "
+                    f"resulted in at least {at_least} tokens. Please reduce the length of the messages.",
+                    param="messages")
+        prompt_text, prompt_ids = self.renderer.render(messages, req.tools, cache_key=cache_key)
+        return messages, prompt_text, prompt_ids
+
     async def complete(self, req: ChatCompletionRequest, headers: dict[str, str],
-                       namespace: str) -> dict[str, Any] | AsyncIterator[bytes]:
+                       namespace: str, body_bytes: int = 0) -> dict[str, Any] | AsyncIterator[bytes]:
         main = classify_turn(self.cfg.turn_classifier, headers, req) == "main"
         self.metrics.turns.labels("main" if main else "side").inc()
         identity = resolve_identity(self.cfg.identity, headers, req)
@@ -85,9 +140,10 @@ class ChatService:
                             "model entry (see README).")
         await self.gate.admit()
         key = f"{namespace}\x1f{identity.session_id}"
-        messages = normalize_messages(req.messages)
-        prompt_text, prompt_ids = self.renderer.render(messages, req.tools, cache_key=key)
-        params, temperature = self._sampling_params(req, main)
+        bulk = body_bytes > BULK_BYTES
+        messages, prompt_text, prompt_ids = await asyncio.get_running_loop().run_in_executor(
+            self._bulk_pool if bulk else self._render_pool, self._prepare, req, None if bulk else key)
+        params, temperature = self._sampling_params(req, main, len(prompt_ids))
         payload = {"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}
         done = session_done(headers, req)
         turn = None
@@ -120,25 +176,47 @@ class _Reply:
         self.created = int(time.time())
         self.tools_enabled = bool(req.tools) and req.tool_choice != "none"
         self.settled = False
+        self.durable: Future | None = None
 
     def _settle(self, result: GenerateResult | None, reason: DropReason | None = None, detail: str = "") -> None:
         if self.settled:
             return
         self.settled = True
-        if self.turn is not None:
-            if result is not None:
-                try:
+        try:
+            if self.turn is not None:
+                if result is not None:
                     gen = Generation.from_lists(result.output_ids, result.logprobs, result.text,
                                                 result.finish_reason or "stop", result.weight_version)
-                except ValueError as e:
-                    self.svc.metrics.inexact.inc()
-                    self.svc.tracker.fail(self.turn, DropReason.TOKENS_INVALID, str(e))
+                    self.durable = self.svc.tracker.complete(self.turn, gen)
                 else:
-                    self.svc.tracker.complete(self.turn, gen)
-            else:
-                self.svc.tracker.fail(self.turn, reason or DropReason.GENERATION_FAILED, detail)
-        if self.end_key:
-            self.svc.tracker.end_session(self.end_key)
+                    self.svc.tracker.fail(self.turn, reason or DropReason.GENERATION_FAILED, detail)
+        except Exception as e:  # a bug or a value nobody foresaw: this turn is lost, its session is not
+            log.exception("settling turn %s of session %s failed", getattr(self.turn, "index", "?"),
+                          log_safe(getattr(self.turn, "session_id", "?")))
+            if self.turn is not None:
+                self.svc.tracker.fail(self.turn, DropReason.SETTLE_FAILED, repr(e))
+        finally:
+            if self.end_key:
+                self.svc.tracker.end_session(self.end_key)
+
+    def _check_values(self, result: GenerateResult) -> None:
+        """A final answer with untrainable values: the turn is dropped and the client gets a 502."""
+        problem = check_output_values(result, self.svc.renderer.vocab_size)
+        if problem is not None:
+            self.svc.metrics.inexact.inc()
+            self._settle(None, DropReason.BACKEND_INVALID, problem)
+            raise BackendUnavailable(f"policy backend answered invalid values: {problem}")
+
+    async def _wait_durable(self) -> None:
+        """Hold the reply's last byte until the turn is committed (a crash after it cannot lose the turn)."""
+        fut, self.durable = self.durable, None
+        if fut is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(fut), DURABLE_WAIT_S)
+        except Exception as e:  # the writer counted and logged it; the client still gets its answer
+            log.warning("turn %s of session %s is not durable: %r", self.turn.index if self.turn else "?",
+                        log_safe(self.turn.session_id if self.turn else "?"), e)
 
     def _finish_reason(self, result: GenerateResult, has_tool_calls: bool) -> str:
         if result.finish_reason == "length":
@@ -161,7 +239,9 @@ class _Reply:
         except BaseException:
             self._settle(None, DropReason.CLIENT_DISCONNECTED)
             raise
+        self._check_values(result)
         self._settle(result)
+        await self._wait_durable()
         parsed = self.svc.parser.parse(result.text, self.tools_enabled, self.opens_thinking)
         message: dict[str, Any] = {"role": "assistant", "content": parsed.content if (parsed.content or not
                                                                                        parsed.tool_calls) else None}
@@ -201,15 +281,21 @@ class _Reply:
                 last = snap
                 for delta in parser.feed(snap.text):
                     yield sse(completion_chunk(**mk, delta=delta))
+            self._check_values(last)
             self._settle(last)
             for delta in parser.finish(last.text):
                 yield sse(completion_chunk(**mk, delta=delta))
+            await self._wait_durable()
             yield sse(completion_chunk(**mk, delta={}, finish_reason=self._finish_reason(last, bool(parser.tool_calls))))
             if self.req.stream_options and self.req.stream_options.include_usage:
                 yield sse(completion_chunk(**mk, delta=None, usage_=usage(self.prompt_tokens, len(last.output_ids))))
         except OpenClawError as e:
             self._settle(None, DropReason.GENERATION_FAILED, e.message)
             yield sse(error_body(e))
+        except Exception as e:  # a bug: the stream still ends properly (error event + [DONE])
+            log.exception("streaming a reply failed")
+            self._settle(None, DropReason.SETTLE_FAILED, repr(e))
+            yield sse(internal_error_body())
         except BaseException:
             self._settle(None, DropReason.CLIENT_DISCONNECTED)
             raise

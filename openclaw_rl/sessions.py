@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import NotFound
-from .metrics import ProxyMetrics
+from .metrics import ProxyMetrics, log_safe
 from .scoring import Ledger, Outcome, TurnScorer
 from .turns import DropReason, Generation, Turn
 
@@ -29,6 +29,12 @@ log = logging.getLogger(__name__)
 
 Sink = Callable[[Turn, Outcome], None]  # must not block: the spool writer enqueues
 Persist = Callable[[Turn], None]  # must not block: saves a waiting turn for restart recovery
+
+
+def _namespace(session_key: str) -> str:
+    """The API key namespace of a session key ("<namespace>\\x1f<session id>", see serving)."""
+    head, sep, _ = session_key.partition("\x1f")
+    return head if sep else ""
 
 
 @dataclass
@@ -58,6 +64,7 @@ class SessionTracker:
         self.sessions: OrderedDict[str, Session] = OrderedDict()
         self._tasks: set[asyncio.Task] = set()
         self._owner: dict[int, Session] = {}  # id(turn) → its session, also after the session is closed
+        self._lru: dict[str, OrderedDict[str, None]] = {}  # per API key namespace: session keys, LRU first
         self._sweeper: asyncio.Task | None = None
 
     # --- request lifecycle ---------------------------------------------------------------------------
@@ -67,10 +74,15 @@ class SessionTracker:
         session = self.sessions.get(turn_template.session_key)
         if session is None or session.closing:
             session = self._open(turn_template.session_key)
-        self.sessions.move_to_end(session.key)
+        self._touch(session.key)
         session.last_seen = time.monotonic()
         prev = session.turns.get(session.next_index - 1)
-        if prev is not None and prev.next_state is None and next_state is not None:
+        if prev is not None and self._is_retry_of(session, prev, turn_template):
+            # The client asks the same thing again: it never used prev's reply (timeout + retry, resend,
+            # regenerate), so this request replaces prev instead of becoming its next state.
+            self._finish(session, prev.index, Outcome(drop=DropReason.SUPERSEDED_BY_RETRY,
+                                                      drop_detail=f"turn {session.next_index} repeats its prompt"))
+        elif prev is not None and prev.next_state is None and next_state is not None:
             prev.next_state = next_state
             if prev.generation is not None:
                 self.persist(prev)
@@ -83,9 +95,14 @@ class SessionTracker:
         self.metrics.sessions.labels("tracked").set(len(self.sessions))
         return turn_template
 
-    def complete(self, turn: Turn, generation: Generation) -> None:
-        """The policy answered; the turn waits for its next state (or is judged now if it has one)."""
-        session = self._owner[id(turn)]
+    def complete(self, turn: Turn, generation: Generation) -> Any:
+        """The policy answered; the turn waits for its next state (or is judged now if it has one).
+
+        Returns what ``persist`` returned (the writer's future: done once the turn is committed), or None
+        when nothing needs to be durable (dropped, or already superseded)."""
+        session = self._owner.get(id(turn))
+        if session is None or turn.index in session.judged:  # superseded by a retry while generating
+            return None
         turn.generation = generation
         session.last_seen = time.monotonic()
         if not generation.response_ids:
@@ -93,8 +110,10 @@ class SessionTracker:
         elif generation.finish_reason == "abort":
             self._finish(session, turn.index, Outcome(drop=DropReason.ABORTED))
         else:
-            self.persist(turn)
+            durable = self.persist(turn)
             self._maybe_judge(session, turn)
+            return durable
+        return None
 
     def feedback(self, key: str, rating: float, text: str | None) -> tuple[int, str]:
         """Explicit feedback on a session's latest turn: its next state if it has none yet, and its score.
@@ -140,6 +159,7 @@ class SessionTracker:
                 self._owner[id(t)] = session
             if not session.closing:
                 self.sessions[key] = session
+                self._touch(key)
             for t in ts:
                 self._maybe_judge(session, t)
         if turns:
@@ -147,27 +167,54 @@ class SessionTracker:
         return len(turns)
 
     def fail(self, turn: Turn, reason: DropReason, detail: str = "") -> None:
-        self._finish(self._owner[id(turn)], turn.index, Outcome(drop=reason, drop_detail=detail))
+        session = self._owner.get(id(turn))
+        if session is not None and turn.index not in session.judged:
+            self._finish(session, turn.index, Outcome(drop=reason, drop_detail=detail))
 
     def end_session(self, key: str, why: str = "done") -> None:
         """No more next states will come: judge what is parked without one, then forget the session."""
         session = self.sessions.pop(key, None)
         if session is None:
             return
+        self._untouch(key)
         session.closing = True
-        log.debug("session %s closing (%s) with %d open turns", key, why, len(session.turns))
+        log.debug("session %s closing (%s) with %d open turns", log_safe(key), why, len(session.turns))
         for turn in list(session.turns.values()):
             self._maybe_judge(session, turn)
         self.metrics.sessions.labels("tracked").set(len(self.sessions))
 
     # --- internals -----------------------------------------------------------------------------------
 
+    @staticmethod
+    def _is_retry_of(session: Session, prev: Turn, turn: Turn) -> bool:
+        """The retry rule: same session, prev still waits for its next state (not judged, no feedback),
+        and the new prompt is token for token prev's prompt."""
+        return (prev.next_state is None and prev.feedback is None and prev.index not in session.started
+                and prev.index not in session.judged and prev.prompt_ids == turn.prompt_ids)
+
+    def _touch(self, key: str) -> None:
+        lru = self._lru.setdefault(_namespace(key), OrderedDict())
+        lru[key] = None
+        lru.move_to_end(key)
+
+    def _untouch(self, key: str) -> None:
+        namespace = _namespace(key)
+        lru = self._lru.get(namespace)
+        if lru is not None:
+            lru.pop(key, None)
+            if not lru:
+                del self._lru[namespace]
+
     def _open(self, key: str) -> Session:
-        while len(self.sessions) >= self.max_sessions:
-            oldest = next((k for k, s in self.sessions.items() if not s.busy), None)
+        """A new session; at the limit, flush the least recently used idle session *of the same API key*
+        (sessions are per key: one key cannot evict another's)."""
+        lru = self._lru.get(_namespace(key), OrderedDict())
+        while len(lru) >= self.max_sessions:
+            oldest = next((k for k in lru if not self.sessions[k].busy), None)
             if oldest is None:
                 break
-            log.warning("session limit %d reached: flushing least recently used session %s", self.max_sessions, oldest)
+            log.warning("session limit %d of this API key reached: flushing least recently used session %s",
+                        self.max_sessions, log_safe(oldest))
             self.end_session(oldest, "evicted")
         session = Session(key)
         self.sessions[key] = session
@@ -187,7 +234,7 @@ class SessionTracker:
         try:
             judgement = await self.scorer.judge(turn)
         except Exception as e:  # a judge bug must cost one turn, never the session's order
-            log.exception("judging session %s turn %d failed", turn.session_id, turn.index)
+            log.exception("judging session %s turn %d failed", log_safe(turn.session_id), turn.index)
             self._finish(session, turn.index, Outcome(drop=DropReason.JUDGE_FAILED, drop_detail=repr(e)))
             return
         self._finish(session, turn.index, (judgement, None))
@@ -207,7 +254,7 @@ class SessionTracker:
                 try:
                     outcome = self.scorer.build(turn, result[0], session.ledger)
                 except Exception as e:
-                    log.exception("building samples for session %s turn %d failed", turn.session_id, i)
+                    log.exception("building samples for session %s turn %d failed", log_safe(turn.session_id), i)
                     outcome = Outcome(drop=DropReason.JUDGE_FAILED, drop_detail=repr(e))
             else:
                 outcome = result
@@ -233,11 +280,12 @@ class SessionTracker:
         self._sweeper = asyncio.get_running_loop().create_task(loop())
 
     async def drain(self, timeout: float = 30.0) -> None:
-        """End every session and wait for their judgements (graceful shutdown)."""
+        """Graceful shutdown: let the judgements in flight finish (up to ``timeout``) and keep every
+        waiting turn where it is. Those are already persisted, so a restart resumes them exactly as
+        after a crash; ending the sessions here would throw away every turn still waiting for its next
+        state. A judgement cut off by the timeout is re-run after the restart."""
         if self._sweeper:
             self._sweeper.cancel()
-        for key in list(self.sessions):
-            self.end_session(key, "shutdown")
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=timeout)
 

@@ -11,7 +11,6 @@ also lets ``openclaw-rl samples`` read a running proxy's spool from another proc
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import tempfile
 import threading
@@ -36,6 +35,10 @@ CREATE TABLE IF NOT EXISTS samples (
     payload    TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS samples_batch ON samples(batch_id);
+CREATE TABLE IF NOT EXISTS spool_stats (
+    name  TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS pending_turns (
     session_key TEXT NOT NULL,
     epoch       TEXT NOT NULL,
@@ -49,7 +52,11 @@ TurnKey = tuple[str, str, int]  # (session_key, epoch, turn index)
 
 
 class SpoolFull(RuntimeError):
-    """The spool reached its configured disk cap."""
+    """The spool's live samples reached the configured cap."""
+
+
+class SpoolCorrupt(ValueError):
+    """The spool file fails SQLite's integrity check (or is not a SQLite database)."""
 
 
 class Spool:
@@ -63,29 +70,39 @@ class Spool:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+            problems = [r[0] for r in self._db.execute("PRAGMA quick_check").fetchall()]
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError("; ".join(problems[:3]))
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+            self._db.execute("INSERT OR IGNORE INTO spool_stats(name, value) SELECT 'live_bytes', "
+                             "COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0) FROM samples")
+        except sqlite3.DatabaseError as e:
+            detail = " ".join(str(e).split())  # one line, however many problems SQLite lists
+            raise SpoolCorrupt(
+                f"spool {self.path} is corrupt ({detail[:300]}). Stop every process using it, move {self.dir} aside (keep "
+                f"it: `sqlite3 {self.path} .recover` may rescue its samples) and start with an empty spool dir"
+            ) from None
 
     # --- writing ------------------------------------------------------------------------------------
 
-    def size_bytes(self) -> int:
-        total = 0
-        for suffix in ("", "-wal"):
-            try:
-                total += os.path.getsize(f"{self.path}{suffix}")
-            except OSError:
-                pass
-        return total
+    def live_bytes(self) -> int:
+        """Bytes of the samples not yet acknowledged by the trainer: what the cap limits. Kept in the
+        database next to the samples (same transactions), so it is exact across processes and restarts;
+        the file itself never shrinks, which is why its size is not the measure."""
+        with self._lock:
+            return self._db.execute("SELECT value FROM spool_stats WHERE name='live_bytes'").fetchone()[0]
 
-    def put(self, samples: list[TrainingSample], settled: TurnKey | None = None) -> None:
+    def put(self, samples: list[TrainingSample], settled: TurnKey | list[TurnKey] | None = None) -> None:
         """Persist samples atomically (all or none) and, in the same transaction, forget the pending
-        turn they came from, so a crash can neither lose nor duplicate them. Raises SpoolFull at the cap."""
-        if not samples and settled is None:
+        turn(s) they came from, so a crash can neither lose nor duplicate them. Raises SpoolFull when the
+        live samples already fill the cap (one batch may overshoot it)."""
+        keys = [] if settled is None else settled if isinstance(settled, list) else [settled]
+        if not samples and not keys:
             return
-        if samples and self.size_bytes() >= self.max_bytes:
-            raise SpoolFull(f"spool {self.path} is at its cap of {self.max_bytes} bytes")
         rows = []
         for s in samples:
             s.sample_id = s.sample_id or uuid.uuid4().hex
@@ -93,10 +110,18 @@ class Spool:
         with self._arrived:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.executemany("INSERT OR IGNORE INTO samples(sample_id, session_id, turn, kind, created,"
-                                     " payload) VALUES (?,?,?,?,?,?)", rows)
-                if settled is not None:
-                    self._db.execute("DELETE FROM pending_turns WHERE session_key=? AND epoch=? AND turn=?", settled)
+                live = self._db.execute("SELECT value FROM spool_stats WHERE name='live_bytes'").fetchone()[0]
+                if rows and live >= self.max_bytes:
+                    raise SpoolFull(f"spool {self.path} holds {live} bytes of unacknowledged samples, at its cap of "
+                                    f"{self.max_bytes} bytes")
+                added = 0
+                for row in rows:
+                    if self._db.execute("INSERT OR IGNORE INTO samples(sample_id, session_id, turn, kind, created,"
+                                        " payload) VALUES (?,?,?,?,?,?)", row).rowcount:
+                        added += len(row[5].encode())
+                if added:
+                    self._db.execute("UPDATE spool_stats SET value = value + ? WHERE name='live_bytes'", (added,))
+                self._db.executemany("DELETE FROM pending_turns WHERE session_key=? AND epoch=? AND turn=?", keys)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -152,9 +177,19 @@ class Spool:
         return batch_id, samples
 
     def ack(self, batch_id: str) -> int:
-        """The trainer has the batch: its samples leave the spool for good."""
+        """The trainer has the batch: its samples leave the spool for good (and free their room)."""
         with self._lock:
-            return self._db.execute("DELETE FROM samples WHERE batch_id=?", (batch_id,)).rowcount
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                freed = self._db.execute("SELECT COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0) FROM samples "
+                                         "WHERE batch_id=?", (batch_id,)).fetchone()[0]
+                n = self._db.execute("DELETE FROM samples WHERE batch_id=?", (batch_id,)).rowcount
+                self._db.execute("UPDATE spool_stats SET value = MAX(0, value - ?) WHERE name='live_bytes'", (freed,))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            return n
 
     def release_leases(self) -> int:
         """Hand back samples leased by a batch that was never acknowledged (start-up recovery)."""

@@ -33,13 +33,21 @@ class DropReason(str, Enum):
     NO_HINT = "no_hint"
     """OPD: no judge vote produced an accepted hint."""
     TEACHER_FAILED = "teacher_failed"
-    """OPD: the teacher could not score the response."""
+    """OPD: a hint was accepted but the teacher could not score the response."""
     JUDGE_FAILED = "judge_failed"
-    """The judgement task raised; see the log for the exception."""
+    """Every judge vote failed (unreachable, timeout, refused), or the judgement raised: not a real 0."""
     SPOOL_FULL = "spool_full"
     """The spool reached its disk cap; the sample is kept in memory until space frees up."""
     TOKENS_INVALID = "tokens_invalid"
     """Token ids out of the model's vocabulary; never sent to a backend."""
+    BACKEND_INVALID = "backend_invalid_output"
+    """The policy answered values that cannot be trained on (ids outside the vocabulary, non-finite
+    log-probs); the client got a 502."""
+    SUPERSEDED_BY_RETRY = "superseded_by_retry"
+    """The client sent the same prompt again before the turn got a next state: it never used this reply
+    (a timeout retry, a resend, a regenerate), so the new request replaces the turn."""
+    SETTLE_FAILED = "settle_failed"
+    """Recording the turn raised unexpectedly (a bug); the turn is dropped, the session goes on."""
 
 
 class TurnStatus(str, Enum):

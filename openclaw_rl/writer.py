@@ -3,7 +3,12 @@
 Stage: sessions → **writer** → spool. The event loop only enqueues; SQLite commits and record-file
 appends happen on this thread, so the proxy never blocks on disk (upstream wrote records inside the
 event loop). A FIFO preserves per-session turn order. When the spool is at its cap, samples wait in
-memory (counted, logged loudly) and are retried on every later write: nothing is dropped silently.
+memory (counted, logged loudly) and are retried on every later write and every second while idle, so
+they move to the spool as soon as the trainer acknowledges a batch: nothing is dropped silently. The
+in-memory overflow is bounded: at ``max_overflow`` samples the proxy refuses new requests with 503 +
+Retry-After (``overloaded``) until the backlog drains; turns already admitted still land in memory.
+``save_turn`` returns a future that is done once the waiting turn is committed, so the reply's last
+byte can wait for it (a SIGKILL after the client saw a reply never loses that turn).
 Record files are append-only and never truncated (upstream truncated them at every weight sync).
 """
 
@@ -16,10 +21,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from .metrics import ProxyMetrics
+from .metrics import ProxyMetrics, log_safe
 from .samples import TrainingSample
 from .scoring import Outcome
 from .spool import Spool, SpoolFull
@@ -30,11 +36,13 @@ log = logging.getLogger(__name__)
 
 class SampleWriter:
     def __init__(self, spool: Spool, metrics: ProxyMetrics, record_dir: str = "",
-                 on_written: Callable[[list[TrainingSample]], None] | None = None):
+                 on_written: Callable[[list[TrainingSample]], None] | None = None, max_overflow: int = 10_000):
         self.spool, self.metrics = spool, metrics
+        self.max_overflow = max_overflow
         self.on_written = on_written
         self._queue: queue.Queue[tuple[str, Any, Any] | None] = queue.Queue()
         self.overflow: deque[TrainingSample] = deque()
+        self._overflow_settled: list[Any] = []  # pending-turn rows to forget once the overflow is committed
         self._eval_lock = threading.Lock()
         self._eval_scores: list[float] = []
         self._records = self._prm_records = None
@@ -50,10 +58,17 @@ class SampleWriter:
         """A turn's final outcome (from the session tracker, in turn order)."""
         self._queue.put(("outcome", turn, outcome))
 
-    def save_turn(self, turn: Turn) -> None:
+    def save_turn(self, turn: Turn) -> Future:
         """A turn that waits for its next state or judgement: persisted so a restart resumes it.
-        Serialised on this thread, not the event loop."""
-        self._queue.put(("turn", turn, None))
+        Serialised on this thread, not the event loop; the future is done once it is committed."""
+        done: Future = Future()
+        self._queue.put(("turn", turn, done))
+        return done
+
+    @property
+    def overloaded(self) -> bool:
+        """The spool is full and the in-memory overflow reached its bound: admit no new turns."""
+        return len(self.overflow) >= self.max_overflow
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until everything enqueued so far is persisted."""
@@ -80,7 +95,11 @@ class SampleWriter:
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=1.0 if self.overflow else None)
+            except queue.Empty:  # idle with a backlog: the trainer may have acknowledged a batch since
+                self._persist(list(self.overflow), retrying=len(self.overflow), settled=None)
+                continue
             if item is None:
                 return
             op, a, b = item
@@ -90,11 +109,15 @@ class SampleWriter:
                 elif op == "turn":
                     self.spool.save_turn((a.session_key, a.epoch, a.index),
                                          json.dumps(a.to_record(), separators=(",", ":")))
+                    b.set_result(True)
                 else:
                     self._write(a, b)
-            except Exception:
+            except Exception as e:
+                if op == "turn" and not b.done():
+                    b.set_exception(e)
                 self.metrics.spool_errors.inc()
-                log.exception("spool write (%s) for session %s failed", op, getattr(a, "session_id", "?"))
+                log.exception("spool write (%s) for session %s failed", op,
+                              log_safe(getattr(a, "session_id", "?")))
 
     def _write(self, turn: Turn, outcome: Outcome) -> None:
         if outcome.eval_score is not None:
@@ -106,10 +129,15 @@ class SampleWriter:
             self._record(turn, outcome)
 
     def _persist(self, samples: list[TrainingSample], retrying: int, settled: Any) -> None:
+        keys = self._overflow_settled + ([settled] if settled is not None else [])
         try:
-            self.spool.put(samples, settled=settled)
+            self.spool.put(samples, settled=keys)
         except SpoolFull as e:
+            # The turns' pending rows stay until their samples are committed: a crash meanwhile re-judges
+            # them after the restart instead of losing the samples held in memory.
+            self._overflow_settled = keys
             self.overflow = deque(samples)
+            self.metrics.overflow.set(len(self.overflow))
             self.metrics.spool_errors.inc()
             if time.monotonic() - self._last_full_log > 10:
                 self._last_full_log = time.monotonic()
@@ -117,12 +145,18 @@ class SampleWriter:
                           "let training drain it)", e, len(self.overflow))
             return
         except Exception:
+            self._overflow_settled = keys
             self.overflow = deque(samples)
+            self.metrics.overflow.set(len(self.overflow))
             self.metrics.spool_errors.inc()
             log.exception("spool write failed; %d samples held in memory and retried on the next write",
                           len(samples))
             return
+        if self.overflow:
+            log.warning("spool has room again: %d samples held in memory are persisted", retrying)
         self.overflow.clear()
+        self._overflow_settled = []
+        self.metrics.overflow.set(0)
         if not samples:
             return
         for s in samples[retrying:]:

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from starlette.requests import Request  # module level: FastAPI resolves the handlers' annotations here
+
 GOLDEN = Path(__file__).resolve().parent / "data"  # recorded traffic, copied into the repository
 
 
@@ -99,3 +101,92 @@ def on_loop(proxy: Any, fn: Callable[[], Any]) -> Any:
 def load_conversation(name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (GOLDEN / "openclaw-golden" / name).read_text().splitlines() if line]
 
+
+
+class FaultBackend:
+    """A policy backend speaking SGLang's /generate whose answers a test scripts call by call: values out
+    of range, slow first answers (noting whether the proxy hung up on them), a context length."""
+
+    def __init__(self, context_length: int = 4096):
+        self.context_length = context_length
+        self.plan: list[dict[str, Any]] = []  # consumed one per /generate; default: a normal 3-token answer
+        self.calls: list[dict[str, Any]] = []  # request bodies received
+        self.hung_up = 0  # slow answers whose caller disconnected before they were sent
+
+    def app(self) -> Any:
+        import asyncio
+        import time
+
+        from fastapi import FastAPI
+        from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+        app = FastAPI()
+
+        @app.get("/v1/models")
+        async def models() -> dict[str, Any]:
+            return {"object": "list", "data": [{"id": "fault", "object": "model", "max_model_len": self.context_length}]}
+
+        @app.post("/generate")
+        async def generate(request: Request) -> Any:
+            body = await request.json()
+            self.calls.append(body)
+            step = self.plan.pop(0) if self.plan else {}
+            deadline = time.monotonic() + step.get("delay", 0.0)
+            while time.monotonic() < deadline:
+                if await request.is_disconnected():
+                    self.hung_up += 1
+                    return JSONResponse({}, status_code=499)
+                await asyncio.sleep(0.02)
+            ids = step.get("ids", [65, 66, 2])
+            lps = step.get("logprobs", [-0.5] * len(ids))
+            out = {"text": step.get("text", "ok"), "output_ids": ids,
+                   "meta_info": {"finish_reason": {"type": "stop", "matched": 2}, "prompt_tokens": len(body["input_ids"]),
+                                 "weight_version": "default",
+                                 "output_token_logprobs": [[lp, t, None] for lp, t in zip(lps, ids)]}}
+            if not body.get("stream"):  # json.dumps, not JSONResponse: NaN must reach the proxy as SGLang would send it
+                return Response(json.dumps(out), media_type="application/json")
+
+            async def chunks() -> Any:
+                for k in range(1, len(ids) + 1):
+                    chunk = {**out, "output_ids": ids[:k], "meta_info": {
+                        **out["meta_info"], "finish_reason": out["meta_info"]["finish_reason"] if k == len(ids) else None,
+                        "output_token_logprobs": out["meta_info"]["output_token_logprobs"][:k]}}
+                    yield f"data: {json.dumps(chunk, allow_nan=True)}\n\n".encode()
+                yield b"data: [DONE]\n\n"
+            return StreamingResponse(chunks(), media_type="text/event-stream")
+
+        return app
+
+
+@contextmanager
+def fault_backend(**kw: Any) -> Iterator[Any]:
+    from openclaw_rl.servers import BackgroundServer
+
+    backend = FaultBackend(**kw)
+    with BackgroundServer(backend.app()) as server:
+        backend.url = server.url  # type: ignore[attr-defined]
+        yield backend
+
+
+def serve_cli(port: int, *args: str, startup_s: float = 180.0) -> Any:
+    """`openclaw-rl serve --port PORT ARGS…` as a user runs it; returns the process once /healthz answers.
+    (Start-up imports transformers: seconds, or tens of seconds on a loaded machine.)"""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "serve", "--port", str(port), *args],
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + startup_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"proxy on port {port} did not start (exit code {proc.poll()})")

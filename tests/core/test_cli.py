@@ -10,6 +10,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from openclaw_rl.servers import free_port
 
@@ -62,3 +63,59 @@ def test_cli_errors_are_clear(tmp_path):
     out = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "samples", "--spool-dir", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "no spool" in out.stderr
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "openclaw_rl.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_config_errors_are_one_clear_line(tmp_path):
+    cfg = tmp_path / "proxy.yaml"
+    cases = {
+        "openclaw_proxy_api_keys: 12345\n": "proxy.yaml: openclaw_proxy_api_keys: expected a list of strings",
+        "openclaw_judge_votes: three\n": "proxy.yaml: openclaw_judge_votes: expected an integer, got 'three'",
+        "openclaw_judge_votes: [\n": "proxy.yaml: malformed YAML at line",
+        "openclaw_proxy_tokenizer: /nonexistent/tok\n": "openclaw_proxy_tokenizer: tokenizer directory "
+                                                        "'/nonexistent/tok' does not exist",
+    }
+    for text, message in cases.items():
+        cfg.write_text(text)
+        out = run_cli("serve", "--config", str(cfg), "--spool-dir", str(tmp_path / "spool"))
+        assert out.returncode == 2, (text, out.stderr[-2000:])
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("openclaw-rl: error: ") and message in lines[0], out.stderr
+    out = run_cli("serve", "--port", "70000")
+    assert out.returncode == 2 and "openclaw_proxy_port: expected a TCP port 1-65535, got 70000" in out.stderr
+    out = run_cli("serve", "--api-key", "")  # what --api-key "$KEY" becomes with KEY unset
+    assert out.returncode == 2 and "openclaw_proxy_api_keys: key #1 is empty" in out.stderr
+    out = run_cli("serve", "--policy-timeout", "abc")
+    assert out.returncode == 2 and "--policy-timeout" in out.stderr
+
+
+def test_corrupt_spool_refuses_to_start_with_advice(tmp_path, tiny_model_dir):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "samples.sqlite3").write_bytes(b"not a database at all" * 100)
+    for args in (("serve", "--tokenizer", str(tiny_model_dir), "--spool-dir", str(spool)),
+                 ("samples", "--spool-dir", str(spool))):
+        out = run_cli(*args)
+        lines = [line for line in out.stderr.splitlines() if "Traceback" in line or "error" in line.lower()]
+        assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]  # (warnings may precede it)
+        assert lines[0].startswith("openclaw-rl: error: spool ")
+        assert "is corrupt" in lines[0] and "aside" in lines[0] and ".recover" in lines[0]
+
+
+def test_samples_prints_strict_json(tmp_path):
+    from openclaw_rl.samples import TrainingSample
+    from openclaw_rl.spool import Spool
+
+    spool = Spool(tmp_path)
+    spool.put([TrainingSample(session_id="s", turn=1, kind="rl", prompt_ids=[1], response_ids=[2, 3],
+                              rollout_log_probs=[float("-inf"), float("nan")], loss_mask=[1, 1], reward=1.0)])
+    spool.close()
+    out = run_cli("samples", "--spool-dir", str(tmp_path))
+    assert out.returncode == 0 and "Infinity" not in out.stdout and "NaN" not in out.stdout
+    row = json.loads(out.stdout, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    assert row["rollout_log_probs"] == [None, None]

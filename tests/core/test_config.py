@@ -42,3 +42,37 @@ def test_public_bind_needs_a_key():
         load_settings({"proxy_host": "0.0.0.0"}, env={})
     assert load_settings({"proxy_host": "0.0.0.0", "proxy_api_keys": ["k"]}, env={}).proxy.host == "0.0.0.0"
     assert load_settings({"proxy_host": "0.0.0.0", "proxy_allow_insecure_bind": True}, env={})
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"openclaw_proxy_api_keys": 12345}, "cfg.yaml: openclaw_proxy_api_keys: expected a list of strings, got 12345"),
+    ({"openclaw_proxy_port": "abc"}, "cfg.yaml: openclaw_proxy_port: expected an integer, got 'abc'"),
+    ({"openclaw_proxy_port": 70000}, "openclaw_proxy_port: expected a TCP port 1-65535, got 70000"),
+    ({"openclaw_judge_votes": [3]}, "cfg.yaml: openclaw_judge_votes: expected an integer, got [3]"),
+    ({"openclaw_proxy_request_timeout_s": "soon"}, "openclaw_proxy_request_timeout_s: expected a number"),
+    ({"openclaw_proxy_allow_insecure_bind": "maybe"}, "openclaw_proxy_allow_insecure_bind: expected a boolean"),
+    ({"openclaw_proxy_tokenizer": {"a": 1}}, "openclaw_proxy_tokenizer: expected a string"),
+    ({"openclaw_proxy_request_timeout_s": 0}, "openclaw_proxy_request_timeout_s: expected a positive number"),
+])
+def test_type_errors_name_the_file_key_and_expected_type(values, message):
+    with pytest.raises(ValueError) as e:
+        load_settings(values, env={}, sources={k: "cfg.yaml" for k in values})
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("keys", [[""], [" "], ["k", "\t"], ["k "], ["\xa0"], ["k\x00"]])
+def test_empty_or_whitespace_api_keys_are_refused_at_start(keys):
+    with pytest.raises(ValueError, match="openclaw_proxy_api_keys: key #"):
+        load_settings({"proxy_host": "0.0.0.0", "proxy_api_keys": keys}, env={})
+    with pytest.raises(ValueError, match="api_keys"):
+        load_settings({"proxy_api_keys": keys}, env={})  # on loopback too
+
+
+def test_malformed_yaml_names_the_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("openclaw_judge_votes: 3\nopenclaw_proxy_port: [1,\n")
+    with pytest.raises(ValueError, match=r"bad\.yaml: malformed YAML at line \d+, column \d+"):
+        load_yaml(bad)
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(ValueError, match="list.yaml: expected a mapping of openclaw_\\* keys, got a list"):
+        load_yaml(tmp_path / "list.yaml")

@@ -37,8 +37,13 @@ def make(scores=None, delay=lambda: 0.0, **rl):
     return tracker, emitted
 
 
-def turn(key="s") -> Turn:
-    return Turn(session_key=key, session_id=key, index=0, prompt_ids=array("i", [1, 2]), messages=None, tools=None,
+_prompts = iter(range(100, 10**9))
+
+
+def turn(key="s", prompt=None) -> Turn:
+    """A turn; each gets its own prompt unless one is given (an identical prompt is a retry)."""
+    ids = prompt if prompt is not None else (1, 2, next(_prompts))
+    return Turn(session_key=key, session_id=key, index=0, prompt_ids=array("i", ids), messages=None, tools=None,
                 sampling_temperature=1.0)
 
 
@@ -163,4 +168,55 @@ def test_memory_is_bounded_by_max_sessions():
             tracker.complete(t, gen())
         await settle()
         assert len(tracker.sessions) == 5 and len(emitted) == 7
+    asyncio.run(run())
+
+
+def test_one_key_cannot_evict_another_keys_sessions():
+    async def run():
+        tracker, emitted = make()
+        tracker.max_sessions = 5
+        b = tracker.begin(turn("B\x1fwaiting"), None)
+        tracker.complete(b, gen())
+        for i in range(12):  # key A opens far more sessions than its quota
+            t = tracker.begin(turn(f"A\x1fs{i}"), None)
+            tracker.complete(t, gen())
+        await settle()
+        assert "B\x1fwaiting" in tracker.sessions  # B's waiting turn is untouched
+        assert sum(k.startswith("A\x1f") for k in tracker.sessions) == 5
+        assert len(emitted) == 7 and all(t.session_key.startswith("A\x1f") for t, _ in emitted)
+    asyncio.run(run())
+
+
+def test_identical_retry_supersedes_the_unanswered_turn():
+    async def run():
+        tracker, emitted = make({"q": 1.0, "thanks": 1.0})
+        state = {"role": "user", "content": "q"}
+        t1 = tracker.begin(turn("s", (1, 2, 3)), state)
+        tracker.complete(t1, gen())
+        t2 = tracker.begin(turn("s", (1, 2, 3)), state)  # the same prompt again: t1's reply was never used
+        await settle()
+        assert [(t.index, o.drop) for t, o in emitted] == [(1, DropReason.SUPERSEDED_BY_RETRY)]
+        tracker.complete(t2, gen())
+        t3 = tracker.begin(turn("s", (1, 2, 3, 9, 9)), {"role": "user", "content": "thanks"})
+        tracker.complete(t3, gen())
+        await settle()
+        assert [(t.index, o.drop) for t, o in emitted][1] == (2, None)  # t2 became the sample, once
+        assert emitted[1][0].next_state == {"role": "user", "content": "thanks"}
+    asyncio.run(run())
+
+
+def test_a_retry_while_the_first_is_still_generating_and_a_different_prompt_is_a_next_state():
+    async def run():
+        tracker, emitted = make({"q2": 1.0})
+        t1 = tracker.begin(turn("s", (1, 2)), None)
+        t2 = tracker.begin(turn("s", (1, 2)), None)  # double submit while t1 generates
+        await settle()
+        assert [o.drop for _, o in emitted] == [DropReason.SUPERSEDED_BY_RETRY]
+        assert tracker.complete(t1, gen()) is None  # the late answer of the superseded turn is ignored
+        tracker.fail(t1, DropReason.CLIENT_DISCONNECTED)  # and so is a late failure: counted once
+        tracker.complete(t2, gen())
+        t3 = tracker.begin(turn("s", (1, 2, 5)), {"role": "user", "content": "q2"})  # a different prompt
+        await settle()
+        assert [(t.index, o.drop) for t, o in emitted] == [(1, DropReason.SUPERSEDED_BY_RETRY), (2, None)]
+        assert t3.index == 3
     asyncio.run(run())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from openclaw_rl.samples import TrainingSample
-from openclaw_rl.spool import Spool, SpoolFull
+from openclaw_rl.spool import Spool, SpoolCorrupt, SpoolFull
 
 
 def sample(turn: int, session="s") -> TrainingSample:
@@ -42,10 +42,59 @@ def test_put_is_idempotent_per_sample_id(tmp_path):
     assert spool.depth() == 1
 
 
-def test_disk_cap_refuses_loudly(tmp_path):
-    spool = Spool(tmp_path, max_bytes=1)
+def sized(turn: int) -> TrainingSample:
+    """A sample whose id is set, so its stored size is known in advance."""
+    s = sample(turn)
+    s.sample_id = f"{turn:032d}"
+    return s
+
+
+def test_cap_counts_live_samples_and_reopens_when_the_trainer_acks(tmp_path):
+    one = len(sized(0).to_json().encode())
+    spool = Spool(tmp_path, max_bytes=3 * one)
+    spool.put([sized(i) for i in range(3)])
+    assert spool.live_bytes() == 3 * one
     with pytest.raises(SpoolFull):
-        spool.put([sample(1)])
+        spool.put([sized(3)])
+    for i in range(20):  # pending-turn writes (WAL growth) do not count: only unacknowledged samples do
+        spool.save_turn(("k", "e", i), "x" * 10_000)
+    batch, _ = spool.lease(2)
+    assert spool.live_bytes() == 3 * one  # leased is still live until acknowledged
+    spool.ack(batch)
+    assert spool.live_bytes() == one
+    spool.put([sized(3)])  # room again, although the file never shrank
+    spool.close()
+    reopened = Spool(tmp_path, max_bytes=3 * one)  # the count survives a restart
+    assert reopened.live_bytes() == 2 * one
+    reopened.put([sized(4)])
+    with pytest.raises(SpoolFull):
+        reopened.put([sized(5)])
+
+
+def test_live_bytes_of_an_old_spool_are_counted_at_open(tmp_path):
+    spool = Spool(tmp_path)
+    spool.put([sized(i) for i in range(4)])
+    spool._db.execute("DROP TABLE spool_stats")  # a spool written before the count existed
+    spool.close()
+    assert Spool(tmp_path).live_bytes() == 4 * len(sized(0).to_json().encode())
+
+
+@pytest.mark.parametrize("damage", ["garbage_file", "garbage_mid_file"])
+def test_corrupt_spool_is_detected_at_start_with_advice(tmp_path, damage):
+    spool = Spool(tmp_path)
+    spool.put([sample(i) for i in range(200)])
+    spool._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    spool.close()
+    path = tmp_path / "samples.sqlite3"
+    data = bytearray(path.read_bytes())
+    if damage == "garbage_file":
+        data[:100] = b"\xde\xad" * 50
+    else:
+        mid = len(data) // 2
+        data[mid:mid + 4096] = b"\x5a" * 4096
+    path.write_bytes(bytes(data))
+    with pytest.raises(SpoolCorrupt, match="corrupt.*move .* aside"):
+        Spool(tmp_path)
 
 
 def test_sample_invariants_are_enforced():
