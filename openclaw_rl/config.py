@@ -39,8 +39,8 @@ class ProxySettings:
     max_new_tokens_cap: int = 8192  # client values above this are clamped (Slime's rollout-max-response-len)
     rollout_temperature: float | None = 1.0  # main-line turns sample at this temperature so rollout
     # log-probs match the trainer's; None lets the client's temperature through (upstream behaviour)
-    reasoning_parser: str = "qwen3"
-    tool_parser: str = "qwen25"
+    reasoning_parser: str = "auto"  # auto: the family detected from the tokenizer (chat_format.py), else qwen3
+    tool_parser: str = "auto"  # auto, or qwen25 / hermes / mistral / none (SGLang's names)
     enable_thinking: bool | None = None  # passed to the chat template when set
     pause_mode: str = "reject"  # while weights sync: "reject" (503 + Retry-After, upstream) or "hold"
     pause_hold_s: float = 60.0  # "hold": the longest a request waits for submission to reopen
