@@ -46,20 +46,15 @@ def gen(n=3) -> Generation:
     return Generation.from_lists(list(range(10, 10 + n)), [-0.5] * n, "text", "stop")
 
 
-async def settle():
-    for _ in range(50):
-        await asyncio.sleep(0.005)
-
-
 def test_turn_waits_for_next_state_then_is_judged():
     async def run():
         tracker, emitted = make({"thanks": 1.0})
         t1 = tracker.begin(turn(), None)
         tracker.complete(t1, gen())
-        await settle()
+        await tracker.wait_judged()
         assert emitted == []
         t2 = tracker.begin(turn(), {"role": "user", "content": "thanks"})
-        await settle()
+        await tracker.wait_judged()
         assert [(t.index, o.samples[0].reward) for t, o in emitted] == [(1, 1.0)]
         assert t1.next_state == {"role": "user", "content": "thanks"} and t2.index == 2
     asyncio.run(run())
@@ -70,10 +65,10 @@ def test_next_state_arrives_while_the_turn_is_still_generating():
         tracker, emitted = make({"thanks": -1.0})
         t1 = tracker.begin(turn(), None)
         tracker.begin(turn(), {"role": "user", "content": "thanks"})  # concurrent request, same session
-        await settle()
+        await tracker.wait_judged()
         assert emitted == []
         tracker.complete(t1, gen())
-        await settle()
+        await tracker.wait_judged()
         assert emitted[0][1].samples[0].reward == -1.0
     asyncio.run(run())
 
@@ -85,8 +80,7 @@ def test_out_of_order_judgements_are_emitted_in_turn_order():
         for i in range(20):
             t = tracker.begin(turn(), {"role": "user", "content": f"u{i}"} if i else None)
             tracker.complete(t, gen())
-        for _ in range(30):
-            await asyncio.sleep(0.01)
+        await tracker.wait_judged()
         assert [t.index for t, _ in emitted] == list(range(1, 20))
     asyncio.run(run())
 
@@ -99,7 +93,7 @@ def test_session_done_flushes_last_turn_and_failed_turns_keep_order():
         tracker.fail(t1, DropReason.GENERATION_FAILED)
         tracker.complete(t2, gen())
         tracker.end_session("s")
-        await settle()
+        await tracker.wait_judged()
         assert [(t.index, o.drop) for t, o in emitted] == [(1, DropReason.GENERATION_FAILED),
                                                            (2, DropReason.NO_NEXT_STATE)]
         assert "s" not in tracker.sessions
@@ -112,7 +106,7 @@ def test_turn_still_generating_when_its_session_ends_is_still_settled():
         t1 = tracker.begin(turn(), None)
         tracker.end_session("s")
         tracker.complete(t1, gen())
-        await settle()
+        await tracker.wait_judged()
         assert [(t.index, o.drop) for t, o in emitted] == [(1, DropReason.NO_NEXT_STATE)]
     asyncio.run(run())
 
@@ -123,7 +117,7 @@ def test_at_least_one_promotes_first_judged_zero_turn_only():
         for i in range(3):
             t = tracker.begin(turn(), {"role": "user", "content": "meh"} if i else None)
             tracker.complete(t, gen())
-        await settle()
+        await tracker.wait_judged()
         outcomes = [o for _, o in emitted]
         assert outcomes[0].samples[0].loss_mask == [1, 1, 1] and outcomes[0].samples[0].reward == 0.0
         assert outcomes[0].samples[0].metadata["promoted_at_least_one"]
@@ -137,7 +131,7 @@ def test_upstream_keep_masked_samples_option():
         t = tracker.begin(turn(), None)
         tracker.complete(t, gen())
         tracker.begin(turn(), {"role": "user", "content": "meh"})
-        await settle()
+        await tracker.wait_judged()
         assert emitted[0][1].samples[0].loss_mask == [0, 0, 0]
     asyncio.run(run())
 
@@ -149,7 +143,7 @@ def test_idle_sessions_expire_after_ttl():
         tracker.complete(t, gen())
         assert tracker.sweep(now=tracker.sessions["idle"].last_seen + 30) == 0
         assert tracker.sweep(now=tracker.sessions["idle"].last_seen + 61) == 1
-        await settle()
+        await tracker.wait_judged()
         assert emitted[0][1].drop == DropReason.NO_NEXT_STATE and not tracker.sessions
     asyncio.run(run())
 
@@ -161,6 +155,6 @@ def test_memory_is_bounded_by_max_sessions():
         for i in range(12):
             t = tracker.begin(turn(f"s{i}"), None)
             tracker.complete(t, gen())
-        await settle()
+        await tracker.wait_judged()
         assert len(tracker.sessions) == 5 and len(emitted) == 7
     asyncio.run(run())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import httpx
-from support import scripted_server, settle, wait_for_samples
+from support import metric, scripted_server, settle, wait_for_samples
 
 from openclaw_rl.servers import free_port
 
@@ -24,8 +24,8 @@ def test_judge_down_votes_fail_and_training_continues(policy_server, make_proxy)
     samples = wait_for_samples(proxy, 1)  # all votes failed: score 0, the first judged turn is still kept
     assert samples[0].reward == 0.0 and samples[0].metadata["judge_votes"] == ["fail"] * 3
     settle(proxy)
-    assert proxy.metrics.judge_votes.labels("failed")._value.get() == 6
-    assert proxy.metrics.dropped.labels("zero_score")._value.get() == 1
+    assert metric(proxy, "openclaw_judge_votes_total", outcome="failed") == 6
+    assert metric(proxy, "openclaw_turns_dropped_total", reason="zero_score") == 1
 
 
 def test_slow_judge_times_out(policy_server, tokenizer, make_proxy):
@@ -58,7 +58,7 @@ def test_spool_at_its_cap_keeps_serving_and_loses_nothing(policy_server, judge_s
     assert converse(url, "d", ["thanks", "thanks", "thanks"]) == [200, 200, 200]
     settle(proxy)
     assert proxy.spool.depth() == 0 and len(proxy.writer.overflow) == 2  # held in memory, counted, logged
-    assert proxy.metrics.spool_errors._value.get() >= 1
+    assert metric(proxy, "openclaw_spool_errors_total") >= 1
     assert any("held in memory" in r.getMessage() for r in caplog.records)
     proxy.spool.max_bytes = 1 << 30  # space frees up: the next write persists the backlog too
     assert converse(url, "d2", ["thanks", "thanks"]) == [200, 200]
