@@ -241,14 +241,6 @@ class SessionTracker:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=timeout)
 
-    async def wait_judged(self, timeout: float = 30.0) -> None:
-        """Wait until no judgement is in flight; each one emits its session's judged turns, in order, as it
-        ends. (Tests synchronise on this instead of sleeping.) TimeoutError if they take longer."""
-        while self._tasks:
-            _, pending = await asyncio.wait(list(self._tasks), timeout=timeout)
-            if pending:
-                raise TimeoutError(f"{len(pending)} judgements still running after {timeout}s")
-
     @property
     def pending_turns(self) -> int:
         """Turns waiting for a next state or a judgement in live sessions."""
@@ -258,6 +250,14 @@ class SessionTracker:
     def judging(self) -> int:
         """Judgements in flight."""
         return len(self._tasks)
+
+    async def wait_judged(self, timeout: float = 30.0) -> None:
+        """Wait until no judgement is in flight; each one emits its session's judged turns, in order, as it
+        ends. (Tests synchronise on this instead of sleeping.) TimeoutError if they take longer."""
+        while self._tasks:
+            _, pending = await asyncio.wait(list(self._tasks), timeout=timeout)
+            if pending:
+                raise TimeoutError(f"{len(pending)} judgements still running after {timeout}s")
 
     @property
     def unsettled_turns(self) -> int:

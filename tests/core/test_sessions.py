@@ -46,15 +46,24 @@ def gen(n=3) -> Generation:
     return Generation.from_lists(list(range(10, 10 + n)), [-0.5] * n, "text", "stop")
 
 
+async def settle():
+    """Wait until every task the tracker started (its judgements, each emitting in order as it ends) is done.
+    They are the only other tasks on this loop; nothing is left to chance by sleeping."""
+    me = asyncio.current_task()
+    while pending := [t for t in asyncio.all_tasks() if t is not me and not t.done()]:
+        _, late = await asyncio.wait(pending, timeout=30)
+        assert not late, f"{len(late)} judgements still running after 30 s"
+
+
 def test_turn_waits_for_next_state_then_is_judged():
     async def run():
         tracker, emitted = make({"thanks": 1.0})
         t1 = tracker.begin(turn(), None)
         tracker.complete(t1, gen())
-        await tracker.wait_judged()
+        await settle()
         assert emitted == []
         t2 = tracker.begin(turn(), {"role": "user", "content": "thanks"})
-        await tracker.wait_judged()
+        await settle()
         assert [(t.index, o.samples[0].reward) for t, o in emitted] == [(1, 1.0)]
         assert t1.next_state == {"role": "user", "content": "thanks"} and t2.index == 2
     asyncio.run(run())
@@ -65,10 +74,10 @@ def test_next_state_arrives_while_the_turn_is_still_generating():
         tracker, emitted = make({"thanks": -1.0})
         t1 = tracker.begin(turn(), None)
         tracker.begin(turn(), {"role": "user", "content": "thanks"})  # concurrent request, same session
-        await tracker.wait_judged()
+        await settle()
         assert emitted == []
         tracker.complete(t1, gen())
-        await tracker.wait_judged()
+        await settle()
         assert emitted[0][1].samples[0].reward == -1.0
     asyncio.run(run())
 
@@ -80,7 +89,7 @@ def test_out_of_order_judgements_are_emitted_in_turn_order():
         for i in range(20):
             t = tracker.begin(turn(), {"role": "user", "content": f"u{i}"} if i else None)
             tracker.complete(t, gen())
-        await tracker.wait_judged()
+        await settle()
         assert [t.index for t, _ in emitted] == list(range(1, 20))
     asyncio.run(run())
 
@@ -93,7 +102,7 @@ def test_session_done_flushes_last_turn_and_failed_turns_keep_order():
         tracker.fail(t1, DropReason.GENERATION_FAILED)
         tracker.complete(t2, gen())
         tracker.end_session("s")
-        await tracker.wait_judged()
+        await settle()
         assert [(t.index, o.drop) for t, o in emitted] == [(1, DropReason.GENERATION_FAILED),
                                                            (2, DropReason.NO_NEXT_STATE)]
         assert "s" not in tracker.sessions
@@ -106,7 +115,7 @@ def test_turn_still_generating_when_its_session_ends_is_still_settled():
         t1 = tracker.begin(turn(), None)
         tracker.end_session("s")
         tracker.complete(t1, gen())
-        await tracker.wait_judged()
+        await settle()
         assert [(t.index, o.drop) for t, o in emitted] == [(1, DropReason.NO_NEXT_STATE)]
     asyncio.run(run())
 
@@ -117,7 +126,7 @@ def test_at_least_one_promotes_first_judged_zero_turn_only():
         for i in range(3):
             t = tracker.begin(turn(), {"role": "user", "content": "meh"} if i else None)
             tracker.complete(t, gen())
-        await tracker.wait_judged()
+        await settle()
         outcomes = [o for _, o in emitted]
         assert outcomes[0].samples[0].loss_mask == [1, 1, 1] and outcomes[0].samples[0].reward == 0.0
         assert outcomes[0].samples[0].metadata["promoted_at_least_one"]
@@ -131,7 +140,7 @@ def test_upstream_keep_masked_samples_option():
         t = tracker.begin(turn(), None)
         tracker.complete(t, gen())
         tracker.begin(turn(), {"role": "user", "content": "meh"})
-        await tracker.wait_judged()
+        await settle()
         assert emitted[0][1].samples[0].loss_mask == [0, 0, 0]
     asyncio.run(run())
 
@@ -143,7 +152,7 @@ def test_idle_sessions_expire_after_ttl():
         tracker.complete(t, gen())
         assert tracker.sweep(now=tracker.sessions["idle"].last_seen + 30) == 0
         assert tracker.sweep(now=tracker.sessions["idle"].last_seen + 61) == 1
-        await tracker.wait_judged()
+        await settle()
         assert emitted[0][1].drop == DropReason.NO_NEXT_STATE and not tracker.sessions
     asyncio.run(run())
 
@@ -155,6 +164,6 @@ def test_memory_is_bounded_by_max_sessions():
         for i in range(12):
             t = tracker.begin(turn(f"s{i}"), None)
             tracker.complete(t, gen())
-        await tracker.wait_judged()
+        await settle()
         assert len(tracker.sessions) == 5 and len(emitted) == 7
     asyncio.run(run())
