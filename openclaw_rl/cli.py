@@ -33,10 +33,10 @@ SERVE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--prm-m", "judge_votes", {"type": int, "help": "judge votes per turn (majority wins)"}),
     ("--spool-dir", "spool_dir", {"help": "where finished samples persist"}),
     ("--record-dir", "proxy_record_dir", {"help": "write JSONL conversation and judge records here"}),
+    *(flag for mode in MODES.values() for flag in mode.cli_flags),  # each mode's own flags (registry)
     ("--session-ttl", "proxy_session_ttl_s", {"type": float, "help": "flush sessions idle this many seconds"}),
     ("--pause-mode", "proxy_pause_mode", {"choices": ["reject", "hold"]}),
     ("--rollout-temperature", "proxy_rollout_temperature", {"type": float}),
-    *(flag for mode in MODES.values() for flag in mode.cli_flags),  # each mode's own flags (registry)
 ]
 
 

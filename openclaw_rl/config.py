@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from .modes import MODES, resolve
+
 PREFIX = "openclaw_"
 
 
@@ -95,8 +97,6 @@ class CombineSettings:
 
 
 def _mode_sections() -> dict[str, Any]:
-    from .modes import MODES, resolve
-
     return {name: resolve(m.settings)() for name, m in MODES.items() if m.settings}
 
 
@@ -121,8 +121,6 @@ class Settings:
 
     def validate(self) -> Settings:
         p, j = self.proxy, self.judge
-        from .modes import MODES
-
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if j.votes < 1:
