@@ -12,6 +12,9 @@ Two families differ in every respect that matters to the parsers:
 - ``mistral`` (Mistral/Magistral instruct, tokenizer v7+): ``[INST]…[/INST]`` turns with no assistant
   header, ``[THINK]…[/THINK]``, and ``[TOOL_CALLS]name[ARGS]{…}`` calls that have no end tag: a call ends
   where its JSON arguments end (the older ``[TOOL_CALLS][{"name": …, "arguments": …}, …]`` form too).
+
+Adding a family is one ``ChatFormat`` in ``FORMATS`` (plus a parser class in ``parsers.py`` only if its
+tool calls have a shape neither of these has); ``tests/core/test_chat_formats.py`` shows the checks.
 """
 
 from __future__ import annotations
