@@ -69,14 +69,16 @@ def test_cli_config_and_local_defaults_derive_from_the_registry():
 
 def test_the_slime_scripts_name_the_registered_hooks():
     """The launch scripts are bash; until they read ``python -m openclaw_rl.modes --json``, check they agree."""
-    scripts = "\n".join(p.read_text() for p in sorted((REPO / "scripts").glob("*.sh")))
-    scripts += (REPO / "scripts" / "lib" / "common.sh").read_text()
+    common = (REPO / "scripts" / "lib" / "common.sh").read_text()
+    scripts = common + "\n".join(p.read_text() for p in sorted((REPO / "scripts").glob("*.sh")))
     for mode in MODES.values():
         for path in (mode.slime.custom_loss, mode.slime.custom_advantage, mode.slime.topk_loss):
             if path:
                 assert path in scripts, path
-        module, _, fn = mode.slime.rollout.rpartition(".")  # common.sh: openclaw_<mode>.rollout.generate_rollout_openclaw[_<mode>]
-        assert module.endswith(".rollout") and fn.startswith("generate_rollout_openclaw")
+    # common.sh builds the rollout hook from MODE: openclaw_<mode>.rollout.generate_rollout_openclaw[_<mode>]
+    assert 'local mod="openclaw_${MODE}.rollout"' in common and '[[ ${MODE} == rl ]] || rollout_fn+="_${MODE}"' in common
+    for name, mode in MODES.items():
+        assert mode.slime.rollout == f"openclaw_{name}.rollout.generate_rollout_openclaw" + ("" if name == "rl" else f"_{name}")
 
 
 def test_python_m_modes_prints_the_table_for_scripts():
