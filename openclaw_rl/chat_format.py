@@ -9,7 +9,7 @@ the model was trained, and this module only names the markers that template and 
 Two families differ in every respect that matters to the parsers:
 - ``qwen`` (ChatML, Qwen2.5/Qwen3, Hermes): ``<|im_start|>role\\n…<|im_end|>``, ``<think>…</think>``, and
   ``<tool_call>{"name": …, "arguments": {…}}</tool_call>`` blocks closed by an end tag;
-- ``mistral`` (Mistral/Magistral instruct, tokenizer v7+): ``[INST]…[/INST]`` turns with no assistant
+- ``mistral`` (Mistral/Magistral instruct, tokenizer v11+ markup): ``[INST]…[/INST]`` turns with no assistant
   header, ``[THINK]…[/THINK]``, and ``[TOOL_CALLS]name[ARGS]{…}`` calls that have no end tag: a call ends
   where its JSON arguments end (the older ``[TOOL_CALLS][{"name": …, "arguments": …}, …]`` form too).
 
