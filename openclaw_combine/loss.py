@@ -1,7 +1,7 @@
 """Mode ``combine`` loss: one PPO step on a per-token mix of the OPD and GRPO advantages.
 
 ``A_t = w_opd * (teacher_t - old_t) + w_rl * A_grpo_t``, then exactly the shared PPO loss
-(``slime_plugins.openclaw.policy_loss.ppo_policy_loss``), so combine composes the opd advantage and the
+(``openclaw_rl.losses.policy_loss.ppo_policy_loss``), so combine composes the opd advantage and the
 rl loss instead of copying them. ``A_grpo`` is Slime's advantage from ``--advantage-estimator grpo
 --disable-rewards-normalization`` (the eval score broadcast over the response).
 
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from openclaw_opd.loss import opd_token_advantages
-from slime_plugins.openclaw.policy_loss import ppo_policy_loss
+from openclaw_rl.losses.policy_loss import ppo_policy_loss
 
 W_RL_ENV = "OPENCLAW_COMBINE_W_RL"
 W_OPD_ENV = "OPENCLAW_COMBINE_W_OPD"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slime_plugins.openclaw.bridge import eval_generate, eval_reward, rollout
+from openclaw_rl.slime_hooks.bridge import eval_generate, eval_reward, rollout
 
 
 def generate_rollout_openclaw_combine(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:

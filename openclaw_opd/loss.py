@@ -1,7 +1,7 @@
 """Mode ``opd`` training signals: the token-level OPD advantage and the top-K distillation loss.
 
 Token level (default): ``A_t = teacher_t - old_t`` on every response token, then the ordinary PPO loss
-(``slime_plugins.openclaw.policy_loss``). Top-K (``--loss-type custom_loss``): reverse KL from the
+(``openclaw_rl.losses.policy_loss``). Top-K (``--loss-type custom_loss``): reverse KL from the
 student to the teacher over the teacher's top-K tokens plus one tail bin holding the remaining mass.
 
 Deviations from upstream OpenClaw-RL (``topk_distillation_loss.py`` and Slime's OPD estimator):
@@ -27,7 +27,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from slime_plugins.openclaw.logprobs import active_tp_group, gather_log_probs, iter_response_logits
+from openclaw_rl.losses.logprobs import active_tp_group, gather_log_probs, iter_response_logits
+from openclaw_rl.slime_hooks.topk import teacher_topk_from_batch
 
 TEACHER_MASS_TOLERANCE = 1e-3  # a teacher top-K summing above 1 + this is not a distribution
 _LN2 = math.log(2.0)
@@ -60,10 +61,16 @@ def on_policy_distillation_advantages(args: Any, rollout_data: MutableMapping[st
     """Slime ``--custom-advantage-function-path`` hook: sets ``advantages`` = ``returns`` = teacher - old.
 
     ``old`` is ``rollout_log_probs`` with ``--use-rollout-logprobs``, else the recomputed ``log_probs``,
-    exactly as the bundled ``--advantage-estimator on_policy_distillation``. Rewards are ignored. Slime
+    exactly as the bundled ``--advantage-estimator on_policy_distillation``; when Slime skipped that
+    recompute (current THUDM/slime does for one step per rollout), the rollout log-probs the samples
+    carry (the policy's own, token-exact). Rewards are ignored. Slime
     still applies ``--normalize-advantages`` (and ``--use-opd``) after this hook returns.
     """
     key = "rollout_log_probs" if getattr(args, "use_rollout_logprobs", False) else "log_probs"
+    if key == "log_probs" and not rollout_data.get(key):
+        # Slime (since bf9b1a3) skips the old-log-prob recompute for one step per rollout with the built-in
+        # loss and no KL; the sampled tokens' rollout log-probs are then the exact student log-probs.
+        key = "rollout_log_probs"
     student, teacher = rollout_data.get(key), rollout_data.get("teacher_log_probs")
     if not student:
         raise ValueError(f"on-policy distillation needs rollout_data[{key!r}] (the student log-probs)")
@@ -131,13 +138,16 @@ def topk_distillation_loss_function(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Slime custom loss: top-K + tail reverse KL to the teacher, minus ``entropy_coef`` x bin entropy.
 
-    Reads ``teacher_topk_log_probs`` / ``teacher_topk_indices`` ([R, K] per sample) from the batch; the
-    student log-probs come from the temperature-scaled logits at the teacher's ids.
+    Reads the teacher's top-K ([R, K] log-probs and ids per sample) through
+    ``openclaw_rl.slime_hooks.topk.teacher_topk_from_batch`` (batch keys, or the transport that today's
+    Slime needs); the student log-probs come from the temperature-scaled logits at the teacher's ids.
     """
-    teacher_lp, teacher_ids = batch.get("teacher_topk_log_probs"), batch.get("teacher_topk_indices")
-    if teacher_lp is None or teacher_ids is None:
-        raise ValueError("top-K distillation needs teacher_topk_log_probs and teacher_topk_indices "
-                         "(run the opd proxy with --distill-topk K > 0)")
+    topk = teacher_topk_from_batch(batch)
+    if topk is None:
+        raise ValueError("top-K distillation needs the teacher's top-K: batch keys teacher_topk_log_probs / "
+                         "teacher_topk_indices, or teacher_log_probs unpacked by --rollout-data-postprocess-path "
+                         "openclaw_rl.slime_hooks.topk.unpack_teacher_topk (run the opd proxy with distill_topk > 0)")
+    teacher_lp, teacher_ids = topk
     entropy_coef = float(getattr(args, "entropy_coef", 0.0) or 0.0)
     tp_group = active_tp_group()
     tp_size = 1 if tp_group is None else dist.get_world_size(tp_group)

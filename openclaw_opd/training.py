@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from openclaw_opd.loss import on_policy_distillation_advantages, topk_distillation_loss_function
-from slime_plugins.openclaw.policy_loss import policy_loss_function
+from openclaw_rl.losses.policy_loss import policy_loss_function
 
 
 def opd_loss_function(args: Any, batch: dict[str, Any], logits: Any, sum_of_sample_mean: Any) -> Any:

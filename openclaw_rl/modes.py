@@ -80,7 +80,7 @@ MODES: dict[str, Mode] = {m.name: m for m in (
         summary="binary RL: the judge's majority vote on the next state is the reward (GRPO)",
         scorer="openclaw_rl.binary_rl.BinaryRLScorer",
         settings="openclaw_rl.config.RLSettings",
-        embedded_loss="slime_plugins.openclaw.policy_loss.policy_loss_function",
+        embedded_loss="openclaw_rl.losses.policy_loss.policy_loss_function",
         slime=SlimeHooks(rollout="openclaw_rl.rollout.generate_rollout_openclaw"),
         local=LocalDefaults(batch_size=8, interactions=400),
     ),

@@ -1,13 +1,13 @@
 """Slime hooks of the Binary RL mode (``--rollout-function-path openclaw_rl.rollout.generate_rollout_openclaw``).
 
-Thin by design: the bridge in ``slime_plugins.openclaw.bridge`` does the work for every mode.
+Thin by design: the bridge in ``openclaw_rl.slime_hooks.bridge`` does the work for every mode.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from slime_plugins.openclaw.bridge import eval_generate, eval_reward, rollout
+from openclaw_rl.slime_hooks.bridge import eval_generate, eval_reward, rollout
 
 
 def generate_rollout_openclaw(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:

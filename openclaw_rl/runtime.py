@@ -1,9 +1,11 @@
 """The proxy running beside a trainer: open the gate, wait for a batch in the spool, close the gate.
 
 Stage: spool → **rollout** → trainer. Both trainers use this: Slime's rollout function (through
-``slime_plugins.openclaw.bridge``) and the embedded CPU trainer. The proxy runs on its own thread and
-event loop. A batch is *leased* from the spool and acknowledged once the trainer has it; samples
-beyond the batch stay in the spool for the next one (upstream discarded them).
+``openclaw_rl.slime_hooks.bridge``) and the embedded CPU trainer. The proxy runs on its own thread and
+event loop. A batch is *leased* from the spool and acknowledged once the trainer is done with it
+(``ack``: the embedded trainer after its step; ``ack_through``: Slime's bridge once the step that
+trained it is checkpointed); samples beyond the batch stay in the spool for the next one (upstream
+discarded them). A lease never acknowledged is handed back at the next start.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class ProxyRuntime:
         self.server = BackgroundServer(self.proxy.app, settings.proxy.host, settings.proxy.port, log_level="warning",
                                        max_header_bytes=settings.proxy.max_header_bytes)
         self.server.start()
-        self._unacked: list[str] = []
+        self._unacked: list[tuple[str, int | None]] = []  # (batch id, trainer step), oldest first
         log.info("openclaw-rl proxy (%s mode) listening on %s/v1", settings.mode, self.server.url)
 
     @property
@@ -45,9 +47,10 @@ class ProxyRuntime:
         return self.server.url
 
     def collect(self, n: int, *, progress_every_s: float = 30.0, timeout_s: float | None = None,
-                on_progress: Any = None, stop: threading.Event | None = None) -> Batch | None:
+                on_progress: Any = None, stop: threading.Event | None = None, step: int | None = None) -> Batch | None:
         """Admit traffic until ``n`` samples are in the spool, then pause it and lease them.
 
+        ``step`` is the trainer step the batch is for (Slime's rollout id), used by :meth:`ack_through`.
         Returns None if ``stop`` is set first (the samples stay in the spool).
         """
         spool, gate = self.proxy.spool, self.proxy.gate
@@ -77,7 +80,7 @@ class ProxyRuntime:
             gate.close()
             self.proxy.metrics.submission_open.set(0)
         batch_id, samples = spool.lease(n)
-        self._unacked.append(batch_id)
+        self._unacked.append((batch_id, step))
         rewards = [s.reward for s in samples]
         eval_scores = self.proxy.writer.take_eval_scores()
         counts = Counter(rewards)
@@ -92,12 +95,20 @@ class ProxyRuntime:
         return Batch(batch_id, samples, metrics)
 
     def ack(self, batch_id: str | None = None) -> None:
-        """The trainer has the batch (or, with no id, every batch handed out so far)."""
-        ids = [batch_id] if batch_id else list(self._unacked)
-        for bid in ids:
-            self.proxy.spool.ack(bid)
-            if bid in self._unacked:
-                self._unacked.remove(bid)
+        """The trainer is done with the batch (or, with no id, with every batch handed out so far)."""
+        done = [(bid, step) for bid, step in self._unacked if batch_id is None or bid == batch_id]
+        self._acknowledge(done)
+
+    def ack_through(self, step: int) -> int:
+        """Acknowledge every batch collected for a trainer step <= ``step``; returns how many."""
+        done = [(bid, s) for bid, s in self._unacked if s is not None and s <= step]
+        self._acknowledge(done)
+        return len(done)
+
+    def _acknowledge(self, done: list[tuple[str, int | None]]) -> None:
+        for entry in done:
+            self.proxy.spool.ack(entry[0])
+            self._unacked.remove(entry)
 
     def stop(self) -> None:
         self.proxy.gate.close()

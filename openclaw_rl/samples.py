@@ -2,7 +2,7 @@
 
 ``TrainingSample.from_turn`` is the one constructor from a turn. It takes the prompt ids the policy
 consumed and the ids it sampled, never re-tokenised text, and checks every per-token field against
-the response length. Slime's ``Sample`` is built from this record in ``slime_plugins.openclaw.samples``.
+the response length. Slime's ``Sample`` is built from this record in ``openclaw_rl.slime_hooks.samples``.
 Loss-mask rule: sampled tokens are 1; a position is 0 only when the mode says so (an excluded turn, or
 a position the teacher could not score) and that is recorded in ``metadata``.
 """

@@ -19,11 +19,6 @@ DEF_ROLLOUT_BATCH_SIZE=16 DEF_LR=1e-5 DEF_SAVE_INTERVAL=100
 DEF_EVAL_MODE=1 DEF_TEACHER_CONCURRENCY=1 DEF_DISTILL_TOPK=0
 WANDB_GROUP=qwen3-4b-openclaw-combine
 
-oc_variant_slime_checks() {
-  oc_require_slime_feature "teacher log-probs in the training batch" teacher_log_probs \
-    "Combine needs a Slime that forwards the samples' teacher_log_probs to the loss" slime/ray/rollout.py
-}
-
 oc_algorithm_args() {  # upstream's COMBINE_ARGS
   oc_grpo_args
   ALGO_ARGS+=(--loss-type custom_loss --custom-loss-function-path openclaw_combine.loss.combine_loss_function)

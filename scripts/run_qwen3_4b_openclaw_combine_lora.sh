@@ -47,11 +47,6 @@ oc_variant_checks() {
   oc_warn "ALLOW_LORA_FALLBACK=1: training the RL half of combine ONLY (w_opd = 0, A = r) with LoRA on FSDP. Teacher log-probs are collected but not trained on. For real combine use run_qwen3_4b_openclaw_combine.sh."
 }
 
-oc_variant_slime_checks() {
-  oc_require_slime_feature "FSDP LoRA backend (--train-backend fsdp --use-lora)" use_lora \
-    "LoRA needs OpenClaw-RL's bundled Slime" slime/backends/fsdp_utils slime/utils/arguments.py
-}
-
 oc_algorithm_args() {  # GRPO: what FSDP runs, and what combine's loss is with w_opd = 0
   oc_grpo_args
 }

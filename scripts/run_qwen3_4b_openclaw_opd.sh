@@ -24,10 +24,6 @@ DEF_ROLLOUT_BATCH_SIZE=16 DEF_LR=1e-5 DEF_SAVE_INTERVAL=100
 DEF_EVAL_MODE=1 DEF_TEACHER_CONCURRENCY=1 DEF_DISTILL_TOPK=0
 WANDB_GROUP=qwen3-4b-openclaw-opd
 
-oc_variant_slime_checks() {
-  oc_resolve_opd_advantage
-}
-
 oc_algorithm_args() {  # upstream's OPD_ARGS
   if [[ ${OPD_ADVANTAGE} == estimator ]]; then
     ALGO_ARGS=(--advantage-estimator on_policy_distillation)

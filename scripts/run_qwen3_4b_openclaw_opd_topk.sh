@@ -6,7 +6,9 @@
 #   * --disable-rewards-normalization: upstream normalised the constant reward 1.0, so Slime dropped
 #     every "constant" singleton group but one and trained on 1 sample of 4;
 #   * SAVE_INTERVAL defaults to 100, not 1 (a full 4B checkpoint plus optimizer state every step).
-# Needs a Slime that forwards the samples' teacher_topk_* fields to the loss (OpenClaw-RL's bundled one).
+# Runs on THUDM/slime as it is: Slime forwards only teacher_log_probs to the loss, so each sample's top-K
+# rides inside it ([R, 1 + 2K] rows) and --rollout-data-postprocess-path unpacks it on the actor before
+# Slime logs or trains (openclaw_rl/slime_hooks/topk.py, docs/hooks.md). Context parallelism must stay 1.
 #
 # Default layout, NUM_GPUS=8: ACTOR_GPUS=4, ROLLOUT_GPUS=2, PRM_GPUS=2 (judge and teacher).
 #
@@ -22,16 +24,11 @@ DEF_ROLLOUT_BATCH_SIZE=4 DEF_LR=1e-6 DEF_SAVE_INTERVAL=100
 DEF_EVAL_MODE=0 DEF_TEACHER_CONCURRENCY=3 DEF_DISTILL_TOPK=50
 WANDB_GROUP=qwen3-4b-openclaw-opd-topk
 
-oc_variant_slime_checks() {
-  oc_require_slime_feature "teacher top-K fields in the training batch" teacher_topk_log_probs \
-    "Top-K distillation needs OpenClaw-RL's bundled Slime; on THUDM/slime use run_qwen3_4b_openclaw_opd.sh (token level)" \
-    slime/ray/rollout.py slime/backends/megatron_utils
-}
-
 oc_algorithm_args() {  # upstream's OPD_ARGS (the teacher's K comes from openclaw_opd_distill_topk)
   ALGO_ARGS=(
     --loss-type custom_loss
     --custom-loss-function-path openclaw_opd.loss.topk_distillation_loss_function
+    --rollout-data-postprocess-path openclaw_rl.slime_hooks.topk.unpack_teacher_topk
     --disable-compute-advantages-and-returns
     --disable-rewards-normalization
     --entropy-coef 0.00

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Binary RL (mode rl) for Qwen3-4B with LoRA, on Slime's FSDP backend (OpenClaw-RL's bundled Slime).
+# Binary RL (mode rl) for Qwen3-4B with LoRA, on Slime's FSDP backend. Only the Slime bundled in
+# Gen-Verse/OpenClaw-RL has an FSDP backend with LoRA; THUDM/slime (checked at 624b824) has neither FSDP
+# nor LoRA, and this script refuses to start on it (openclaw_rl.slime_hooks.features).
 # GRPO is exactly what that backend implements (its built-in PPO loss, A = r), so this variant trains
 # the method it names. Adapters only are saved ($SAVE_CKPT/.../adapter_weights.pt). Upstream:
 # openclaw-rl/run_qwen3_4b_openclaw_rl_lora.sh.
@@ -17,12 +19,6 @@ DEF_NUM_GPUS=4 DEF_ACTOR_GPUS=2 DEF_ROLLOUT_GPUS=1 DEF_PRM_GPUS=1 DEF_TP=1
 DEF_PRM_M=3 DEF_PRM_MAX_NEW_TOKENS=4096 DEF_MEM_FRACTION=0.85
 DEF_ROLLOUT_BATCH_SIZE=16 DEF_LR=1e-5 DEF_SAVE_INTERVAL=1
 WANDB_GROUP=qwen3-4b-openclaw-rl-lora
-
-oc_variant_slime_checks() {
-  oc_require_slime_feature "FSDP LoRA backend (--train-backend fsdp --use-lora)" use_lora \
-    "LoRA needs OpenClaw-RL's bundled Slime; on THUDM/slime use run_qwen3_4b_openclaw_rl.sh" \
-    slime/backends/fsdp_utils slime/utils/arguments.py
-}
 
 oc_algorithm_args() {  # upstream's GRPO_ARGS
   oc_grpo_args

@@ -26,19 +26,21 @@
 #   NUM_GPUS ACTOR_GPUS ROLLOUT_GPUS PRM_GPUS [v]         ACTOR + ROLLOUT + PRM <= NUM_GPUS
 #   TP [v] PRM_TP [TP] TRAIN_TP [min(4, ACTOR_GPUS)]     SGLang rollout TP, judge TP, Megatron TP
 #   HF_CKPT [models/<v>] REF_LOAD [HF_CKPT] SAVE_CKPT [ckpt/<run>] PRM_MODEL_PATH [HF_CKPT]
+#                                (SAVE_CKPT is both --save and --load: a relaunch resumes its last checkpoint)
 #   PRM_URL []                   an external SGLang judge/teacher; then PRM_GPUS defaults to 0
 #   PRM_API_KEY []               bearer key of that external judge
 #   PRM_PORT [30010] PRM_M [v] PRM_TEMPERATURE [0.6] PRM_MAX_NEW_TOKENS [v] PRM_MEM_FRACTION [v]
 #   PROXY_HOST [127.0.0.1] PORT [30000] SGLANG_API_KEY [] ALLOW_INSECURE_BIND [0] SERVED_MODEL_NAME [qwen3-4b]
 #   TOOL_CALL_PARSER [qwen25] OPENCLAW_RECORD_ENABLED [1] ROLLOUT_TEMPERATURE [0.6]
 #   OPENCLAW_EVAL_MODE [v] OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY [v]
-#   OPENCLAW_COMBINE_W_RL [1.0] OPENCLAW_COMBINE_W_OPD [1.0] OPD_ADVANTAGE [auto]
+#   OPENCLAW_COMBINE_W_RL [1.0] OPENCLAW_COMBINE_W_OPD [1.0]
 #   ROLLOUT_BATCH_SIZE LR SAVE_INTERVAL MEM_FRACTION_STATIC MAX_TOKENS_PER_GPU [v] KL_LOSS_COEF [0.0]
 #   ROTARY_BASE [5000000] CONTEXT_LENGTH [32768] MODEL_ARGS_FILE [] LORA_RANK [16] LORA_ALPHA [32]
 #   USE_WANDB [1] WANDB_PROJECT [openclaw_rl] WANDB_KEY / WANDB_API_KEY []
 #   MASTER_ADDR [127.0.0.1] RAY_PORT [6379] RAY_DASHBOARD_PORT [8265] RAY_TEMP_DIR [/tmp/openclaw_rl_ray_<port>]
 #   RUN_DIR [results/<run>] OPENCLAW_CONFIG [configs/openclaw_<mode>.yaml] PYTHON [python3]
 #   JUDGE_STARTUP_TIMEOUT [1200] RAY_START_TIMEOUT [180] SKIP_SLIME_FEATURE_CHECK [0] ALLOW_LORA_FALLBACK [0]
+#   OPD_ADVANTAGE [auto]          token-level OPD: estimator (bundled Slime) or custom (THUDM/slime's hook)
 
 OC_LIB_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 OC_REPO_ROOT="$(cd -- "${OC_LIB_DIR}/../.." && pwd)"
@@ -325,59 +327,41 @@ oc_assign_devices() {
 }
 
 # --- Slime features -------------------------------------------------------------------------------------
-# Slime silently ignores some unknown flags, so a flag this Slime lacks would train something else
-# without a word. These greps catch the usual mismatch (OpenClaw-RL's bundled Slime vs THUDM/slime).
+# Slime silently ignores unknown flags, so a variant run on a Slime that lacks one of its features would
+# start, wait for live chat and then train something else or crash. openclaw_rl.slime_hooks.features
+# imports the Slime in SLIME_DIR (its argument provider and Sample type) and says what is missing, with
+# a Slime commit that has it; for token-level OPD it also picks the advantage path (OPD_ADVANTAGE).
 
-oc_slime_has() {  # PATTERN RELATIVE_PATH...
-  local pattern=$1 rel
-  shift
-  for rel in "$@"; do
-    if [[ -e ${SLIME_DIR}/${rel} ]] && grep -rqsF -- "${pattern}" "${SLIME_DIR}/${rel}"; then
-      return 0
-    fi
-  done
-  return 1
+oc_pythonpath() {  # this repository first, then Megatron, then Slime (Ray puts Slime's dir at sys.path[0] anyway)
+  local path="${OC_REPO_ROOT}"
+  [[ -z ${MEGATRON_DIR} ]] || path+=":${MEGATRON_DIR}"
+  printf '%s' "${path}:${SLIME_DIR}${PYTHONPATH:+:${PYTHONPATH}}"
 }
 
-oc_require_slime_feature() {  # WHAT PATTERN HINT RELATIVE_PATH...
-  local what=$1 pattern=$2 hint=$3
-  shift 3
-  if oc_truthy "${SKIP_SLIME_FEATURE_CHECK:-0}"; then return 0; fi
-  [[ -d ${SLIME_DIR}/slime ]] || return 0  # a missing checkout is reported by oc_check_paths
-  oc_slime_has "${pattern}" "$@" ||
-    oc_fail "the Slime checkout at ${SLIME_DIR} has no ${what} ('${pattern}' not found in $*). ${hint} (SKIP_SLIME_FEATURE_CHECK=1 skips this check)"
-}
-
-# Token-level OPD: Slime's built-in estimator (OpenClaw-RL's bundled Slime) or our advantage hook
-# (THUDM/slime's --custom-advantage-function-path). OPD_ADVANTAGE=auto picks what this Slime has.
-oc_resolve_opd_advantage() {
+oc_check_slime_features() {
   OPD_ADVANTAGE=${OPD_ADVANTAGE:-auto}
-  local args_py=slime/utils/arguments.py
-  case ${OPD_ADVANTAGE} in
-    auto)
-      if [[ ! -f ${SLIME_DIR}/${args_py} ]]; then
-        oc_warn "cannot inspect ${SLIME_DIR}/${args_py}; assuming OpenClaw-RL's bundled Slime (OPD_ADVANTAGE=estimator). Set OPD_ADVANTAGE=custom for THUDM/slime"
-        OPD_ADVANTAGE=estimator
-      elif oc_slime_has '"on_policy_distillation"' "${args_py}"; then
-        OPD_ADVANTAGE=estimator
-      elif oc_slime_has --custom-advantage-function-path "${args_py}"; then
-        OPD_ADVANTAGE=custom
-      else
-        oc_fail "this Slime has neither --advantage-estimator on_policy_distillation nor --custom-advantage-function-path, so token-level OPD cannot run on it"
-        OPD_ADVANTAGE=estimator
-      fi
-      oc_log "token-level OPD advantage: OPD_ADVANTAGE=${OPD_ADVANTAGE} (auto-detected)"
-      ;;
-    estimator)
-      oc_require_slime_feature "--advantage-estimator on_policy_distillation" '"on_policy_distillation"' \
-        "Use OPD_ADVANTAGE=custom on THUDM/slime" "${args_py}"
-      ;;
-    custom)
-      oc_require_slime_feature "--custom-advantage-function-path" --custom-advantage-function-path \
-        "Use OPD_ADVANTAGE=estimator on OpenClaw-RL's bundled Slime" "${args_py}"
-      ;;
-    *) oc_die "OPD_ADVANTAGE must be auto, estimator or custom, got '${OPD_ADVANTAGE}'" ;;
-  esac
+  case ${OPD_ADVANTAGE} in auto | estimator | custom) ;; *) oc_die "OPD_ADVANTAGE must be auto, estimator or custom, got '${OPD_ADVANTAGE}'" ;; esac
+  if oc_truthy "${SKIP_SLIME_FEATURE_CHECK:-0}"; then
+    oc_warn "SKIP_SLIME_FEATURE_CHECK=1: the Slime in ${SLIME_DIR} is not checked for what ${VARIANT} needs"
+  else
+    local out rc=0
+    out=$(cd "${OC_REPO_ROOT}" && PYTHONPATH="$(oc_pythonpath)" "${PYTHON}" -m openclaw_rl.slime_hooks.features \
+      "${VARIANT}" --opd-advantage "${OPD_ADVANTAGE}" 2>&1) || rc=$?
+    local line messages=""
+    while IFS= read -r line; do
+      if [[ ${line} == opd_advantage=* ]]; then OPD_ADVANTAGE=${line#opd_advantage=}; else messages+="${messages:+; }${line}"; fi
+    done <<<"${out}"
+    case ${rc} in
+      0) ;;
+      3) oc_fail "the Slime in SLIME_DIR=${SLIME_DIR} cannot run ${VARIANT}: ${messages} (SKIP_SLIME_FEATURE_CHECK=1 skips this check)" ;;
+      4) oc_fail "cannot check the Slime in SLIME_DIR=${SLIME_DIR} (run this script in Slime's Python environment, or set PYTHON): ${out//$'\n'/; }" ;;
+      *) oc_die "the Slime feature check failed (status ${rc}): ${out}" ;;
+    esac
+  fi
+  if [[ ${MODE} == opd && ${OPD_ADVANTAGE} == auto ]]; then
+    OPD_ADVANTAGE=custom  # not inspected: THUDM/slime's advantage hook
+  fi
+  [[ ${VARIANT} != opd ]] || oc_log "token-level OPD advantage: OPD_ADVANTAGE=${OPD_ADVANTAGE}"
 }
 
 # --- argument groups ------------------------------------------------------------------------------------
@@ -440,10 +424,14 @@ oc_build_args() {
     fi
   fi
 
-  CKPT_ARGS=(--hf-checkpoint "${HF_CKPT}" --ref-load "${REF_LOAD}" --save "${SAVE_CKPT}" --save-interval "${SAVE_INTERVAL}")
+  # --load = --save: a relaunch resumes the last checkpoint (weights, optimizer, rollout id); with no
+  # checkpoint there yet Slime starts from REF_LOAD / the HF checkpoint. The spool keeps every batch
+  # trained after that checkpoint until the next one is written (openclaw_rl.slime_hooks.bridge).
+  CKPT_ARGS=(--hf-checkpoint "${HF_CKPT}" --ref-load "${REF_LOAD}" --load "${SAVE_CKPT}" --save "${SAVE_CKPT}"
+    --save-interval "${SAVE_INTERVAL}")
   if [[ ${LORA} == 0 ]]; then
     # Qwen3-4B-Thinking-2507 uses rope theta 5e6 (the model file's default is 1e6), as upstream.
-    CKPT_ARGS=(--megatron-to-hf-mode bridge "${CKPT_ARGS[@]}" --rotary-base "${ROTARY_BASE}")
+    CKPT_ARGS+=(--rotary-base "${ROTARY_BASE}")
   fi
 
   ROLLOUT_ARGS=(
@@ -533,10 +521,9 @@ oc_build_args() {
     oc_log "W&B logging off: set WANDB_API_KEY (or WANDB_KEY) to enable it, USE_WANDB=0 to silence this"
   fi
 
-  local pythonpath="${OC_REPO_ROOT}"  # first: our slime_plugins extends Slime's, never the reverse
-  [[ -z ${MEGATRON_DIR} ]] || pythonpath+=":${MEGATRON_DIR}"
-  pythonpath+=":${SLIME_DIR}${PYTHONPATH:+:${PYTHONPATH}}"
-  OC_RUNTIME_ENV="{\"env_vars\": {\"PYTHONPATH\": $(oc_json_str "${pythonpath}"), \"CUDA_DEVICE_MAX_CONNECTIONS\": \"1\"}}"
+  # Every hook named above lives under openclaw_rl / openclaw_opd / openclaw_combine, so the order does not
+  # matter for them (Ray puts SLIME_DIR, whose slime_plugins is a regular package, first in any case).
+  OC_RUNTIME_ENV="{\"env_vars\": {\"PYTHONPATH\": $(oc_json_str "$(oc_pythonpath)"), \"CUDA_DEVICE_MAX_CONNECTIONS\": \"1\"}}"
 
   OC_JUDGE_CMD=()
   if [[ -z ${PRM_URL} ]]; then
@@ -840,7 +827,7 @@ oc_main() {
   oc_check_paths
   oc_check_tools
   oc_assign_devices
-  if declare -F oc_variant_slime_checks >/dev/null; then oc_variant_slime_checks; fi
+  oc_check_slime_features
   oc_build_config
   oc_build_args
   oc_export_env

@@ -1,7 +1,12 @@
-"""openclaw-rl's Slime hooks, plus the loss maths the Slime path and the embedded trainer share.
+"""Compatibility re-exports only; nothing the launch scripts name lives here.
 
-The hooks adapt Slime's call signatures to our core (rollout bridge, sample conversion). The loss side
-is ``policy_math`` (pure PPO/KL/GRPO tensor functions), ``logprobs`` (packed logits to per-token
-log-probs, vocab-parallel aware) and ``policy_loss`` (PPO in Slime's custom-loss signature). Both
-trainers call these same functions, so the two paths cannot drift apart.
+A Slime checkout owns a regular ``slime_plugins`` package that wins the name whenever it comes first
+on ``sys.path`` (Ray puts it there), so the hooks and the loss maths live in ``openclaw_rl.slime_hooks``
+and ``openclaw_rl.losses``. This module re-exports them for code that imported the old location while
+our ``slime_plugins`` portion happens to be importable.
 """
+
+from openclaw_rl.losses.policy_loss import policy_loss_function, ppo_policy_loss
+from openclaw_rl.slime_hooks.bridge import eval_generate, eval_reward, rollout
+
+__all__ = ["eval_generate", "eval_reward", "policy_loss_function", "ppo_policy_loss", "rollout"]

@@ -116,7 +116,7 @@ class ToyScorer:
 
 def test_a_new_mode_is_one_registry_entry(monkeypatch):
     toy = Mode(name="toy", summary="test mode", scorer=f"{__name__}.ToyScorer", settings=f"{__name__}.ToySettings",
-               embedded_loss="slime_plugins.openclaw.policy_loss.policy_loss_function",
+               embedded_loss="openclaw_rl.losses.policy_loss.policy_loss_function",
                slime=SlimeHooks(rollout="openclaw_rl.rollout.generate_rollout_openclaw"),
                local=LocalDefaults(batch_size=2))
     monkeypatch.setitem(MODES, "toy", toy)

@@ -7,8 +7,8 @@ import torch
 from loss_test_support import build_packed_batch, default_args, reference_token_log_probs
 
 from openclaw_combine.loss import combine_loss_function, combine_weights, combined_advantages
-from slime_plugins.openclaw.policy_loss import ppo_policy_loss
-from slime_plugins.openclaw.policy_math import grpo_advantages, make_sum_of_sample_mean
+from openclaw_rl.losses.policy_loss import ppo_policy_loss
+from openclaw_rl.losses.policy_math import grpo_advantages, make_sum_of_sample_mean
 
 
 @pytest.fixture(autouse=True)

@@ -10,8 +10,8 @@ import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 from loss_test_support import build_packed_batch, python_log_softmax, reference_token_log_probs
 
-from slime_plugins.openclaw import logprobs
-from slime_plugins.openclaw.logprobs import (
+from openclaw_rl.losses import logprobs
+from openclaw_rl.losses.logprobs import (
     active_tp_group,
     gather_log_probs,
     iter_response_logits,

@@ -48,3 +48,11 @@ def test_hook_names_the_missing_field() -> None:
         on_policy_distillation_advantages(SimpleNamespace(), {"log_probs": [torch.zeros(1)]})
     with pytest.raises(ValueError, match="log_probs"):
         on_policy_distillation_advantages(SimpleNamespace(), {"teacher_log_probs": [torch.zeros(1)]})
+
+
+def test_without_a_recompute_the_hook_uses_the_rollout_log_probs_the_samples_carry() -> None:
+    """Current Slime skips the old-log-prob recompute for one step per rollout with the built-in loss
+    (actor.py ``can_reuse_log_probs_in_loss``): ``log_probs`` is then absent, not an error."""
+    data = {"rollout_log_probs": [torch.tensor([-1.5, -2.5])], "teacher_log_probs": [torch.tensor([-0.5, -0.5])]}
+    on_policy_distillation_advantages(SimpleNamespace(use_rollout_logprobs=False), data)
+    assert data["advantages"][0].tolist() == [1.0, 2.0]

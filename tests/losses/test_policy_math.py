@@ -10,8 +10,8 @@ import pytest
 import torch
 from loss_test_support import python_sample_mean_sum
 
-from slime_plugins.openclaw import policy_math
-from slime_plugins.openclaw.policy_math import (
+from openclaw_rl.losses import policy_math
+from openclaw_rl.losses.policy_math import (
     compute_approx_kl,
     compute_policy_loss,
     entropy_from_logits,

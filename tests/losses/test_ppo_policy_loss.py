@@ -16,8 +16,8 @@ from loss_test_support import (
     reference_token_log_probs,
 )
 
-from slime_plugins.openclaw.policy_loss import policy_loss_function, ppo_policy_loss
-from slime_plugins.openclaw.policy_math import make_sum_of_sample_mean
+from openclaw_rl.losses.policy_loss import policy_loss_function, ppo_policy_loss
+from openclaw_rl.losses.policy_math import make_sum_of_sample_mean
 
 
 def _reducer(batch: dict[str, Any]):  # noqa: ANN202

@@ -11,7 +11,7 @@ import torch
 from loss_test_support import build_packed_batch, default_args, python_log_softmax, reference_response_rows
 
 from openclaw_opd.loss import log1mexp, topk_distillation_loss_function
-from slime_plugins.openclaw.policy_math import make_sum_of_sample_mean
+from openclaw_rl.losses.policy_math import make_sum_of_sample_mean
 
 EPS64 = sys.float_info.epsilon
 
@@ -152,7 +152,7 @@ def test_empty_samples_and_an_all_empty_micro_batch() -> None:
 
 def test_missing_teacher_topk_fields_raise() -> None:
     batch, logits = build_packed_batch([2])
-    with pytest.raises(ValueError, match="distill-topk"):
+    with pytest.raises(ValueError, match="distill_topk"):
         _run(batch, logits)
 
 

@@ -43,21 +43,44 @@ ALL_SHELL_FILES = [script(v) for v in ALL_VARIANTS] + [COMMON]
 # --- fixtures -------------------------------------------------------------------------------------------
 
 
+FAKE_ARGUMENTS = """import argparse
+
+
+def get_slime_extra_args_provider(add_custom_arguments=None):
+    def add_slime_arguments(parser):
+        for flag in {flags!r}:
+            parser.add_argument(flag)
+        parser.add_argument("--advantage-estimator", choices={estimators!r})
+        parser.add_argument("--train-backend", choices={backends!r})
+        return parser
+
+    return add_slime_arguments
+"""
+
+FAKE_TYPES = """from dataclasses import dataclass
+
+
+@dataclass
+class Sample:
+    tokens: list
+    teacher_log_probs: list | None = None
+"""
+
+
 def fake_slime(root: Path, flavour: str) -> Path:
-    """A Slime checkout with just the strings the scripts' feature checks look for."""
+    """An importable Slime checkout with the API the feature check inspects (argument provider, Sample)."""
     (root / "slime" / "utils").mkdir(parents=True)
-    (root / "slime" / "ray").mkdir(parents=True)
     (root / "train_async.py").write_text("# fake\n")
-    if flavour == "bundled":  # OpenClaw-RL's Slime: OPD estimator, top-K fields, FSDP LoRA
-        (root / "slime" / "utils" / "arguments.py").write_text('choices=["grpo", "on_policy_distillation"]\n'
-                                                                '"--distill-topk"\n')
-        (root / "slime" / "ray" / "rollout.py").write_text("teacher_log_probs\nteacher_topk_log_probs\n")
-        (root / "slime" / "backends" / "fsdp_utils").mkdir(parents=True)
-        (root / "slime" / "backends" / "fsdp_utils" / "arguments.py").write_text("use_lora: bool = False\n")
-    else:  # THUDM/slime: the advantage hook, teacher_log_probs only, no FSDP LoRA
-        (root / "slime" / "utils" / "arguments.py").write_text('"--custom-advantage-function-path"\n'
-                                                                'def add_on_policy_distillation_arguments(parser):\n')
-        (root / "slime" / "ray" / "rollout.py").write_text("teacher_log_probs\n")
+    for package in (root / "slime", root / "slime" / "utils"):
+        (package / "__init__.py").write_text("")
+    common = ["--custom-loss-function-path", "--rollout-data-postprocess-path"]
+    if flavour == "bundled":  # OpenClaw-RL's Slime: OPD estimator, FSDP LoRA
+        flags, estimators, backends = common + ["--use-lora"], ["grpo", "on_policy_distillation"], ["megatron", "fsdp"]
+    else:  # THUDM/slime 624b824: the advantage hook, no FSDP, no LoRA
+        flags, estimators, backends = common + ["--custom-advantage-function-path"], ["grpo", "ppo"], ["megatron"]
+    (root / "slime" / "utils" / "arguments.py").write_text(
+        FAKE_ARGUMENTS.format(flags=flags, estimators=estimators, backends=backends))
+    (root / "slime" / "utils" / "types.py").write_text(FAKE_TYPES)
     return root
 
 
@@ -248,7 +271,10 @@ def test_dry_run_prints_a_complete_slime_launch(launch, variant):
         assert cmd.flags["--train-backend"] == "fsdp" and cmd.has("--use-lora")
         assert not cmd.has("--custom-loss-function-path"), "FSDP would ignore it"
     else:
-        assert cmd.flags["--rotary-base"] == "5000000" and cmd.flags["--megatron-to-hf-mode"] == "bridge"
+        assert cmd.flags["--rotary-base"] == "5000000"
+        assert not cmd.has("--megatron-to-hf-mode"), "removed from Slime on 2026-08-04; Megatron ignores it silently"
+    assert cmd.flags["--load"] == cmd.flags["--save"], "a relaunch must resume the last checkpoint"
+    assert cmd.flags["--save-interval"].isdigit()
     assert not cmd.has("--use-kl-loss"), "KL coefficient 0 must not load a reference model"
 
 
@@ -261,10 +287,15 @@ def test_rl_layout_matches_upstream(launch):
     assert f["--disable-rewards-normalization"] is True and "--loss-type" not in f  # Slime's built-in loss
 
 
-def test_opd_topk_trains_every_sample_with_the_topk_loss(launch):
-    run = launch("opd_topk")
+@pytest.mark.parametrize("flavour", ["bundled", "thudm"])
+def test_opd_topk_trains_every_sample_with_the_topk_loss(launch, flavour):
+    run = launch("opd_topk", flavour=flavour)
+    assert run.rc == 0 and "cannot run" not in run.err, run.err
     cmd = run.slime()
     assert cmd.flags["--custom-loss-function-path"] == "openclaw_opd.loss.topk_distillation_loss_function"
+    assert cmd.flags["--rollout-data-postprocess-path"] == "openclaw_rl.slime_hooks.topk.unpack_teacher_topk"
+    unpack = resolve(cmd.flags["--rollout-data-postprocess-path"])
+    inspect.signature(unpack).bind(object(), 0, {})  # Slime calls it as fn(args, rollout_id, rollout_data)
     assert cmd.has("--disable-compute-advantages-and-returns") and cmd.has("--disable-rewards-normalization")
     assert cmd.flags["--rollout-batch-size"] == "4" and cmd.flags["--save-interval"] == "100"
     assert load_settings(run.config(), env={}).opd.distill_topk == 50
@@ -412,7 +443,30 @@ def test_combine_lora_fallback_rejects_a_teacher_weight(launch):
 
 def test_lora_needs_a_slime_with_fsdp_lora(launch):
     run = launch("rl_lora", flavour="thudm")
-    assert run.rc == 0 and "FSDP LoRA backend" in run.err  # fatal outside a dry run
+    assert run.rc == 0 and "lacks an FSDP backend with LoRA" in run.err and "Gen-Verse/OpenClaw-RL" in run.err
+
+
+@pytest.mark.parametrize(("variant", "missing", "commit"), [
+    ("combine", "Sample.teacher_log_probs", "624b824"),
+    ("opd_topk", "--rollout-data-postprocess-path", "624b824"),
+])
+def test_a_missing_slime_feature_is_named_with_a_commit_that_has_it(launch, tmp_path, variant, missing, commit):
+    old = tmp_path / "slime-old"
+    fake_slime(old, "thudm")
+    types = old / "slime" / "utils" / "types.py"
+    types.write_text(types.read_text().replace("    teacher_log_probs: list | None = None\n", ""))
+    args = old / "slime" / "utils" / "arguments.py"
+    args.write_text(args.read_text().replace("'--rollout-data-postprocess-path', ", ""))
+    run = launch(variant, SLIME_DIR=str(old))
+    assert run.rc == 0 and missing in run.err and commit in run.err, run.err  # a warning in a dry run
+
+
+def test_a_slime_that_does_not_import_is_reported(launch, tmp_path):
+    broken = tmp_path / "slime-broken"
+    fake_slime(broken, "thudm")
+    (broken / "slime" / "utils" / "types.py").write_text("import sglang_that_is_not_installed\n")
+    run = launch("rl", SLIME_DIR=str(broken))
+    assert run.rc == 0 and "cannot check the Slime" in run.err and "sglang_that_is_not_installed" in run.err
 
 
 # --- a real launch against stub tools: what starts, and that only that is stopped ------------------------
@@ -429,6 +483,7 @@ fi
 exit 1
 """
 STUB_PYTHON = """#!/usr/bin/env bash
+if [[ "$1 $2" == "-m openclaw_rl.slime_hooks.features" ]]; then exec python3 "$@"; fi  # the real check
 echo "$$ $CUDA_VISIBLE_DEVICES $*" > "$STUB_DIR/judge.start"
 [[ -z ${STUB_JUDGE_CRASH:-} ]] || { echo "CUDA out of memory"; exit 1; }
 exec sleep 300

@@ -38,7 +38,7 @@ def test_hooks_have_slime_signatures(path):
 
 @pytest.fixture
 def slime_args(policy_server, judge_server, tiny_model_dir, tmp_path):
-    from slime_plugins.openclaw.bridge import shutdown_runtimes
+    from openclaw_rl.slime_hooks.bridge import shutdown_runtimes
 
     host, port = policy_server.url.rsplit(":", 1)
     jhost, jport = judge_server.url.rsplit(":", 1)
@@ -57,8 +57,8 @@ def chat(url: str, sid: str, messages: list[dict]) -> httpx.Response:
 
 
 def test_rollout_waits_for_a_batch_pauses_and_keeps_leftovers(slime_args):
-    from slime_plugins.openclaw.bridge import _RUNTIMES
-    from slime_plugins.openclaw.samples import RolloutFnTrainOutput
+    from openclaw_rl.slime_hooks.bridge import _RUNTIMES
+    from openclaw_rl.slime_hooks.samples import RolloutFnTrainOutput
 
     fn = resolve("openclaw_rl.rollout.generate_rollout_openclaw")
     result: dict = {}
@@ -91,7 +91,7 @@ def test_rollout_waits_for_a_batch_pauses_and_keeps_leftovers(slime_args):
 
 
 def test_rollout_timeout_message_names_what_is_missing(slime_args):
-    from slime_plugins.openclaw.bridge import get_runtime
+    from openclaw_rl.slime_hooks.bridge import get_runtime
 
     runtime = get_runtime(slime_args, "rl")
     with pytest.raises(TimeoutError, match="0/3 samples"):

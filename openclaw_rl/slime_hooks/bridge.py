@@ -4,8 +4,9 @@ Slime loads hooks by dotted path and calls them with its ``args``, so the proxy 
 module-level object: ``_RUNTIMES`` is that single, documented exception to "no global state" (one
 runtime per process, created on the first rollout call, exactly like upstream's worker). The hooks:
 
-* ``rollout(args, rollout_id, evaluation, mode)``: acknowledge the previous batch, open the gate,
-  wait for ``args.rollout_batch_size`` samples, close the gate, return ``RolloutFnTrainOutput``;
+* ``rollout(args, rollout_id, evaluation, mode)``: acknowledge the batches whose training is durable
+  (:func:`durable_step`), open the gate, wait for ``args.rollout_batch_size`` samples, close the gate,
+  return ``RolloutFnTrainOutput``;
 * ``eval_generate`` / ``eval_reward``: Slime's ``--custom-generate-function-path`` and
   ``--custom-rm-path`` for its eval datasets (upstream §4.6), without re-tokenising sampled text.
 """
@@ -55,6 +56,29 @@ def shutdown_runtimes() -> None:
         _RUNTIMES.clear()
 
 
+def durable_step(args: Any, rollout_id: int) -> int | None:
+    """The last rollout id whose batch may leave the spool when Slime asks for batch ``rollout_id``.
+
+    ``train_async.py`` calls ``generate(k + 1)`` *before* step k trains, so when ``generate(j)`` starts,
+    steps <= j - 2 have trained (step j - 1 may be training now). Slime saves after step s when
+    ``(s + 1) % save_interval == 0`` (and at the last rollout), synchronously unless ``--async-save``.
+    With ``--save`` a batch is acknowledged only once a checkpoint holds its step, so a relaunch
+    (``--load`` = ``--save``) resumes from that checkpoint and the unacknowledged batches after it are
+    handed back and trained again: a crash costs recomputation, never samples. Without ``--save``
+    there is nothing durable to wait for and a batch is acknowledged once its step has trained.
+    """
+    trained = rollout_id - 2
+    if trained < 0:
+        return None
+    interval = getattr(args, "save_interval", None)
+    if not getattr(args, "save", None) or not interval:
+        return trained
+    if getattr(args, "async_save", False):
+        trained -= int(interval)  # an async checkpoint is complete once the next one has been requested
+    saved = (trained + 1) // int(interval) * int(interval) - 1
+    return saved if saved >= 0 else None
+
+
 def rollout(args: Any, rollout_id: int, evaluation: bool, mode: str) -> Any:
     if evaluation:
         from slime.rollout.sglang_rollout import eval_rollout
@@ -63,9 +87,11 @@ def rollout(args: Any, rollout_id: int, evaluation: bool, mode: str) -> Any:
         output, _ = run(eval_rollout(args, rollout_id))
         return output
     runtime = get_runtime(args, mode)
-    runtime.ack()  # Slime has taken the previous batch: those samples may leave the spool
+    done = durable_step(args, rollout_id)
+    if done is not None:
+        runtime.ack_through(done)
     n = int(args.rollout_batch_size) * int(getattr(args, "n_samples_per_prompt", 1) or 1)
-    batch = runtime.collect(n)
+    batch = runtime.collect(n, step=rollout_id)
     log.info("rollout %d: %d samples in %.1fs (%s)", rollout_id, len(batch.samples),
              batch.metrics.get("rollout/batch_fill_seconds", 0.0), mode)
     return RolloutFnTrainOutput(samples=to_slime_groups(batch.samples), metrics=batch.metrics)

@@ -3,8 +3,10 @@
 With Slime importable the real ``slime.utils.types.Sample`` and ``RolloutFnTrainOutput`` are used;
 without it, field-compatible dataclasses with the same names and defaults, so the embedded trainer
 feeds the loss functions exactly what Slime's actor would. Teacher fields are not Sample fields in
-Slime: they ride as attributes (``teacher_log_probs`` float32 [R], ``teacher_topk_*`` [R, K]), which is
-how Slime's sample-to-train-data conversion finds them (upstream §2.5).
+Slime's stand-in: they ride as attributes (``teacher_log_probs`` float32 [R], ``teacher_topk_*`` [R, K]).
+Current Slime has a ``teacher_log_probs`` field and forwards only that one, so with a top-K teacher it
+carries the packed [R, 1 + 2K] rows of ``topk.py``; ``teacher_topk_*`` stay as attributes for a Slime
+that forwards them itself (OpenClaw-RL's bundled one, upstream §2.5).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 import torch
 
 from openclaw_rl.samples import TrainingSample
+
+from .topk import pack_teacher_topk
 
 try:  # pragma: no cover - exercised only where Slime is installed
     from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
@@ -51,6 +55,7 @@ except ImportError:
         rollout_log_probs: list[float] | None = None
         rollout_routed_experts: Any = None
         remove_sample: bool = False
+        teacher_log_probs: Any = None
         status: Sample.Status = None  # type: ignore[assignment]
         metadata: dict = field(default_factory=dict)
         generate_function_path: str | None = None
@@ -91,11 +96,16 @@ def to_slime_sample(ts: TrainingSample) -> Sample:
                               "sample_id": ts.sample_id})
     if ts.metadata.get("weight_version"):
         sample.weight_versions = [str(ts.metadata["weight_version"])]
-    if ts.teacher_log_probs is not None:
-        sample.teacher_log_probs = torch.tensor(ts.teacher_log_probs, dtype=torch.float32)
+    teacher_R = None if ts.teacher_log_probs is None else torch.tensor(ts.teacher_log_probs, dtype=torch.float32)
     if ts.teacher_topk_log_probs is not None and ts.teacher_topk_indices is not None:
-        sample.teacher_topk_log_probs = torch.tensor(ts.teacher_topk_log_probs, dtype=torch.float32)
-        sample.teacher_topk_indices = torch.tensor(ts.teacher_topk_indices, dtype=torch.int64)
+        rows = ts.response_length
+        k = len(ts.teacher_topk_log_probs[0]) if rows else 0
+        sample.teacher_topk_log_probs = torch.tensor(ts.teacher_topk_log_probs, dtype=torch.float32).reshape(rows, k)
+        sample.teacher_topk_indices = torch.tensor(ts.teacher_topk_indices, dtype=torch.int64).reshape(rows, k)
+        # Today's Slime forwards only teacher_log_probs to the loss: the top-K rides inside it (see topk.py).
+        teacher_R = pack_teacher_topk(teacher_R, sample.teacher_topk_log_probs, sample.teacher_topk_indices)
+    if teacher_R is not None:
+        sample.teacher_log_probs = teacher_R
     return sample
 
 

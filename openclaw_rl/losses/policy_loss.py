@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from slime_plugins.openclaw.logprobs import iter_response_logits, log_probs_and_entropy
-from slime_plugins.openclaw.policy_math import compute_approx_kl, compute_policy_loss
+from openclaw_rl.losses.logprobs import iter_response_logits, log_probs_and_entropy
+from openclaw_rl.losses.policy_math import compute_approx_kl, compute_policy_loss
 
 Reducer = Callable[[torch.Tensor], torch.Tensor]
 

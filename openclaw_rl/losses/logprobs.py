@@ -7,7 +7,10 @@ sample ``(logits_RV / rollout_temperature, tokens_R)``, and log-probs / entropie
 Why the vocab-parallel section exists: under Megatron tensor parallelism a rank holds only a vocab
 shard [R, V/TP]; a plain log_softmax over one shard normalises over the wrong set and is silently
 wrong. Everything that needs the full-vocabulary normaliser goes through the bottom section when a TP
-group of size > 1 is active. Context parallelism is delegated to Slime's ``get_responses`` as a whole.
+group of size > 1 is active. That section is this project's own (all-reduces over the TP group), not
+Slime's kernels: Slime removed ``compute_log_probs`` / ``compute_entropy_from_logits`` on 2026-06-29,
+and a private kernel can go again. Context parallelism is delegated to Slime's public
+``get_responses`` as a whole (the scripts run CP = 1).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from slime_plugins.openclaw.policy_math import _accepts, at_least_fp32, entropy_from_log_probs
+from openclaw_rl.losses.policy_math import _accepts, at_least_fp32, entropy_from_log_probs
 
 
 def _megatron_parallel_state() -> ModuleType | None:
@@ -144,7 +147,7 @@ def log_probs_and_entropy(
     """
     group = active_tp_group(tp_group)
     if group is not None:
-        return _slime_vocab_parallel(logits_RV, tokens_R, group, with_entropy=True, entropy_grad=entropy_grad)
+        return _vocab_parallel_log_probs_and_entropy(logits_RV, tokens_R, group, entropy_grad=entropy_grad)
     log_probs_RV = torch.log_softmax(at_least_fp32(logits_RV), dim=-1)
     log_probs_R = log_probs_RV.gather(-1, tokens_R.long().unsqueeze(-1)).squeeze(-1)
     if entropy_grad:
@@ -159,7 +162,7 @@ def token_log_probs(
     """log softmax(logits)[token] per row (fp32 or wider), vocab-parallel aware."""
     group = active_tp_group(tp_group)
     if group is not None:
-        return _slime_vocab_parallel(logits_RV, tokens_R, group, with_entropy=False, entropy_grad=False)[0]
+        return _vocab_parallel_gather_log_probs(logits_RV, tokens_R.long().unsqueeze(-1), group).squeeze(-1)
     log_probs_RV = torch.log_softmax(at_least_fp32(logits_RV), dim=-1)
     return log_probs_RV.gather(-1, tokens_R.long().unsqueeze(-1)).squeeze(-1)
 
@@ -183,38 +186,6 @@ def gather_log_probs(
 # --- Vocab-parallel (Megatron TP) -----------------------------------------------------------------------
 
 
-def _private_fp32_copy(x: torch.Tensor) -> torch.Tensor:
-    return x.float() if x.dtype not in (torch.float32, torch.float64) else x.clone()
-
-
-def _slime_vocab_parallel(
-    logits_RV: torch.Tensor,
-    tokens_R: torch.Tensor,
-    group: dist.ProcessGroup,
-    *,
-    with_entropy: bool,
-    entropy_grad: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Delegate sampled-token log-probs (and entropy) on a vocab shard to Slime's TP kernels.
-
-    Megatron's vocab-parallel cross-entropy subtracts the max from its input *in place* and saves it
-    for backward, and the entropy kernel saves its input too, so each call with grad gets a private
-    copy (as Slime does). A detached entropy reads the shard without copying.
-    """
-    from slime.utils.ppo_utils import compute_entropy_from_logits, compute_log_probs
-
-    if logits_RV.size(0) == 0:
-        empty_R = logits_RV.new_zeros((0,), dtype=torch.float32)
-        return empty_R, empty_R
-    log_probs_R = compute_log_probs(_private_fp32_copy(logits_RV), tokens_R.long(), group).squeeze(-1)
-    if not with_entropy:
-        return log_probs_R, log_probs_R.new_zeros((0,))
-    if entropy_grad:
-        return log_probs_R, compute_entropy_from_logits(_private_fp32_copy(logits_RV), group)
-    with torch.no_grad():
-        return log_probs_R, compute_entropy_from_logits(at_least_fp32(logits_RV.detach()), group)
-
-
 class _ReduceFromTensorParallel(torch.autograd.Function):
     """All-reduce SUM forward, identity backward (Megatron's reduce-from-TP-region semantics).
 
@@ -233,24 +204,51 @@ class _ReduceFromTensorParallel(torch.autograd.Function):
         return grad, None
 
 
-def _vocab_parallel_gather_log_probs(
-    logits_RV: torch.Tensor, indices_RK: torch.Tensor, group: dist.ProcessGroup
-) -> torch.Tensor:
-    """Top-K log-probs over a vocab shard in one pass; rank r owns ids [r * V_local, (r + 1) * V_local).
+def _shifted_shard(logits_RV: torch.Tensor, group: dist.ProcessGroup) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits - global row max, log Z)`` of a vocab shard; log Z is the full-vocabulary normaliser.
 
-    Not delegated to Slime's ``compute_log_probs``: that kernel mutates and saves a full [R, V_local]
-    copy per call, so K calls cost K copies however they are sliced (the bug this avoids).
+    The max is taken without gradient (log-softmax does not depend on it); the sum of exponentials is
+    reduced with :class:`_ReduceFromTensorParallel`, so gradients reach every shard exactly once.
     """
     logits = at_least_fp32(logits_RV)
-    vocab_local = logits.size(-1)
-    vocab_start = dist.get_rank(group) * vocab_local
-    with torch.no_grad():  # the shift cancels in logp, so it needs no gradient
+    with torch.no_grad():
         max_R = logits.max(dim=-1).values if logits.size(0) else logits.new_zeros((0,))
         dist.all_reduce(max_R, op=dist.ReduceOp.MAX, group=group)
     shifted_RV = logits - max_R.unsqueeze(-1)
     log_norm_R = _ReduceFromTensorParallel.apply(shifted_RV.exp().sum(dim=-1), group).log()
-    local_RK = indices_RK - vocab_start
+    return shifted_RV, log_norm_R
+
+
+def _vocab_parallel_gather_log_probs(
+    logits_RV: torch.Tensor, indices_RK: torch.Tensor, group: dist.ProcessGroup
+) -> torch.Tensor:
+    """Log-probs at K global vocabulary ids per row, in one pass over the shard.
+
+    Rank r owns ids [r * V_local, (r + 1) * V_local). One normaliser, K gathers, so the top-K loss
+    keeps one [R, V_local] tensor for backward, not K copies; the sampled-token log-prob is K = 1.
+    """
+    shifted_RV, log_norm_R = _shifted_shard(logits_RV, group)
+    vocab_local = shifted_RV.size(-1)
+    local_RK = indices_RK - dist.get_rank(group) * vocab_local
     in_shard_RK = (local_RK >= 0) & (local_RK < vocab_local)
     picked_RK = shifted_RV.gather(-1, local_RK.clamp(0, vocab_local - 1))
     picked_RK = _ReduceFromTensorParallel.apply(torch.where(in_shard_RK, picked_RK, 0.0), group)
     return picked_RK - log_norm_R.unsqueeze(-1)
+
+
+def _vocab_parallel_log_probs_and_entropy(
+    logits_RV: torch.Tensor, tokens_R: torch.Tensor, group: dist.ProcessGroup, *, entropy_grad: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sampled-token log-probs and the full-vocabulary entropy from a vocab shard.
+
+    ``H = log Z - sum_v exp(s_v) s_v / Z`` with ``s`` the max-shifted logits: both sums are all-reduced
+    over the TP group. The entropy is detached unless ``entropy_grad``.
+    """
+    log_probs_R = _vocab_parallel_gather_log_probs(logits_RV, tokens_R.long().unsqueeze(-1), group).squeeze(-1)
+    source_RV = logits_RV if entropy_grad else logits_RV.detach()
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        shifted_RV, log_norm_R = _shifted_shard(source_RV, group)
+        finite_RV = shifted_RV.clamp(min=torch.finfo(shifted_RV.dtype).min)  # a -inf logit adds 0, not NaN
+        weighted_R = _ReduceFromTensorParallel.apply((shifted_RV.exp() * finite_RV).sum(dim=-1), group)
+        entropy_R = log_norm_R - weighted_R / log_norm_R.exp()
+    return log_probs_R, entropy_R

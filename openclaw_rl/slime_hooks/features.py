@@ -1,0 +1,122 @@
+"""What the installed Slime can do, found by importing it, and whether a launch variant can run on it.
+
+Slime silently drops flags it does not know (Megatron parses with ``ignore_unknown_args``), so a
+variant that needs a missing feature would start, wait for live chat, and then train something else
+or crash. The launch scripts run this module before anything starts:
+
+    PYTHONPATH=<repo>:<megatron>:<slime> python -m openclaw_rl.slime_hooks.features <variant>
+
+It imports Slime's own argument provider (every flag and choice Slime accepts) and its ``Sample`` type,
+and prints ``key=value`` lines for the script (e.g. ``opd_advantage=custom``) or exits 3 with one line
+per missing feature, naming it and a Slime commit that has it. Exit 4: Slime does not import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from dataclasses import dataclass
+
+TESTED_SLIME = "THUDM/slime 624b824 (2026-08-21)"
+BUNDLED_SLIME = "the Slime bundled in Gen-Verse/OpenClaw-RL (slime/ in that repository)"
+
+
+@dataclass(frozen=True)
+class SlimeFeatures:
+    flags: frozenset[str]  # every option string Slime's argument provider adds
+    advantage_estimators: frozenset[str]
+    train_backends: frozenset[str]
+    sample_fields: frozenset[str]
+
+    def has(self, feature: str) -> bool:
+        return FEATURES[feature][0](self)
+
+
+FEATURES = {  # name: (test, what it is, a Slime that has it)
+    "custom_advantage_hook": (lambda f: "--custom-advantage-function-path" in f.flags,
+                              "--custom-advantage-function-path", TESTED_SLIME),
+    "opd_estimator": (lambda f: "on_policy_distillation" in f.advantage_estimators,
+                      "--advantage-estimator on_policy_distillation", BUNDLED_SLIME),
+    "custom_loss": (lambda f: "--custom-loss-function-path" in f.flags, "--custom-loss-function-path", TESTED_SLIME),
+    "rollout_data_postprocess": (lambda f: "--rollout-data-postprocess-path" in f.flags,
+                                 "--rollout-data-postprocess-path (the hook that unpacks the teacher top-K)",
+                                 TESTED_SLIME),
+    "teacher_log_probs": (lambda f: "teacher_log_probs" in f.sample_fields,
+                          "Sample.teacher_log_probs (the teacher field Slime forwards to the loss)", TESTED_SLIME),
+    "fsdp_lora": (lambda f: "--use-lora" in f.flags and "fsdp" in f.train_backends,
+                  "an FSDP backend with LoRA (--train-backend fsdp --use-lora)", BUNDLED_SLIME),
+}
+
+NEEDS = {  # variant: features it cannot run without (token-level OPD picks one of two below)
+    "rl": (),
+    "opd": ("teacher_log_probs",),
+    "opd_topk": ("teacher_log_probs", "custom_loss", "rollout_data_postprocess"),
+    "combine": ("teacher_log_probs", "custom_loss"),
+    "rl_lora": ("fsdp_lora",),
+    "opd_topk_lora": ("fsdp_lora",),
+    "combine_lora": ("fsdp_lora",),
+}
+
+
+def _choices(parser: argparse.ArgumentParser, flag: str) -> frozenset[str]:
+    for action in parser._actions:  # argparse exposes no public accessor for an option's choices
+        if flag in action.option_strings:
+            return frozenset(action.choices or ())
+    return frozenset()
+
+
+def inspect_slime() -> SlimeFeatures:
+    """Import the Slime on ``sys.path`` and read its flags, choices and ``Sample`` fields."""
+    from slime.utils.arguments import get_slime_extra_args_provider
+    from slime.utils.types import Sample
+
+    parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
+    get_slime_extra_args_provider()(parser)
+    flags = frozenset(s for action in parser._actions for s in action.option_strings)
+    return SlimeFeatures(flags, _choices(parser, "--advantage-estimator"), _choices(parser, "--train-backend"),
+                         frozenset(f.name for f in dataclasses.fields(Sample)))
+
+
+def check_variant(features: SlimeFeatures, variant: str, opd_advantage: str = "auto") -> tuple[dict[str, str], list[str]]:
+    """``(settings for the script, refusal lines)`` for one launch variant."""
+    if variant not in NEEDS:
+        raise ValueError(f"unknown variant {variant!r}; expected one of {sorted(NEEDS)}")
+    needed = list(NEEDS[variant])
+    settings: dict[str, str] = {}
+    if variant == "opd":
+        if opd_advantage == "auto":
+            opd_advantage = "estimator" if features.has("opd_estimator") else "custom"
+        if opd_advantage not in ("estimator", "custom"):
+            raise ValueError(f"OPD_ADVANTAGE must be auto, estimator or custom, got {opd_advantage!r}")
+        needed.append("opd_estimator" if opd_advantage == "estimator" else "custom_advantage_hook")
+        settings["opd_advantage"] = opd_advantage
+    missing = [name for name in needed if not features.has(name)]
+    refusals = [f"this Slime lacks {FEATURES[name][1]}; {FEATURES[name][2]} has it" for name in missing]
+    return settings, refusals
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("variant", choices=sorted(NEEDS))
+    parser.add_argument("--opd-advantage", default="auto")
+    ns = parser.parse_args(argv)
+    try:
+        features = inspect_slime()
+    except Exception as exc:  # noqa: BLE001 - any import failure means "cannot inspect this Slime"
+        print(f"cannot import Slime to check its features: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 4
+    try:
+        settings, refusals = check_variant(features, ns.variant, ns.opd_advantage)
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    for line in refusals:
+        print(line, file=sys.stderr)
+    for key, value in settings.items():
+        print(f"{key}={value}")
+    return 3 if refusals else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,3 @@
+GPU_MEMORY_TYPE_CUDA_GRAPH = "cuda_graph"
+GPU_MEMORY_TYPE_KV_CACHE = "kv_cache"
+GPU_MEMORY_TYPE_WEIGHTS = "weights"
