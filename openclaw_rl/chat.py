@@ -15,6 +15,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from . import chat_format
+from .chat_format import ChatFormat
 from .errors import BadRequest
 from .protocol import ChatMessage, Tool
 
@@ -50,7 +52,7 @@ def _arguments(arguments: str | dict[str, Any]) -> dict[str, Any] | str:
 
 @dataclass(slots=True)
 class _Prefix:
-    chars: int  # length of the cached text prefix (it ends right before a "<|im_start|>" special token)
+    chars: int  # length of the cached text prefix (it ends right before a turn-start special token)
     digest: bytes  # sha1 of that prefix: proves a new prompt still starts with it, without keeping the text
     ids: array  # its token ids, 4 bytes each (a Python list costs ~28 bytes per id)
 
@@ -63,9 +65,13 @@ class ChatRenderer:
     before a turn-start special token: added special tokens split the text before BPE runs, so
     ``encode(prefix) + encode(rest) == encode(prefix + rest)`` exactly, and only the new messages are
     tokenised. (Checked by tests against full encodes of real OpenClaw traffic.)
+
+    The renderer owns the model family's markup (``self.format``, a ``ChatFormat``: turn markers, think
+    and tool-call tags), detected from the tokenizer's special tokens unless given.
     """
 
-    def __init__(self, tokenizer: Any, enable_thinking: bool | None = None, cache_size: int = 4096):
+    def __init__(self, tokenizer: Any, enable_thinking: bool | None = None, cache_size: int = 4096,
+                 fmt: ChatFormat | None = None):
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("the policy tokenizer has no chat template; the proxy renders prompts itself")
         self.tokenizer = tokenizer
@@ -73,11 +79,12 @@ class ChatRenderer:
         self.template_kwargs: dict[str, Any] = {}
         if enable_thinking is not None:
             self.template_kwargs["enable_thinking"] = enable_thinking
-        self.turn_start = "<|im_start|>"
-        self.turn_start_id = tokenizer.convert_tokens_to_ids(self.turn_start)
-        if self.turn_start_id is None or self.turn_start_id == getattr(tokenizer, "unk_token_id", None) or \
-                self.turn_start not in getattr(tokenizer, "all_special_tokens", []):
-            self.turn_start_id = None  # not a ChatML-style template: no prefix cache
+        detected = chat_format.detect(tokenizer)
+        self.format = fmt or detected or chat_format.DEFAULT
+        self.turn_start = self.format.turn_start
+        self.turn_start_id = tokenizer.convert_tokens_to_ids(self.turn_start) if detected is self.format else None
+        if self.turn_start_id == getattr(tokenizer, "unk_token_id", None):
+            self.turn_start_id = None  # the turn marker is not a special token of this tokenizer: no prefix cache
         self._cache: OrderedDict[str, _Prefix] = OrderedDict()
         self.cache_size = cache_size
         self.cache_hits = self.cache_misses = 0
@@ -125,10 +132,9 @@ class ChatRenderer:
         """Tokenise text the *proxy* wrote (templates, hints), never sampled text."""
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    @staticmethod
-    def opens_thinking(prompt_text: str) -> bool:
-        """Thinking templates end the generation prompt inside an open ``<think>`` block."""
-        return prompt_text.rstrip().endswith("<think>")
+    def opens_thinking(self, prompt_text: str) -> bool:
+        """Thinking templates end the generation prompt inside an open reasoning block."""
+        return self.format.opens_reasoning(prompt_text)
 
 
 def _find_all(text: str, needle: str) -> list[int]:

@@ -15,10 +15,11 @@ import sys
 from typing import Any
 
 from .config import load_settings, load_yaml
+from .modes import MODES, mode_names
 
 SERVE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     # flag, settings key, argparse kwargs
-    ("--mode", "mode", {"choices": ["rl", "opd", "combine"], "help": "how finished turns become samples"}),
+    ("--mode", "mode", {"choices": mode_names(), "help": "how finished turns become samples"}),
     ("--policy-url", "proxy_policy_url", {"help": "SGLang (or `openclaw-rl engine`) serving the policy"}),
     ("--judge-url", "judge_url", {"help": "SGLang judge/teacher; without it nothing learns (PRM off)"}),
     ("--judge-api", "judge_api", {"choices": ["sglang", "openai"]}),
@@ -33,11 +34,7 @@ SERVE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--prm-m", "judge_votes", {"type": int, "help": "judge votes per turn (majority wins)"}),
     ("--spool-dir", "spool_dir", {"help": "where finished samples persist"}),
     ("--record-dir", "proxy_record_dir", {"help": "write JSONL conversation and judge records here"}),
-    ("--distill-topk", "opd_distill_topk", {"type": int, "help": "OPD: also fetch the teacher's top-K"}),
-    ("--eval-mode", "opd_eval_mode", {"action": "store_const", "const": True,
-                                      "help": "OPD: also run PRM votes for rollout/prm_eval_score"}),
-    ("--w-rl", "combine_w_rl", {"type": float, "help": "combine: weight of the RL advantage"}),
-    ("--w-opd", "combine_w_opd", {"type": float, "help": "combine: weight of the OPD advantage"}),
+    *(flag for mode in MODES.values() for flag in mode.cli_flags),  # each mode's own flags (registry)
     ("--session-ttl", "proxy_session_ttl_s", {"type": float, "help": "flush sessions idle this many seconds"}),
     ("--pause-mode", "proxy_pause_mode", {"choices": ["reject", "hold"]}),
     ("--rollout-temperature", "proxy_rollout_temperature", {"type": float}),

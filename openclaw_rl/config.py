@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from .modes import MODES, resolve
+
 PREFIX = "openclaw_"
 
 
@@ -45,8 +47,8 @@ class ProxySettings:
     max_new_tokens_cap: int = 8192  # client values above this are clamped (Slime's rollout-max-response-len)
     rollout_temperature: float | None = 1.0  # main-line turns sample at this temperature so rollout
     # log-probs match the trainer's; None lets the client's temperature through (upstream behaviour)
-    reasoning_parser: str = "qwen3"
-    tool_parser: str = "qwen25"
+    reasoning_parser: str = "auto"  # auto: the family detected from the tokenizer (chat_format.py), else qwen3
+    tool_parser: str = "auto"  # auto, or qwen25 / hermes / mistral / none (SGLang's names)
     enable_thinking: bool | None = None  # passed to the chat template when set
     pause_mode: str = "reject"  # while weights sync: "reject" (503 + Retry-After, upstream) or "hold"
     pause_hold_s: float = 60.0  # "hold": the longest a request waits for submission to reopen
@@ -102,15 +104,28 @@ class CombineSettings:
     w_opd: float = 1.0  # weight of the teacher−student advantage
 
 
+def _mode_sections() -> dict[str, Any]:
+    return {name: resolve(m.settings)() for name, m in MODES.items() if m.settings}
+
+
 @dataclass
 class Settings:
     mode: str = "rl"
     proxy: ProxySettings = field(default_factory=ProxySettings)
     judge: JudgeSettings = field(default_factory=JudgeSettings)
     spool: SpoolSettings = field(default_factory=SpoolSettings)
-    rl: RLSettings = field(default_factory=RLSettings)
-    opd: OPDSettings = field(default_factory=OPDSettings)
-    combine: CombineSettings = field(default_factory=CombineSettings)
+    # one section per mode of the registry (openclaw_rl.modes), read as settings.rl, settings.opd, …
+    modes: dict[str, Any] = field(default_factory=_mode_sections)
+
+    def __getattr__(self, name: str) -> Any:  # only called for names that are not fields
+        sections = self.__dict__.get("modes") or {}
+        if name in sections:
+            return sections[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute or mode section {name!r}")
+
+    def sections(self) -> dict[str, Any]:
+        """Every settings section by its key prefix: proxy, judge, spool, then one per mode."""
+        return {"proxy": self.proxy, "judge": self.judge, "spool": self.spool, **self.modes}
 
     def validate(self) -> Settings:
         p, j = self.proxy, self.judge
@@ -128,8 +143,8 @@ class Settings:
         for key, value in positive.items():
             if not value > 0:
                 raise ValueError(f"{key}: expected a positive number, got {value}")
-        if self.mode not in ("rl", "opd", "combine"):
-            raise ValueError(f"mode must be rl, opd or combine, not {self.mode!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if j.votes < 1:
             raise ValueError("judge votes (openclaw_judge_votes / PRM_M) must be >= 1")
         if p.pause_mode not in ("reject", "hold"):
@@ -138,7 +153,7 @@ class Settings:
             raise ValueError("openclaw_proxy_turn_classifier must be auto, all_main or tools_only")
         if j.api not in ("sglang", "openai"):
             raise ValueError("openclaw_judge_api must be 'sglang' or 'openai'")
-        if self.mode in ("opd", "combine") and j.url and j.api != "sglang":
+        if MODES[self.mode].needs_teacher and j.url and j.api != "sglang":
             raise ValueError(f"mode {self.mode} needs teacher log-probs: set openclaw_judge_api: sglang")
         if not is_loopback(p.host) and not p.api_keys and not p.allow_insecure_bind:
             raise ValueError(f"refusing to bind {p.host} without an API key: anyone who reaches the port "
@@ -149,8 +164,6 @@ class Settings:
 def is_loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
-
-_SECTIONS = ("proxy", "judge", "spool", "rl", "opd", "combine")
 
 # upstream environment variables → flat keys (values are parsed by the field's type)
 ENV_FALLBACKS = {
@@ -172,9 +185,8 @@ SLIME_FALLBACKS = {
 
 def flat_keys() -> set[str]:
     keys = {"mode"}
-    for section in _SECTIONS:
-        cls = type(getattr(Settings(), section))
-        keys |= {f"{section}_{f.name}" for f in dataclasses.fields(cls)}
+    for section, obj in Settings().sections().items():
+        keys |= {f"{section}_{f.name}" for f in dataclasses.fields(obj)}
     return keys
 
 

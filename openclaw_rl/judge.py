@@ -19,6 +19,9 @@ from typing import Any
 
 import httpx
 
+from . import chat_format
+from .chat_format import ChatFormat
+from .config import JudgeSettings
 from .errors import BackendTimeout, BackendUnavailable, BadRequest
 
 log = logging.getLogger(__name__)
@@ -77,25 +80,21 @@ _BOXED = re.compile(r"\\boxed\{\s*([-+]?\d+)\s*\}")
 _HINT = re.compile(r"\[HINT_START\](.*?)\[HINT_END\]", re.DOTALL)
 
 
-def after_thinking(text: str) -> str:
-    """The part of a judge output after its thinking block ("" if it never left it)."""
-    if "</think>" in text:
-        return text.rsplit("</think>", 1)[1]
-    if text.lstrip().startswith("<think>"):
-        return ""
-    return text
+def after_thinking(text: str, fmt: ChatFormat = chat_format.DEFAULT) -> str:
+    """The part of a judge output after its thinking block ("" if it never left it); ``fmt``: the judge's family."""
+    return fmt.after_reasoning(text)
 
 
-def parse_boxed(text: str, allowed: Sequence[int] = (1, -1, 0)) -> int | None:
-    matches = _BOXED.findall(after_thinking(text))
+def parse_boxed(text: str, allowed: Sequence[int] = (1, -1, 0), fmt: ChatFormat = chat_format.DEFAULT) -> int | None:
+    matches = _BOXED.findall(after_thinking(text, fmt))
     if not matches:
         return None
     value = int(matches[-1])
     return value if value in allowed else None
 
 
-def parse_hint(text: str) -> str:
-    matches = _HINT.findall(after_thinking(text))
+def parse_hint(text: str, fmt: ChatFormat = chat_format.DEFAULT) -> str:
+    matches = _HINT.findall(after_thinking(text, fmt))
     return matches[-1].strip() if matches else ""
 
 
@@ -171,19 +170,19 @@ class TeacherScores:
 class JudgeClient:
     """Talks to the judge/teacher server (SGLang ``/generate``, or OpenAI chat for votes only)."""
 
-    def __init__(self, http: httpx.AsyncClient, url: str, *, tokenizer: Any = None, votes: int = 3,
-                 temperature: float = 0.6, max_new_tokens: int = 4096, timeout_s: float = 120.0,
-                 concurrency: int = 32, api: str = "sglang", model: str = "", api_key: str = "",
-                 vocab_size: int | None = None, on_vote: Any = None, context_length: int | None = None):
-        self.http, self.url = http, url.rstrip("/")
+    def __init__(self, http: httpx.AsyncClient, settings: JudgeSettings, *, tokenizer: Any = None,
+                 vocab_size: int | None = None, on_vote: Any = None):
+        self.http, self.url = http, settings.url.rstrip("/")
         self.on_vote = on_vote or (lambda outcome: None)  # metrics hook: "ok", "failed", "unparsable"
-        self.tokenizer, self.m = tokenizer, votes
-        self.temperature, self.max_new_tokens, self.timeout_s = temperature, max_new_tokens, timeout_s
-        self.api, self.model = api, model
-        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.tokenizer, self.m = tokenizer, settings.votes
+        # the judge model's family (its think tags), which need not be the policy's
+        self.format = chat_format.detect(tokenizer) or chat_format.DEFAULT
+        self.temperature, self.max_new_tokens = settings.temperature, settings.max_new_tokens
+        self.timeout_s, self.api, self.model = settings.timeout_s, settings.api, settings.model
+        self.headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
         self.vocab_size = vocab_size
-        self.context_length = context_length  # tokens; set from the server by the proxy's probe when unknown
-        self._slots = asyncio.Semaphore(max(1, concurrency))
+        self.context_length = settings.context_length or None  # tokens; set from the server by the proxy's probe when unknown
+        self._slots = asyncio.Semaphore(max(1, settings.concurrency))
 
     @property
     def enabled(self) -> bool:
@@ -248,13 +247,14 @@ class JudgeClient:
             log.warning("judge votes failed: %s", e)
             raws = [None] * self.m
         for raw in raws:
-            self.on_vote("failed" if raw is None else "ok" if _BOXED.search(after_thinking(raw)) else "unparsable")
+            self.on_vote("failed" if raw is None else "ok" if _BOXED.search(after_thinking(raw, self.format))
+                         else "unparsable")
         return raws
 
     async def prm(self, response_text: str, next_state: dict[str, str]) -> PRMJudgement:
         user = PRM_USER.format(response=response_text, role=next_state["role"], next_state=next_state["content"])
         raws = await self._votes(PRM_SYSTEM, user)
-        votes = [None if raw is None else parse_boxed(raw) for raw in raws]
+        votes = [None if raw is None else parse_boxed(raw, fmt=self.format) for raw in raws]
         score = majority_vote(votes)
         rep = next((raw for raw, v in zip(raws, votes) if v == score and score != 0), None)
         return PRMJudgement(score, votes, rep, failed_votes=raws.count(None))
@@ -263,8 +263,8 @@ class JudgeClient:
         user = HINT_USER.format(response=response_text, role=next_state["role"], next_state=next_state["content"])
         raws = await self._votes(HINT_SYSTEM, user)
         return HintJudgement([HintVote(None, "", "") if raw is None else
-                              HintVote(parse_boxed(raw, (1, -1)), parse_hint(raw), raw) for raw in raws],
-                             failed_votes=raws.count(None))
+                              HintVote(parse_boxed(raw, (1, -1), self.format), parse_hint(raw, self.format), raw)
+                              for raw in raws], failed_votes=raws.count(None))
 
     async def teacher_log_probs(self, prompt_ids: Sequence[int], response_ids: Sequence[int],
                                 top_k: int = 0) -> TeacherScores:

@@ -2,9 +2,11 @@
 
 Stage: serving → **parsers** → response. Parsing only shapes what the *client* sees; the training
 sample always keeps the sampled token ids untouched, so a parser can never corrupt training data.
-Families are plug-ins looked up by name (``REASONING_PARSERS``, ``TOOL_PARSERS``):
-qwen3-style ``<think>…</think>`` reasoning and qwen25/hermes-style ``<tool_call>{json}</tool_call>``.
-``StreamingParser`` does the same incrementally over SGLang's cumulative streaming text.
+The markup comes from the model family's ``ChatFormat`` (``chat_format.py``); parser names (SGLang's:
+``qwen3``/``qwen25``, ``mistral``, or ``auto`` = the family the renderer detected) pick the family. Two
+shapes of tool call: start/end-tagged JSON (``<tool_call>{json}</tool_call>``) and a start tag, a name and
+self-delimiting JSON arguments (``[TOOL_CALLS]name[ARGS]{json}``). Both are parsed by one ``match`` that
+the non-streaming ``extract`` and the ``StreamingParser`` (over SGLang's cumulative text) share.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from . import chat_format
+from .chat_format import ChatFormat
+
 
 @dataclass(slots=True)
 class ParsedOutput:
@@ -24,6 +29,9 @@ class ParsedOutput:
 
 
 class ReasoningParser(Protocol):
+    start: str | None  # the block's tags (None: no reasoning block)
+    end: str | None
+
     def split(self, text: str) -> tuple[str | None, str]:
         """Return (reasoning or None, the rest)."""
 
@@ -31,22 +39,27 @@ class ReasoningParser(Protocol):
 class ToolParser(Protocol):
     start_tag: str
 
+    def match(self, block: str, final: bool) -> tuple[int, list[dict[str, Any]] | None] | None:
+        """``block`` starts with ``start_tag``: (length of the call markup, its OpenAI tool calls, or None
+        when it is malformed and stays visible as text). None: the markup may still grow (only if not final)."""
+
     def extract(self, text: str) -> tuple[str, list[dict[str, Any]]]:
         """Return (content without tool-call markup, OpenAI tool_calls)."""
 
-    def parse_block(self, block: str) -> dict[str, Any] | None:
-        """One tool call from the inside of a complete start…end block, or None if malformed."""
-
 
 class NoReasoning:
+    start = end = None
+
     def split(self, text: str) -> tuple[str | None, str]:
         return None, text
 
 
-class ThinkTagReasoning:
-    """Qwen3: ``[<think>]reasoning</think>content``; thinking templates put ``<think>`` in the prompt."""
+class TagReasoning:
+    """``[start]reasoning end content`` (Qwen3 ``<think>``, Magistral ``[THINK]``); thinking templates put
+    the start tag in the prompt, so the output may begin inside the block."""
 
-    start, end = "<think>", "</think>"
+    def __init__(self, start: str, end: str):
+        self.start, self.end = start, end
 
     def split(self, text: str) -> tuple[str | None, str]:
         stripped = text.lstrip()
@@ -65,55 +78,134 @@ def new_tool_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-class NoTools:
-    start_tag = "\x00never\x00"
-
-    def extract(self, text: str) -> tuple[str, list[dict[str, Any]]]:
-        return text, []
-
-    def parse_block(self, block: str) -> dict[str, Any] | None:
+def openai_call(name: Any, args: Any) -> dict[str, Any] | None:
+    """An OpenAI tool call from a parsed name and arguments (JSON-encoded unless a string), or None."""
+    if not isinstance(name, str):
         return None
+    arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    return {"id": new_tool_call_id(), "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-class HermesToolParser:
-    """``<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>`` (Qwen2.5/Qwen3, Hermes)."""
+_NAME = re.compile(r"[\w.\-]+")
+_JSON = json.JSONDecoder()
 
-    start_tag, end_tag = "<tool_call>", "</tool_call>"
-    _block = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
-    def parse_block(self, block: str) -> dict[str, Any] | None:
-        try:
-            obj = json.loads(block.strip())
-        except json.JSONDecodeError:
-            return None
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            return None
-        args = obj.get("arguments", obj.get("parameters", {}))
-        arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        return {"id": new_tool_call_id(), "type": "function",
-                "function": {"name": obj["name"], "arguments": arguments}}
+class _ToolMarkup:
+    """``extract`` for every family, from its ``match``: non-streaming and streaming parse alike."""
+
+    start_tag: str
+
+    def match(self, block: str, final: bool) -> tuple[int, list[dict[str, Any]] | None] | None:
+        raise NotImplementedError
 
     def extract(self, text: str) -> tuple[str, list[dict[str, Any]]]:
         calls: list[dict[str, Any]] = []
         kept: list[str] = []
         pos = 0
-        for m in self._block.finditer(text):
-            call = self.parse_block(m.group(1))
-            kept.append(text[pos:m.start()])
-            if call is None:  # malformed: leave it visible rather than lose it
-                kept.append(m.group(0))
+        while (start := text.find(self.start_tag, pos)) >= 0:
+            kept.append(text[pos:start])
+            n, found = self.match(text[start:], final=True) or (len(text) - start, None)
+            if found is None:  # malformed: leave it visible rather than lose it
+                kept.append(text[start:start + n])
             else:
-                calls.append(call)
-            pos = m.end()
+                calls += found
+            pos = start + n
         kept.append(text[pos:])
         content = "".join(kept)
         return (content.strip() if calls else content), calls
 
 
-REASONING_PARSERS: dict[str, type] = {"qwen3": ThinkTagReasoning, "deepseek-r1": ThinkTagReasoning,
-                                      "none": NoReasoning}
-TOOL_PARSERS: dict[str, type] = {"qwen25": HermesToolParser, "qwen": HermesToolParser,
-                                 "hermes": HermesToolParser, "none": NoTools}
+class NoTools(_ToolMarkup):
+    start_tag = "\x00never\x00"
+
+    def match(self, block: str, final: bool) -> tuple[int, list[dict[str, Any]] | None] | None:
+        return len(block), None
+
+
+class TaggedJsonToolParser(_ToolMarkup):
+    """``<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>`` (Qwen2.5/Qwen3, Hermes): start and end tags."""
+
+    def __init__(self, start_tag: str, end_tag: str):
+        self.start_tag, self.end_tag = start_tag, end_tag
+
+    def match(self, block: str, final: bool) -> tuple[int, list[dict[str, Any]] | None] | None:
+        end = block.find(self.end_tag, len(self.start_tag))
+        if end < 0:
+            return (len(block), None) if final else None  # unterminated at the end: shown as text
+        try:
+            obj = json.loads(block[len(self.start_tag):end].strip())
+        except json.JSONDecodeError:
+            obj = None
+        call = openai_call(obj.get("name"), obj.get("arguments", obj.get("parameters", {}))) \
+            if isinstance(obj, dict) else None
+        return end + len(self.end_tag), None if call is None else [call]
+
+
+class NamedArgsToolParser(_ToolMarkup):
+    """``[TOOL_CALLS]name[ARGS]{…}`` (Mistral tokenizer v11+), or ``[TOOL_CALLS][{"name": …, "arguments": …}, …]``
+    (earlier): no end tag, a call ends where its JSON ends. Until then the markup may still be growing."""
+
+    def __init__(self, start_tag: str, args_tag: str):
+        self.start_tag, self.args_tag = start_tag, args_tag
+
+    def match(self, block: str, final: bool) -> tuple[int, list[dict[str, Any]] | None] | None:
+        i = len(self.start_tag)
+        if block[i:].lstrip().startswith("["):  # the JSON-list form
+            pos = i + len(block[i:]) - len(block[i:].lstrip())
+            parsed = self._json(block, pos, final)
+            if parsed is None or parsed[1] is None:
+                return parsed
+            end, items = parsed
+            calls = [openai_call(o.get("name"), o.get("arguments", {})) if isinstance(o, dict) else None
+                     for o in (items if isinstance(items, list) else [None])]
+            return end, None if not calls or None in calls else calls  # type: ignore[return-value]
+        a = block.find(self.args_tag, i)
+        if a < 0:
+            return (len(block), None) if final else None
+        pos = a + len(self.args_tag)
+        pos += len(block[pos:]) - len(block[pos:].lstrip())
+        parsed = self._json(block, pos, final)
+        if parsed is None or parsed[1] is None:
+            return parsed
+        end, args = parsed
+        name = block[i:a].strip()  # raw text here, not a JSON string: only a function name is a call
+        call = openai_call(name, args) if isinstance(args, dict) and _NAME.fullmatch(name) else None
+        return end, None if call is None else [call]
+
+    @staticmethod
+    def _json(block: str, pos: int, final: bool) -> tuple[int, Any] | None:
+        """(end, the JSON value at ``pos``); (len, None) if it never completes; None while it may."""
+        if block[pos:pos + 1] not in ("{", "["):  # only objects and lists end unambiguously
+            return (len(block), None) if final or block[pos:] else None
+        try:
+            value, end = _JSON.raw_decode(block, pos)
+        except json.JSONDecodeError:
+            return (len(block), None) if final else None
+        return end, value
+
+
+def _tool_parser(fmt: ChatFormat | None) -> ToolParser:
+    if fmt is None:
+        return NoTools()
+    if fmt.tool_style == "named_args":
+        assert fmt.tool_args is not None
+        return NamedArgsToolParser(fmt.tool_start, fmt.tool_args)
+    assert fmt.tool_end is not None
+    return TaggedJsonToolParser(fmt.tool_start, fmt.tool_end)
+
+
+def _reasoning_parser(fmt: ChatFormat | None) -> ReasoningParser:
+    if fmt is None or not fmt.reasons:
+        return NoReasoning()
+    return TagReasoning(fmt.think_start, fmt.think_end)  # type: ignore[arg-type]
+
+
+# parser names (SGLang's, and the proxy settings' reasoning_parser / tool_parser) → the family they parse;
+# "auto" is the family the chat renderer detected in the policy tokenizer, "none" turns parsing off.
+REASONING_PARSERS: dict[str, str | None] = {"qwen3": "qwen", "deepseek-r1": "qwen", "mistral": "mistral",
+                                            "none": None, "auto": "auto"}
+TOOL_PARSERS: dict[str, str | None] = {"qwen25": "qwen", "qwen": "qwen", "hermes": "qwen", "mistral": "mistral",
+                                       "none": None, "auto": "auto"}
 
 
 @dataclass(slots=True)
@@ -122,15 +214,26 @@ class OutputParser:
     tools: ToolParser
 
     @classmethod
-    def named(cls, reasoning: str, tools: str) -> OutputParser:
-        try:
-            return cls(REASONING_PARSERS[reasoning](), TOOL_PARSERS[tools]())
-        except KeyError as e:
-            raise ValueError(f"unknown parser {e.args[0]!r}; reasoning parsers: {sorted(REASONING_PARSERS)}, "
-                             f"tool parsers: {sorted(TOOL_PARSERS)}") from None
+    def for_format(cls, fmt: ChatFormat) -> OutputParser:
+        return cls(_reasoning_parser(fmt), _tool_parser(fmt))
+
+    @classmethod
+    def named(cls, reasoning: str, tools: str, detected: ChatFormat | None = None) -> OutputParser:
+        """Parsers by name; ``auto`` means the family of ``detected`` (the renderer's), else the default."""
+        def family(table: dict[str, str | None], name: str) -> ChatFormat | None:
+            if name not in table:
+                raise ValueError(f"unknown parser {name!r}; reasoning parsers: {sorted(REASONING_PARSERS)}, "
+                                 f"tool parsers: {sorted(TOOL_PARSERS)}")
+            fam = table[name]
+            if fam == "auto":
+                return detected or chat_format.DEFAULT
+            return None if fam is None else chat_format.get(fam)
+
+        return cls(_reasoning_parser(family(REASONING_PARSERS, reasoning)), _tool_parser(family(TOOL_PARSERS, tools)))
 
     def parse(self, text: str, tools_enabled: bool = True, starts_in_reasoning: bool = False) -> ParsedOutput:
-        if starts_in_reasoning and isinstance(self.reasoning, ThinkTagReasoning) and "</think>" not in text:
+        end = self.reasoning.end
+        if starts_in_reasoning and end and end not in text:
             return ParsedOutput(text.strip("\n"), "")  # truncated while still thinking
         reasoning, rest = self.reasoning.split(text)
         if not tools_enabled:
@@ -165,14 +268,16 @@ class StreamingParser:
         self.p = parser
         self.tools_enabled = tools_enabled
         self.pos = 0  # consumed characters of the cumulative text
-        self._think = isinstance(parser.reasoning, ThinkTagReasoning)
-        # None: not decided yet (start of output). A prompt that ends with "<think>" opens the block.
+        self.think_start, self.think_end = parser.reasoning.start, parser.reasoning.end
+        self._think = bool(self.think_start and self.think_end)
+        # None: not decided yet (start of output). A prompt that ends with the start tag opens the block.
         self.in_reasoning: bool | None = True if (starts_in_reasoning and self._think) else None
         self._skip_newlines = True  # template newlines around think tags are not content
         self.tool_calls: list[dict[str, Any]] = []
 
     def _deltas(self, text: str, final: bool) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
+        start_tag, end_tag = self.think_start or "", self.think_end or ""
         while self.pos < len(text):
             if self._skip_newlines and self.in_reasoning is not None:
                 while self.pos < len(text) and text[self.pos] == "\n":
@@ -183,25 +288,25 @@ class StreamingParser:
             rest = text[self.pos:]
             if self.in_reasoning is None:
                 probe = rest.lstrip()
-                if self._think and probe.startswith("<think>"):
+                if self._think and probe.startswith(start_tag):
                     self.in_reasoning = True
-                    self.pos += len(rest) - len(probe) + len("<think>")
+                    self.pos += len(rest) - len(probe) + len(start_tag)
                     self._skip_newlines = True
                     continue
-                if self._think and not final and "<think>".startswith(probe):
-                    break  # blank so far, or a partial "<think" tag: wait for more text
+                if self._think and not final and start_tag.startswith(probe):
+                    break  # blank so far, or a partial start tag: wait for more text
                 self.in_reasoning = False
                 continue
             if self.in_reasoning:
-                end = rest.find("</think>")
+                end = rest.find(end_tag)
                 if end >= 0:
                     if end:
                         out.append({"reasoning_content": rest[:end]})
-                    self.pos += end + len("</think>")
+                    self.pos += end + len(end_tag)
                     self.in_reasoning = False
                     self._skip_newlines = True
                     continue
-                hold = 0 if final else _held_back(rest, ("</think>",))
+                hold = 0 if final else _held_back(rest, (end_tag,))
                 piece = rest[: len(rest) - hold]
                 if piece:
                     out.append({"reasoning_content": piece})
@@ -213,23 +318,17 @@ class StreamingParser:
             if start >= 0:
                 if start:
                     out.append({"content": rest[:start]})
-                end_tag = getattr(self.p.tools, "end_tag", None)
-                end = rest.find(end_tag, start) if end_tag else -1
-                if end < 0:
-                    if final:  # unterminated block: show it as text
-                        out.append({"content": rest[start:]})
-                        self.pos = len(text)
-                    else:
-                        self.pos += start
+                found = self.p.tools.match(rest[start:], final)
+                if found is None:  # the call is not complete yet
+                    self.pos += start
                     break
-                call = self.p.tools.parse_block(rest[start + len(tag): end])
-                if call is None:
-                    out.append({"content": rest[start:end + len(end_tag)]})
-                else:
-                    index = len(self.tool_calls)
+                n, calls = found
+                if calls is None:  # malformed (or unterminated at the end): show it as text
+                    out.append({"content": rest[start:start + n]})
+                for call in calls or ():
+                    out.append({"tool_calls": [{"index": len(self.tool_calls), **call}]})
                     self.tool_calls.append(call)
-                    out.append({"tool_calls": [{"index": index, **call}]})
-                self.pos += end + len(end_tag)
+                self.pos += start + n
                 continue
             hold = 0 if final or not tag else _held_back(rest, (tag,))
             piece = rest[: len(rest) - hold]

@@ -9,12 +9,12 @@ spool: they receive a ``Turn`` and a ``JudgeClient`` and return an ``Outcome``.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .config import Settings
 from .judge import JudgeClient
+from .modes import get_mode, resolve
 from .samples import TrainingSample
 from .turns import DropReason, Turn
 
@@ -46,11 +46,6 @@ class TurnScorer(Protocol):
         """Turn a judgement into samples; called in turn order within a session."""
 
 
-_MODES = {"rl": "openclaw_rl.binary_rl:BinaryRLScorer", "opd": "openclaw_opd.scorer:OPDScorer",
-          "combine": "openclaw_combine.scorer:CombineScorer"}
-
-
 def make_scorer(settings: Settings, judge: JudgeClient, renderer: Any) -> TurnScorer:
-    """Instantiate the mode named in ``settings.mode``."""
-    module, _, cls = _MODES[settings.mode].partition(":")
-    return getattr(importlib.import_module(module), cls)(settings, judge, renderer)
+    """Instantiate the scorer of the mode named in ``settings.mode`` (``openclaw_rl.modes.MODES``)."""
+    return resolve(get_mode(settings.mode).scorer)(settings, judge, renderer)

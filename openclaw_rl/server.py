@@ -144,10 +144,7 @@ class Proxy:
                                  trust_env=False)
         renderer = ChatRenderer(tokenizer, p.enable_thinking)
         metrics = ProxyMetrics()
-        judge = JudgeClient(http, j.url, tokenizer=judge_tokenizer, votes=j.votes, temperature=j.temperature,
-                            max_new_tokens=j.max_new_tokens, timeout_s=j.timeout_s, concurrency=j.concurrency,
-                            api=j.api, model=j.model, api_key=j.api_key, vocab_size=len(judge_tokenizer),
-                            context_length=j.context_length or None,
+        judge = JudgeClient(http, j, tokenizer=judge_tokenizer, vocab_size=len(judge_tokenizer),
                             on_vote=lambda outcome: metrics.judge_votes.labels(outcome).inc())
         if not judge.enabled:
             log.warning("no judge URL: PRM is off, every turn scores 0 and RL/OPD produce no learning signal "
@@ -161,7 +158,7 @@ class Proxy:
         gate = SubmissionGate(is_open=gate_open, mode=p.pause_mode, hold_s=p.pause_hold_s)
         metrics.submission_open.set(1 if gate_open else 0)
         backend = PolicyBackend(http, p.policy_url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key)
-        service = ChatService(p, renderer, OutputParser.named(p.reasoning_parser, p.tool_parser), backend, tracker,
+        service = ChatService(p, renderer, OutputParser.named(p.reasoning_parser, p.tool_parser, renderer.format), backend, tracker,
                               gate, metrics, keep_messages=scorer.keeps_messages)
         auth = Authenticator(p.api_keys, p.rate_limit_per_min)
         probes = BackendProbes(http, settings, service, judge, metrics)

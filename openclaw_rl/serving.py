@@ -110,6 +110,8 @@ class ChatService:
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(req, name):
                 params[name] = getattr(req, name)
+        if self.renderer.format.markup_is_special:  # e.g. Mistral's [THINK] / [TOOL_CALLS]: the parsers need them
+            params["skip_special_tokens"] = False
         return params, temperature
 
     def close(self) -> None:

@@ -299,6 +299,14 @@ class SessionTracker:
         """Judgements in flight."""
         return len(self._tasks)
 
+    async def wait_judged(self, timeout: float = 30.0) -> None:
+        """Wait until no judgement is in flight; each one emits its session's judged turns, in order, as it
+        ends. (Tests synchronise on this instead of sleeping.) TimeoutError if they take longer."""
+        while self._tasks:
+            _, pending = await asyncio.wait(list(self._tasks), timeout=timeout)
+            if pending:
+                raise TimeoutError(f"{len(pending)} judgements still running after {timeout}s")
+
     @property
     def unsettled_turns(self) -> int:
         """Every turn not yet emitted, including those of sessions already ended."""

@@ -15,12 +15,39 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tiny_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the session's tiny model lives. Building it (tokenizer + pre-training) is the suite's largest
+    fixed cost, so it is kept in the repository's ignored ``.cache/`` under a key of its sources (every file
+    of ``openclaw_rl/embedded``), library versions and thread count: any change rebuilds it. A private,
+    fresh build with ``OPENCLAW_TEST_FRESH_MODEL=1`` and in the full suite (``OPENCLAW_TEST_FULL=1``)."""
+    import hashlib
+
+    import tokenizers
+    import torch
+    import transformers
+
+    import openclaw_rl.embedded as embedded
+
+    if os.environ.get("OPENCLAW_TEST_FRESH_MODEL") == "1" or os.environ.get("OPENCLAW_TEST_FULL") == "1":
+        return tmp_path_factory.mktemp("tiny-cache")
+    key = hashlib.sha256()
+    package = Path(embedded.__file__).parent
+    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        key.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    key.update(f"{torch.__version__} {transformers.__version__} {tokenizers.__version__} "
+               f"{torch.get_num_threads()}".encode())
+    return REPO / ".cache" / "test-tiny-models" / key.hexdigest()[:16]
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default (h128, seed 0) tiny model, built once per session into a private cache."""
+    """The default (h128, seed 0) tiny model, built once (see ``tiny_model_cache``)."""
     from openclaw_rl.embedded.tiny_model import ensure_tiny_model
 
-    return ensure_tiny_model("h128", cache_dir=tmp_path_factory.mktemp("tiny-cache"))
+    return ensure_tiny_model("h128", cache_dir=tiny_model_cache(tmp_path_factory))
 
 
 @pytest.fixture(scope="session")

@@ -78,14 +78,26 @@ def wait_for_samples(proxy: Any, n: int, timeout: float = 20.0) -> list[Any]:
 
 
 def settle(proxy: Any, timeout: float = 20.0) -> None:
-    """Wait until every turn of ended sessions is judged and persisted."""
-    import time
+    """Wait until every turn of ended sessions is judged and persisted: on the proxy's loop, until its
+    judgements in flight have ended (``SessionTracker.wait_judged``), then until the writer has flushed."""
+    import asyncio
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and (proxy.tracker.judging
-                                           or proxy.tracker.unsettled_turns > proxy.tracker.pending_turns):
-        time.sleep(0.02)
+    async def judged() -> None:
+        tracker = proxy.tracker
+        await tracker.wait_judged(timeout)
+        # A turn of an ended session that was still generating starts its judgement when it completes,
+        # which its own request does; the tests call settle after their requests returned.
+        assert tracker.unsettled_turns <= tracker.pending_turns, "turns of ended sessions are still unjudged"
+
+    asyncio.run_coroutine_threadsafe(judged(), proxy.server.loop).result(timeout + 5)
     proxy.writer.flush()
+
+
+def metric(proxy: Any, name: str, **labels: str) -> float:
+    """A metric's value as ``GET /metrics`` reports it, through prometheus_client's public registry API
+    (``openclaw_turns_dropped_total``, reason="no_hint"); 0 for a label set never counted."""
+    value = proxy.metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
 
 
 def on_loop(proxy: Any, fn: Callable[[], Any]) -> Any:

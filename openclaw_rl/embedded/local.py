@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from openclaw_rl.modes import MODES
+
 log = logging.getLogger(__name__)
 
 
@@ -332,18 +334,14 @@ def _print_step(step: int, m: dict[str, float], sim: dict[str, Any], bar: Any = 
         print(line, flush=True)
 
 
-# Tuned on this task (seed 0, 2 CPU cores); see the learning-curve numbers in README.md.
-MODE_DEFAULTS: dict[str, dict[str, float]] = {
-    "rl": {"lr": 5e-4, "kl_coef": 0.0, "batch_size": 8, "interactions": 400},
-    "opd": {"lr": 5e-4, "kl_coef": 0.0, "batch_size": 4, "interactions": 640},  # samples only from corrections
-    "combine": {"lr": 5e-4, "kl_coef": 0.0, "batch_size": 8, "interactions": 400},
-}
+# Tuned on this task (seed 0, 2 CPU cores; README.md has the learning curves), one entry per registered mode.
+MODE_DEFAULTS: dict[str, dict[str, float]] = {name: asdict(m.local) for name, m in MODES.items()}
 
 
 def register_local_command(sub: Any) -> None:
     p = sub.add_parser("local", help="run the whole stack on this CPU: engine, judge, proxy, trainer",
                        description=__doc__)
-    p.add_argument("--mode", choices=["rl", "opd", "combine"], default="rl")
+    p.add_argument("--mode", choices=list(MODES), default="rl")
     p.add_argument("--simulate", action="store_true", help="drive it with simulated users and plot the learning curve")
     p.add_argument("--interactions", type=int, default=None, help="simulated replies in total (default: per mode)")
     p.add_argument("--concurrency", type=int, default=LocalConfig.concurrency, help="simulated users at once")

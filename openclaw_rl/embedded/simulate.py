@@ -18,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from openclaw_rl.chat_format import strip_reasoning
 from openclaw_rl.embedded import task
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,6 @@ async def run_simulation(base_url: str, *, interactions: int, concurrency: int,
 
 # --- the LLM-driven user -------------------------------------------------------------------------------
 
-_THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 REPLY_PREFIX = "The AI assistant replied:\n\n"
 SCENARIOS: dict[str, dict[str, str]] = {
     "student": {
@@ -261,7 +260,7 @@ SCENARIOS: dict[str, dict[str, str]] = {
 
 
 def strip_thinking(text: str) -> str:
-    return _THINK_BLOCK.sub("", text).strip()
+    return strip_reasoning(text)  # the LLM user's family is unknown: every known family's think blocks
 
 
 class LLMUser:

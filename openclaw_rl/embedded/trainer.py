@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainerConfig:
-    mode: str = "rl"  # rl | opd | combine: picks the loss below
+    mode: str = "rl"  # a name in openclaw_rl.modes.MODES: picks the loss (loss_for)
     rollout_batch_size: int = 8  # samples per optimizer step (Slime's --rollout-batch-size)
     lr: float = 5e-4  # tiny models need a large step (Slime's scripts use 1e-5 for 4B models); 2e-3 collapses
     weight_decay: float = 0.0
@@ -73,18 +73,10 @@ class TrainerConfig:
 
 
 def loss_for(cfg: TrainerConfig) -> Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]:
-    """The loss each mode trains with, exactly as its Slime launch script configures it."""
-    from openclaw_combine.loss import combine_loss_function
-    from openclaw_opd.loss import on_policy_distillation_advantages, topk_distillation_loss_function
-    from openclaw_rl.losses.policy_loss import policy_loss_function
+    """The loss each mode trains with, exactly as its Slime launch script configures it (``MODES``)."""
+    from openclaw_rl.modes import get_mode, resolve
 
-    def token_opd(args: Any, batch: dict[str, Any], logits: torch.Tensor, reducer: Any) -> Any:
-        on_policy_distillation_advantages(args, batch)  # A = teacher − old, Slime's estimator
-        return policy_loss_function(args, batch, logits, reducer)
-
-    losses = {"rl": policy_loss_function, "combine": combine_loss_function,
-              "opd": topk_distillation_loss_function if cfg.distill_topk > 0 else token_opd}
-    return losses[cfg.mode]
+    return resolve(get_mode(cfg.mode).embedded_loss)
 
 
 # --- batch ----------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import httpx
-from support import HINT, settle, wait_for_samples
+from support import HINT, metric, settle, wait_for_samples
 
 
 def talk(url: str, sid: str, user_turns: list[str], done: bool = True) -> None:
@@ -39,7 +39,7 @@ def test_opd_samples_carry_teacher_log_probs_of_the_exact_response(policy_server
     assert s.teacher_log_probs == expected_teacher(s.response_ids)
     assert s.loss_mask == [1] * s.response_length and s.teacher_topk_log_probs is None
     settle(proxy)
-    dropped = {r: proxy.metrics.dropped.labels(r)._value.get() for r in ("no_hint", "no_next_state")}
+    dropped = {r: metric(proxy, "openclaw_turns_dropped_total", reason=r) for r in ("no_hint", "no_next_state")}
     assert dropped == {"no_hint": 2.0, "no_next_state": 1.0}  # "thanks" and "bye" carry no hint; turn 4 ends
     assert len(proxy.writer.take_eval_scores()) == 4  # eval mode: PRM scores for rollout/prm_eval_score
 
@@ -58,7 +58,7 @@ def test_no_hint_no_sample(policy_server, teacher_server, make_proxy):
     talk(url, "n", ["hello", "thanks", "ok"])
     settle(proxy)
     assert proxy.spool.depth() == 0
-    assert proxy.metrics.dropped.labels("no_hint")._value.get() == 2.0  # "thanks" and "ok" give no hint
+    assert metric(proxy, "openclaw_turns_dropped_total", reason="no_hint") == 2.0  # "thanks" and "ok" give no hint
 
 
 def test_every_combine_branch(policy_server, teacher_server, make_proxy):
@@ -72,7 +72,7 @@ def test_every_combine_branch(policy_server, teacher_server, make_proxy):
     assert opd_only.teacher_log_probs == expected_teacher(opd_only.response_ids)
     assert rl_only.teacher_log_probs == rl_only.rollout_log_probs  # no OPD signal: teacher = rollout
     settle(proxy)
-    assert proxy.metrics.dropped.labels("no_hint")._value.get() == 1.0  # turn 4 ("ok"): no hint, PRM 0
+    assert metric(proxy, "openclaw_turns_dropped_total", reason="no_hint") == 1.0  # turn 4 ("ok"): no hint, PRM 0
 
 
 def test_teacher_rescaling_to_the_student_temperature_is_exact_with_the_full_distribution():

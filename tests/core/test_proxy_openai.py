@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from support import wait_for_samples
+from support import metric, wait_for_samples
 
 TOOLS = [{"type": "function", "function": {"name": "ls", "description": "list files",
                                             "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
@@ -143,7 +143,7 @@ def test_backend_down_and_timeout_map_to_502_504(make_proxy, tokenizer):
                                                            "stream": True}, headers={"X-Session-Id": "t"}, timeout=10)
         assert r.status_code == 504
     proxy.writer.flush()
-    assert proxy.metrics.dropped.labels("generation_failed")._value.get() == 2
+    assert metric(proxy, "openclaw_turns_dropped_total", reason="generation_failed") == 2
     assert proxy.tracker.pending_turns == 0
 
 

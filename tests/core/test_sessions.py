@@ -52,8 +52,12 @@ def gen(n=3) -> Generation:
 
 
 async def settle():
-    for _ in range(50):
-        await asyncio.sleep(0.005)
+    """Wait until every task the tracker started (its judgements, each emitting in order as it ends) is done.
+    They are the only other tasks on this loop; nothing is left to chance by sleeping."""
+    me = asyncio.current_task()
+    while pending := [t for t in asyncio.all_tasks() if t is not me and not t.done()]:
+        _, late = await asyncio.wait(pending, timeout=30)
+        assert not late, f"{len(late)} judgements still running after 30 s"
 
 
 def test_turn_waits_for_next_state_then_is_judged():
@@ -90,8 +94,7 @@ def test_out_of_order_judgements_are_emitted_in_turn_order():
         for i in range(20):
             t = tracker.begin(turn(), {"role": "user", "content": f"u{i}"} if i else None)
             tracker.complete(t, gen())
-        for _ in range(30):
-            await asyncio.sleep(0.01)
+        await settle()
         assert [t.index for t, _ in emitted] == list(range(1, 20))
     asyncio.run(run())
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import httpx
-from support import scripted_server, settle, wait_for_samples
+from support import metric, scripted_server, settle, wait_for_samples
 
 from openclaw_rl.servers import free_port
 
@@ -24,10 +24,10 @@ def test_judge_down_votes_fail_and_training_continues(policy_server, make_proxy)
     proxy, url = make_proxy(policy_server.url, f"http://127.0.0.1:{free_port()}", judge_votes=3)
     assert converse(url, "j", ["thanks", "thanks", "thanks"]) == [200, 200, 200]  # serving goes on
     settle(proxy)
-    assert proxy.metrics.judge_votes.labels("failed")._value.get() == 6
+    assert metric(proxy, "openclaw_judge_votes_total", outcome="failed") == 6
     # a dead judge is judge_failed, not a real 0 score (nothing is trained on it, not even at-least-one)
-    assert proxy.metrics.dropped.labels("judge_failed")._value.get() == 2
-    assert proxy.metrics.dropped.labels("zero_score")._value.get() == 0 and proxy.spool.depth() == 0
+    assert metric(proxy, "openclaw_turns_dropped_total", reason="judge_failed") == 2
+    assert metric(proxy, "openclaw_turns_dropped_total", reason="zero_score") == 0 and proxy.spool.depth() == 0
 
 
 def test_slow_judge_times_out(policy_server, tokenizer, make_proxy):
@@ -35,10 +35,10 @@ def test_slow_judge_times_out(policy_server, tokenizer, make_proxy):
         proxy, url = make_proxy(policy_server.url, slow_judge.url, judge_votes=1, judge_timeout_s=0.3)
         assert converse(url, "slow", ["thanks", "thanks"]) == [200, 200]
         deadline = time.monotonic() + 20
-        while proxy.metrics.dropped.labels("judge_failed")._value.get() < 1 and time.monotonic() < deadline:
+        while metric(proxy, "openclaw_turns_dropped_total", reason="judge_failed") < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert proxy.metrics.dropped.labels("judge_failed")._value.get() == 1  # the timed-out vote is a failure
-        assert proxy.metrics.judge_votes.labels("failed")._value.get() == 1
+        assert metric(proxy, "openclaw_turns_dropped_total", reason="judge_failed") == 1  # the timed-out vote is a failure
+        assert metric(proxy, "openclaw_judge_votes_total", outcome="failed") == 1
 
 
 def test_policy_down_then_back(tokenizer, make_proxy):
@@ -63,7 +63,7 @@ def test_spool_at_its_cap_keeps_serving_and_loses_nothing(policy_server, judge_s
     assert converse(url, "d", ["thanks", "thanks", "thanks", "thanks"]) == [200, 200, 200, 200]
     settle(proxy)
     assert proxy.spool.depth() == 1 and len(proxy.writer.overflow) == 2  # one fills the cap; two wait in memory
-    assert proxy.metrics.spool_errors._value.get() >= 1
+    assert metric(proxy, "openclaw_spool_errors_total") >= 1
     assert any("held in memory" in r.getMessage() for r in caplog.records)
     batch, _ = proxy.spool.lease(1)  # the trainer acknowledges a batch: live data shrinks, the cap reopens
     proxy.spool.ack(batch)

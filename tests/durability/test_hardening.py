@@ -10,7 +10,7 @@ import threading
 
 import httpx
 import pytest
-from support import fault_backend, on_loop, scripted_server, settle, wait_for_samples
+from support import fault_backend, metric, on_loop, scripted_server, settle, wait_for_samples
 
 from openclaw_rl.errors import BadRequest
 from openclaw_rl.servers import free_port
@@ -24,7 +24,7 @@ def chat(url: str, body: dict, sid: str = "s", timeout: float = 30, **headers: s
 
 
 def dropped(proxy, reason: str) -> float:
-    return proxy.metrics.dropped.labels(reason)._value.get()
+    return metric(proxy, "openclaw_turns_dropped_total", reason=reason)
 
 
 # --- one request cannot stall the others ------------------------------------------------------------------
@@ -249,7 +249,7 @@ def test_full_spool_and_overflow_push_back_with_503_then_reopen(policy_server, j
     assert proxy.spool.depth() == 1 and len(proxy.writer.overflow) == 2
     r = chat(url, BODY, "c")
     assert r.status_code == 503 and r.headers["retry-after"] == "30"
-    assert proxy.metrics.backpressure._value.get() == 1
+    assert metric(proxy, "openclaw_backpressure_total") == 1
     batch, _ = proxy.spool.lease(10)  # the trainer takes and acknowledges a batch: room again
     proxy.spool.max_bytes = 1 << 30
     proxy.spool.ack(batch)

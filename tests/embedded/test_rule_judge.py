@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from openclaw_rl.config import JudgeSettings
 from openclaw_rl.embedded import task
 from openclaw_rl.embedded.rule_judge import (
     RuleJudgeModel,
@@ -78,7 +79,7 @@ def test_correction_hints_are_the_pretraining_instructions(style: str) -> None:
 
 
 def _client(url: str = "", tokenizer: Any = None, **kw: Any) -> JudgeClient:
-    return JudgeClient(httpx.AsyncClient(), url, tokenizer=tokenizer, **kw)
+    return JudgeClient(httpx.AsyncClient(), JudgeSettings(url=url, **kw), tokenizer=tokenizer)
 
 
 @pytest.mark.parametrize("with_template", [True, False])
@@ -142,7 +143,7 @@ def test_served_judge_answers_a_real_judge_client(tokenizer: Any, judge_url: str
 
     async def main() -> None:
         async with httpx.AsyncClient() as http:
-            client = JudgeClient(http, judge_url, tokenizer=tokenizer, votes=3, max_new_tokens=64,
+            client = JudgeClient(http, JudgeSettings(url=judge_url, votes=3, max_new_tokens=64), tokenizer=tokenizer,
                                  vocab_size=len(tokenizer))
             user = {"role": "user", "content": "Thanks, perfect! Next: How do I water the garden?"}
             good = await client.prm(response, user)
@@ -174,7 +175,7 @@ def test_teacherless_judge_fails_teacher_calls_cleanly(tokenizer: Any) -> None:
 
     async def main(url: str) -> None:
         async with httpx.AsyncClient() as http:
-            client = JudgeClient(http, url, tokenizer=tokenizer, votes=1, max_new_tokens=32)
+            client = JudgeClient(http, JudgeSettings(url=url, votes=1, max_new_tokens=32), tokenizer=tokenizer)
             assert (await client.prm("x", {"role": "user", "content": "Thanks!"})).score == 1.0
             with pytest.raises(BackendUnavailable):
                 await client.teacher_log_probs([1, 2, 3], [4, 5])

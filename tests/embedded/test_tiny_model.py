@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-from openclaw_rl.embedded import tiny_model
+from openclaw_rl.embedded import pretrain, tiny_model
 from openclaw_rl.embedded.corpus import generate_corpus
 from openclaw_rl.embedded.tiny_model import (
     MARKER_FILE,
@@ -19,6 +22,7 @@ from openclaw_rl.embedded.tiny_model import (
     ensure_tiny_model,
 )
 
+FULL = os.environ.get("OPENCLAW_TEST_FULL") == "1"  # full-size rebuilds (scripts/run_full_tests.sh)
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
@@ -66,19 +70,34 @@ def test_marker_and_tokenizer_class(tiny_model_dir: Path) -> None:
     assert "extra_special_tokens" not in config
 
 
-def test_rebuild_is_byte_identical(tiny_model_dir: Path, tmp_path: Path) -> None:
-    again = build_tiny_model(tmp_path / "again", "h128", seed=0)  # build time: scripts/bench_engine.py
-    names = sorted(p.name for p in tiny_model_dir.iterdir())
+@pytest.fixture(scope="module")
+def build(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``build_tiny_model`` as the session model was built (the full suite, OPENCLAW_TEST_FULL=1), or by default
+    the same code path with 10 pre-training steps instead of 200; ``build("ref")`` is the seed-0 reference."""
+    def make(name: str, seed: int = 0) -> Path:
+        if FULL:
+            return build_tiny_model(tmp_path_factory.mktemp(name), "h128", seed=seed)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(pretrain, "pretrain_task_model", functools.partial(pretrain.pretrain_task_model, steps=10))
+            return build_tiny_model(tmp_path_factory.mktemp(name), "h128", seed=seed)
+
+    ref = tiny_model_dir if FULL else make("ref")
+    return lambda name, seed=0: ref if name == "ref" else make(name, seed)
+
+
+def test_rebuild_is_byte_identical(build: Callable[..., Path]) -> None:
+    reference, again = build("ref"), build("again")  # build time: scripts/bench_engine.py
+    names = sorted(p.name for p in reference.iterdir())
     assert names == sorted(p.name for p in again.iterdir())
     assert {"tokenizer.json", "model.safetensors"} <= set(names)
     for name in names:
-        assert (tiny_model_dir / name).read_bytes() == (again / name).read_bytes(), name
+        assert (reference / name).read_bytes() == (again / name).read_bytes(), name
 
 
-def test_seed_changes_weights_not_tokenizer(tiny_model_dir: Path, tmp_path: Path) -> None:
-    other = build_tiny_model(tmp_path / "s1", "h128", seed=1)
-    assert (other / "tokenizer.json").read_bytes() == (tiny_model_dir / "tokenizer.json").read_bytes()
-    assert (other / "model.safetensors").read_bytes() != (tiny_model_dir / "model.safetensors").read_bytes()
+def test_seed_changes_weights_not_tokenizer(build: Callable[..., Path]) -> None:
+    reference, other = build("ref"), build("s1", seed=1)
+    assert (other / "tokenizer.json").read_bytes() == (reference / "tokenizer.json").read_bytes()
+    assert (other / "model.safetensors").read_bytes() != (reference / "model.safetensors").read_bytes()
 
 
 def test_ensure_reuses_the_cached_build(tiny_model_dir: Path) -> None:

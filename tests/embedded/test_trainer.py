@@ -9,6 +9,7 @@ import torch
 
 from openclaw_rl.embedded.trainer import EmbeddedTrainer, TrainerConfig, build_batch
 from openclaw_rl.engine.model import SamplingConfig
+from openclaw_rl.modes import MODES
 from openclaw_rl.samples import TrainingSample
 
 
@@ -31,7 +32,7 @@ def samples_for(tokenizer, core, mode="rl", temperature: float = 1.0) -> list[Tr
     outs = asyncio.run(sample_from(core, prompts, temperature=temperature))
     samples = []
     for i, (prompt, (ids, lps)) in enumerate(zip(prompts, outs)):
-        teacher = {"teacher_log_probs": [lp - 0.5 for lp in lps]} if mode != "rl" else {}
+        teacher = {"teacher_log_probs": [lp - 0.5 for lp in lps]} if MODES[mode].needs_teacher else {}
         samples.append(TrainingSample(session_id=f"s{i}", turn=1, kind=mode, prompt_ids=prompt, response_ids=ids,
                                       rollout_log_probs=lps, loss_mask=[1] * len(ids), reward=(-1.0) ** i, **teacher))
     return samples
@@ -50,7 +51,7 @@ def models(tiny_model_dir):
     core.close()
 
 
-@pytest.mark.parametrize("mode", ["rl", "opd", "combine"])
+@pytest.mark.parametrize("mode", list(MODES))
 def test_a_step_trains_with_the_mode_loss_and_matches_rollout_log_probs(models, mode, tmp_path):
     tok, core, model = models
     synced = []

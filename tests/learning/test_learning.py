@@ -12,6 +12,7 @@ import os
 import pytest
 
 from openclaw_rl.embedded.local import MODE_DEFAULTS, LocalConfig, run_local
+from openclaw_rl.modes import MODES
 from openclaw_rl.servers import free_port
 
 FULL = os.environ.get("OPENCLAW_TEST_FULL") == "1"
@@ -20,7 +21,7 @@ SEEDS = (0, 1, 2) if FULL else (0,)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("mode", ["rl", "opd", "combine"])
+@pytest.mark.parametrize("mode", list(MODES))
 def test_mode_lifts_the_preferred_rate(mode, seed, tmp_path):
     d = MODE_DEFAULTS[mode]
     cfg = LocalConfig(mode=mode, seed=seed, port=free_port(), out_dir=str(tmp_path / mode), simulate=True,

@@ -11,13 +11,10 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
+from openclaw_rl.modes import MODES
 from openclaw_rl.servers import free_port
 
-HOOKS = {
-    "openclaw_rl.rollout.generate_rollout_openclaw": "rl",
-    "openclaw_opd.rollout.generate_rollout_openclaw_opd": "opd",
-    "openclaw_combine.rollout.generate_rollout_openclaw_combine": "combine",
-}
+HOOKS = {mode.slime.rollout: name for name, mode in MODES.items()}
 
 
 def resolve(path: str):

@@ -1,0 +1,184 @@
+"""The mode registry: what a training mode is, written down once.
+
+A mode (``rl``, ``opd``, ``combine``) is one package plus one ``Mode`` entry in ``MODES`` below. Every
+list of modes derives from this table: the CLI's ``--mode`` choices and mode-specific flags, the
+settings sections and their validation (``config.py``), the scorer the proxy builds (``scoring.py``),
+the embedded trainer's loss and the local run's tuned defaults (``embedded/``), the Slime hook paths,
+and the tests' parametrisation. Entries name code by dotted path (``package.module.attribute``, the form
+Slime's ``--*-path`` flags take) and are resolved only when used, so importing the registry imports no
+mode, no torch and no Slime. ``python -m openclaw_rl.modes --json`` prints the table for tools that are
+not Python (launch scripts). How to add a mode: ``docs/adding-a-mode.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class SlimeHooks:
+    """What Slime loads for this mode (``docs/hooks.md``); None means Slime's built-in."""
+
+    rollout: str  # --rollout-function-path; its module also holds `generate` and `reward_func` (eval path)
+    custom_loss: str | None = None  # --loss-type custom_loss --custom-loss-function-path
+    custom_advantage: str | None = None  # --custom-advantage-function-path (THUDM/slime's token-level OPD)
+    topk_loss: str | None = None  # the custom loss instead, when openclaw_opd_distill_topk > 0
+
+    @property
+    def generate(self) -> str:  # --custom-generate-function-path
+        return self.rollout.rpartition(".")[0] + ".generate"
+
+    @property
+    def reward_func(self) -> str:  # --custom-rm-path
+        return self.rollout.rpartition(".")[0] + ".reward_func"
+
+
+@dataclass(frozen=True, slots=True)
+class LocalDefaults:
+    """``openclaw-rl local`` defaults, tuned on the simulated-user task (seed 0, 2 CPU cores)."""
+
+    lr: float = 5e-4
+    kl_coef: float = 0.0
+    batch_size: int = 8
+    interactions: int = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    name: str  # `--mode`, `mode:` in a config, the settings section (openclaw_<name>_*), the sample kind
+    summary: str
+    scorer: str  # class(settings, judge, renderer) -> scoring.TurnScorer
+    embedded_loss: str  # fn(args, batch, logits, sum_of_sample_mean) -> (loss, metrics), as Slime calls it
+    slime: SlimeHooks
+    settings: str | None = None  # dataclass of this mode's own keys, section `settings.<name>`
+    needs_teacher: bool = False  # teacher log-probs: the judge must be an SGLang server (api sglang)
+    local: LocalDefaults = field(default_factory=LocalDefaults)
+    cli_flags: tuple[tuple[str, str, dict[str, Any]], ...] = ()  # (flag, settings key, argparse kwargs)
+
+    def paths(self) -> dict[str, str]:
+        """Every dotted path this entry names (each must import: tests/core/test_modes.py)."""
+        out = {"scorer": self.scorer, "embedded_loss": self.embedded_loss, "slime.rollout": self.slime.rollout,
+               "slime.generate": self.slime.generate, "slime.reward_func": self.slime.reward_func}
+        for key in ("custom_loss", "custom_advantage", "topk_loss"):
+            if getattr(self.slime, key):
+                out[f"slime.{key}"] = getattr(self.slime, key)
+        if self.settings:
+            out["settings"] = self.settings
+        return out
+
+
+MODES: dict[str, Mode] = {m.name: m for m in (
+    Mode(
+        name="rl",
+        summary="binary RL: the judge's majority vote on the next state is the reward (GRPO)",
+        scorer="openclaw_rl.binary_rl.BinaryRLScorer",
+        settings="openclaw_rl.config.RLSettings",
+        embedded_loss="openclaw_rl.losses.policy_loss.policy_loss_function",
+        slime=SlimeHooks(rollout="openclaw_rl.rollout.generate_rollout_openclaw"),
+        local=LocalDefaults(batch_size=8, interactions=400),
+    ),
+    Mode(
+        name="opd",
+        summary="on-policy distillation from the hint-enhanced teacher (token level, or top-K)",
+        scorer="openclaw_opd.scorer.OPDScorer",
+        settings="openclaw_rl.config.OPDSettings",
+        embedded_loss="openclaw_opd.training.opd_loss_function",
+        slime=SlimeHooks(rollout="openclaw_opd.rollout.generate_rollout_openclaw_opd",
+                         custom_advantage="openclaw_opd.loss.on_policy_distillation_advantages",
+                         topk_loss="openclaw_opd.loss.topk_distillation_loss_function"),
+        needs_teacher=True,
+        local=LocalDefaults(batch_size=4, interactions=640),  # samples come only from corrections
+        cli_flags=(
+            ("--distill-topk", "opd_distill_topk", {"type": int, "help": "OPD: also fetch the teacher's top-K"}),
+            ("--eval-mode", "opd_eval_mode", {"action": "store_const", "const": True,
+                                              "help": "OPD: also run PRM votes for rollout/prm_eval_score"}),
+        ),
+    ),
+    Mode(
+        name="combine",
+        summary="one PPO loss on w_opd * (teacher - old) + w_rl * GRPO advantage",
+        scorer="openclaw_combine.scorer.CombineScorer",
+        settings="openclaw_rl.config.CombineSettings",
+        embedded_loss="openclaw_combine.loss.combine_loss_function",
+        slime=SlimeHooks(rollout="openclaw_combine.rollout.generate_rollout_openclaw_combine",
+                         custom_loss="openclaw_combine.loss.combine_loss_function"),
+        needs_teacher=True,
+        local=LocalDefaults(batch_size=8, interactions=400),
+        cli_flags=(
+            ("--w-rl", "combine_w_rl", {"type": float, "help": "combine: weight of the RL advantage"}),
+            ("--w-opd", "combine_w_opd", {"type": float, "help": "combine: weight of the OPD advantage"}),
+        ),
+    ),
+)}
+
+CORE_SECTIONS = ("proxy", "judge", "spool")  # settings sections that are not modes
+_RESERVED = (*CORE_SECTIONS, "mode", "modes")  # names a mode cannot take (config.Settings uses them)
+_NAME = re.compile(r"^[a-z][a-z0-9]*$")  # flat keys split at the first "_": a mode name has none
+
+
+def mode_names() -> list[str]:
+    return list(MODES)
+
+
+def get_mode(name: str) -> Mode:
+    try:
+        return MODES[name]
+    except KeyError:
+        raise ValueError(f"unknown mode {name!r}; modes: {', '.join(MODES)}") from None
+
+
+def resolve(path: str) -> Any:
+    """Import ``package.module.attribute`` (Slime's dotted-path form)."""
+    module, _, attr = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ImportError(f"mode registry: cannot import {path!r}: {e}") from e
+
+
+def check_registry(modes: dict[str, Mode] | None = None) -> None:
+    """Raise ValueError on an entry the rest of the code could not use (names, duplicate flags)."""
+    modes = MODES if modes is None else modes
+    flags: set[str] = set()
+    for key, m in modes.items():
+        if key != m.name or not _NAME.match(m.name) or m.name in _RESERVED:
+            raise ValueError(f"mode {m.name!r}: names are lowercase letters and digits, unique, and not "
+                             f"one of {_RESERVED}")
+        for flag, setting, _ in m.cli_flags:
+            if flag in flags or not setting.startswith(m.name + "_"):
+                raise ValueError(f"mode {m.name!r}: flag {flag} is taken or sets another mode's key {setting!r}")
+            flags.add(flag)
+
+
+def _describe(m: Mode) -> dict[str, Any]:
+    out = dataclasses.asdict(m)
+    out["slime"].update(generate=m.slime.generate, reward_func=m.slime.reward_func)
+    out["cli_flags"] = [flag for flag, _, _ in m.cli_flags]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m openclaw_rl.modes", description=__doc__.splitlines()[0])
+    p.add_argument("--list", action="store_true", help="mode names, one a line")
+    p.add_argument("--json", action="store_true", help="the whole registry as JSON")
+    ns = p.parse_args(argv)
+    check_registry()
+    if ns.json:
+        print(json.dumps({name: _describe(m) for name, m in MODES.items()}, indent=2))
+    elif ns.list:
+        print("\n".join(MODES))
+    else:
+        for m in MODES.values():
+            print(f"{m.name:10s} {m.summary}\n{'':10s} rollout hook {m.slime.rollout}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
