@@ -107,18 +107,22 @@ class ChatRenderer:
             self.cache_misses += 1
         # Cut before the second-to-last turn start: OpenClaw drops its trailing context message on the
         # next request, so the prefix up to the last real message is what the next prompt will share.
-        text_cuts = [i for i in _find_all(text, self.turn_start)]
-        id_cuts = [i for i, t in enumerate(ids) if t == self.turn_start_id]
-        if len(text_cuts) >= 2 and len(text_cuts) == len(id_cuts):
-            chars = text_cuts[-2]
+        # Only the tail is searched (the last two turn starts): the cost follows the new messages, not
+        # the history; the two counts (C loops) check that text and ids agree on the turn starts.
+        start = self.turn_start
+        last = text.rfind(start)
+        chars = text.rfind(start, 0, last) if last > 0 else -1
+        if chars >= 0 and text.count(start) == ids.count(self.turn_start_id):
+            cut = _second_last_index(ids, self.turn_start_id)
             self._cache[key] = _Prefix(chars, hashlib.sha1(text[:chars].encode("utf-8", "surrogatepass")).digest(),
-                                       array("i", ids[: id_cuts[-2]]))
+                                       array("i", ids[:cut]))
             self._cache.move_to_end(key)
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
         return ids
 
     def forget(self, key: str) -> None:
+        """Drop a session's cached prefix (its session ended or was evicted)."""
         self._cache.pop(key, None)
 
     def encode(self, text: str) -> list[int]:
@@ -131,9 +135,12 @@ class ChatRenderer:
         return prompt_text.rstrip().endswith("<think>")
 
 
-def _find_all(text: str, needle: str) -> list[int]:
-    out, i = [], text.find(needle)
-    while i >= 0:
-        out.append(i)
-        i = text.find(needle, i + 1)
-    return out
+def _second_last_index(ids: list[int], token: int) -> int:
+    """Index of the second-to-last ``token`` in ``ids`` (the caller knows there are at least two)."""
+    seen = 0
+    for i in range(len(ids) - 1, -1, -1):
+        if ids[i] == token:
+            seen += 1
+            if seen == 2:
+                return i
+    raise ValueError("fewer than two turn starts")

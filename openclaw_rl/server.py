@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from . import codec
 from .backend import PolicyBackend
 from .chat import ChatRenderer
 from .config import Settings
@@ -141,7 +142,7 @@ class Proxy:
         spool.release_leases()
         writer = SampleWriter(spool, metrics, p.record_dir)
         tracker = SessionTracker(scorer, writer, metrics, ttl_s=p.session_ttl_s, max_sessions=p.max_sessions,
-                                 persist=writer.save_turn)
+                                 persist=writer.save_turn, on_end=renderer.forget)
         gate = SubmissionGate(is_open=gate_open, mode=p.pause_mode, hold_s=p.pause_hold_s)
         metrics.submission_open.set(1 if gate_open else 0)
         backend = PolicyBackend(http, p.policy_url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key)
@@ -168,8 +169,8 @@ async def read_json_body(request: Request, limit: int) -> Any:
         if len(body) > limit:
             raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
     try:
-        data = json.loads(body)
-    except (ValueError, RecursionError) as e:
+        data = codec.loads(body)
+    except (*codec.DecodeError, RecursionError) as e:
         raise BadRequest(f"request body is not valid JSON: {e}") from None
     if b"\\ud" in body.lower() and _has_lone_surrogate(data):  # only escapes can smuggle them in
         raise BadRequest("request body contains a lone UTF-16 surrogate (\\ud800-\\udfff): not valid Unicode")
@@ -234,7 +235,7 @@ def make_app(proxy: Proxy) -> FastAPI:
             raise BadRequest(message, param=param) from None
         result = await proxy.service.complete(req, dict(request.headers), namespace)
         if isinstance(result, dict):
-            return JSONResponse(result)
+            return Response(codec.dumps(result), media_type="application/json")
         return StreamingResponse(result, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     @app.post("/v1/feedback")

@@ -9,7 +9,6 @@ path out of a request (success, backend error, client hang-up) settles its turn 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 import uuid
@@ -17,6 +16,7 @@ from array import array
 from collections.abc import AsyncIterator
 from typing import Any
 
+from . import codec
 from .backend import GenerateResult, PolicyBackend
 from .chat import ChatRenderer, normalize_messages
 from .config import ProxySettings
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 
 def sse(obj: Any) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+    return b"data: " + codec.dumps(obj) + b"\n\n"
 
 
 SSE_DONE = b"data: [DONE]\n\n"
