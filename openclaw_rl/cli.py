@@ -70,8 +70,12 @@ def cmd_serve(ns: argparse.Namespace) -> int:
                                      settings.mode, host, port, settings.proxy.policy_url, proxy.spool.path)
     from .servers import KEEP_ALIVE_S
 
+    # loop/http "auto": uvloop and httptools when installed (uvicorn[standard]); the benchmark sets
+    # OPENCLAW_RL_UVICORN_LOOP=asyncio / _HTTP=h11 to measure what they buy.
     uvicorn.run(proxy.app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_S,
-                h11_max_incomplete_event_size=settings.proxy.max_header_bytes)
+                h11_max_incomplete_event_size=settings.proxy.max_header_bytes,
+                loop=os.environ.get("OPENCLAW_RL_UVICORN_LOOP", "auto"),
+                http=os.environ.get("OPENCLAW_RL_UVICORN_HTTP", "auto"))
     return 0
 
 

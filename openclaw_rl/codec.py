@@ -10,11 +10,14 @@ falls back to ``json`` rather than failing the request.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 try:
     import orjson
 except ImportError:  # pragma: no cover - orjson is a declared dependency; the fallback keeps a bare env working
+    orjson = None  # type: ignore[assignment]
+if os.environ.get("OPENCLAW_RL_JSON") == "json":  # benchmarks measure what orjson buys by turning it off
     orjson = None  # type: ignore[assignment]
 
 DecodeError: tuple[type[Exception], ...] = (ValueError,) if orjson is None else (ValueError, orjson.JSONDecodeError)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +35,7 @@ def reps_for(length: int, scale: float = 1.0) -> int:
 
 async def _stream_turn(http: httpx.AsyncClient, url: str, case: mock.Case, length: int, sid: str) -> tuple[int, int]:
     """One streamed turn through the proxy; (content characters received, completion tokens)."""
-    body = json.loads(mock.chat_body(case, length, True))
+    body = json.loads(mock.chat_body(case, length, True))  # max_tokens: length + 8, clamped to the cap
     body["stream_options"] = {"include_usage": True}
     chars, tokens = 0, 0
     headers = {"X-Session-Id": sid, "X-Session-Done": "1"}
@@ -54,17 +55,20 @@ async def _stream_turn(http: httpx.AsyncClient, url: str, case: mock.Case, lengt
 
 
 async def measure_mode(tokenizer: Any, tokenizer_dir: str, mode: str, lengths: tuple[int, ...], scale: float,
-                       workdir: Path, proxy_port: int | None = None) -> list[dict[str, Any]]:
+                       workdir: Path, proxy_port: int | None = None, profile: str = "",
+                       proxy_env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     case = mock.build_workload(tokenizer, sessions=1, turns=1, max_history_tokens=2048, reply_tokens=64)[0][0]
     stack = mock.Stack(tokenizer_dir, workdir, reply_tokens=64, judge_votes=0, incremental=mode == "incremental",
-                       proxy_port=proxy_port)
+                       proxy_port=proxy_port, profile_proxy=profile, proxy_env=proxy_env)
     rows = []
     async with httpx.AsyncClient(timeout=600, trust_env=False) as http:
         try:
             await stack.start(http)
             pid = stack.proxy.pid
             for length in lengths:
-                await http.post(f"{stack.policy_url}/bench/latency", json={"reply_tokens": length})
+                # the scripted reply is length - 1 byte tokens, then eos: ``length`` tokens in all, within
+                # the proxy's default cap of 8,192 new tokens
+                await http.post(f"{stack.policy_url}/bench/latency", json={"reply_tokens": length - 1})
                 await _stream_turn(http, stack.proxy_url, case, length, f"warm-{mode}-{length}")
                 await stack.settle()
                 reps = reps_for(length, scale)
@@ -80,7 +84,8 @@ async def measure_mode(tokenizer: Any, tokenizer_dir: str, mode: str, lengths: t
                              "proxy_cpu_us_per_token": round(cpu / reps / tokens * 1e6, 2),
                              "mock_cpu_ms_per_turn": round((mock.cpu_seconds(stack.procs[0].pid) - mock0) / reps * 1e3, 1),
                              "wall_ms_per_turn": round(wall / reps * 1e3, 1),
-                             "complete": all(c == length and t == length + 1 for c, t in received)})
+                             "complete": all(c == length - 1 and t == length for c, t in received)})
+                print(f"stream-cost: {rows[-1]}", file=sys.stderr, flush=True)
         finally:
             stack.stop()
     return rows

@@ -8,22 +8,21 @@ non-streamed answer, and a stream that loses tokens must fail rather than yield 
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from openclaw_rl.backend import StreamAssembler, sse_payloads
+from openclaw_rl.backend import SSEReader, StreamAssembler
 from openclaw_rl.engine import ScriptedModel, make_engine_app
 from openclaw_rl.errors import BackendUnavailable
 from openclaw_rl.servers import BackgroundServer
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "sglang-golden" / "exchanges.jsonl"
-LONG = "Done. I updated the handler and reran the tests; caf\u00e9 \U0001f642 ok. " * 60  # ~3.8K tokens
+LONG = "Done. I updated the handler and reran the tests; caf\u00e9 \U0001f642 ok. " * 12  # ~760 tokens
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +53,6 @@ def stream_events(url: str, req: dict[str, Any]) -> list[bytes]:
     with httpx.stream("POST", f"{url}/generate", json=req, timeout=120) as r:
         raw = b"".join(r.iter_bytes())
     return [line[6:] for line in raw.split(b"\n") if line.startswith(b"data: {")]
-
-
-async def _aiter(chunks: list[bytes]) -> AsyncIterator[bytes]:
-    for c in chunks:
-        yield c
 
 
 def assemble(events: list[bytes]) -> Any:
@@ -106,15 +100,16 @@ def test_assembler_equals_the_non_streamed_answer(engines: dict[str, Any], mode:
     assert asm.mode == (None if len(events) == 1 else mode)
 
 
-def test_sse_payloads_split_any_byte_boundary() -> None:
-    raw = b'data: {"a":1}\n\ndata: {"b":[2,3]}\r\n\ndata: [DONE]\n\ndata: {"late":1}\n\n'
+def test_sse_reader_splits_at_any_byte_boundary() -> None:
+    raw = b'data: {"a":1}\n\ndata:{"b":[2,3]}\r\n\n: comment\ndata: [DONE]\n\ndata: {"late":1}\n\n'
     for size in (1, 2, 7, len(raw)):
-        pieces = [raw[i:i + size] for i in range(0, len(raw), size)]
-
-        async def collect(pieces: list[bytes] = pieces) -> list[bytes]:
-            return [p async for p in sse_payloads(_aiter(pieces))]
-
-        assert asyncio.run(collect()) == [b'{"a":1}', b'{"b":[2,3]}']
+        reader, payloads = SSEReader(), []
+        for i in range(0, len(raw), size):
+            payloads += [bytes(reader.buf[s:e]) for s, e in reader.push(raw[i:i + size])]
+            reader.consume()
+            if reader.done:
+                break
+        assert payloads == [b'{"a":1}', b'{"b":[2,3]}'] and reader.done
 
 
 def test_lost_incremental_chunk_fails_the_stream(engines: dict[str, Any]) -> None:
