@@ -164,6 +164,16 @@ class StreamAssembler:
         self.text = ""
         self.mode: str | None = None  # "cumulative" | "incremental", once a chunk has told them apart
         self.chunks = 0
+        self._ids_bytes = 0  # length of the previous spliced chunk's ids interior
+
+    def _count_ids(self, buf: bytearray | bytes, start: int, end: int) -> int:
+        """Ids in an ``output_ids`` interior. A cumulative chunk repeats the previous one's ids, so once
+        that mode is established only the part past the previous chunk's ids is counted (a count over
+        all of them is a byte loop over O(n) bytes per chunk)."""
+        prev, self._ids_bytes = self._ids_bytes, end - start
+        if self.mode == "cumulative" and 0 < prev < end - start and buf[start + prev] == 0x2C:  # ","
+            return len(self.ids) + buf.count(b",", start + prev, end)
+        return buf.count(b",", start, end) + 1 if end > start else 0
 
     def feed(self, buf: bytearray | bytes, start: int = 0, end: int | None = None) -> GenerateResult:
         end = len(buf) if end is None else end
@@ -174,10 +184,10 @@ class StreamAssembler:
             meta = data["meta_info"]
             if spliced:
                 _, ids_start, ids_end, lp_start, lp_end = spliced
-                count = buf.count(b",", ids_start, ids_end) + 1 if ids_end > ids_start else 0
+                count = self._count_ids(buf, ids_start, ids_end)
             else:
                 ids_list, triples = data["output_ids"], meta.get("output_token_logprobs") or []
-                count = len(ids_list)
+                count, self._ids_bytes = len(ids_list), 0
                 if len(triples) != count:
                     raise BackendUnavailable(f"policy backend streamed {count} ids but {len(triples)} log-probs "
                                              "(return_logprob off?)")
@@ -223,8 +233,10 @@ class StreamAssembler:
 class SSEReader:
     """Finds the ``data:`` payloads of an SSE byte stream in place: no decoding to text and no copies
     (a cumulative SGLang stream is hundreds of MB for a long reply). ``push(bytes)`` returns the spans
-    of the payloads completed by those bytes, in ``self.buf``; ``consume()`` drops them once handled.
-    ``done`` is set by ``[DONE]``."""
+    of the payloads completed by those bytes, in ``self.buf``; ``consume()`` releases them once handled
+    (the buffer is compacted now and then, not per event). ``done`` is set by ``[DONE]``."""
+
+    _COMPACT_AT = 1 << 20
 
     def __init__(self, buf: bytearray | None = None) -> None:
         self.buf = bytearray() if buf is None else buf  # a connection's body buffer can be read in place
@@ -251,12 +263,18 @@ class SSEReader:
         self._consumed = pos
         return spans
 
-    def consume(self) -> int:
-        """Drop the handled bytes; returns how many (a shared buffer's owner may want to know)."""
-        done, self._consumed = self._consumed, 0
-        del self.buf[:done]  # O(1) from the front of a bytearray
-        self._scan -= done
-        return done
+    def consume(self) -> None:
+        """Release the handled bytes (spans from earlier pushes are invalid afterwards)."""
+        done = self._consumed
+        if done >= self._COMPACT_AT or done == len(self.buf):
+            del self.buf[:done]
+            self._scan -= done
+            self._consumed = 0
+
+    @property
+    def pending(self) -> int:
+        """Unhandled bytes in the buffer."""
+        return len(self.buf) - self._consumed
 
 
 class PolicyBackend:
@@ -369,7 +387,7 @@ class PolicyBackend:
                 conn.fresh = False
                 last = self._feed(reader, assembler)
                 reader.consume()
-                conn.maybe_resume()
+                conn.maybe_resume(reader.pending)
                 if last is not None:
                     yield last
                 if not reader.done and conn.finished and not conn.fresh:

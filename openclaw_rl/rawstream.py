@@ -66,7 +66,7 @@ class StreamConnection(asyncio.BufferedProtocol):
             self.error = ResponseError(f"malformed HTTP response: {e}")
             self.close()
         self.fresh = True
-        if len(self.body) > _PAUSE_AT and self.transport is not None and not self._paused:
+        if len(self.body) > 2 * _PAUSE_AT and self.transport is not None and not self._paused:
             self.transport.pause_reading()
             self._paused = True
         self._wake()
@@ -100,9 +100,9 @@ class StreamConnection(asyncio.BufferedProtocol):
         finally:
             self._waiter = None
 
-    def maybe_resume(self) -> None:
+    def maybe_resume(self, pending: int) -> None:
         """Call after consuming from ``body``: reading resumes once the backlog is small again."""
-        if self._paused and len(self.body) < _PAUSE_AT // 2 and self.transport is not None:
+        if self._paused and pending < _PAUSE_AT // 2 and self.transport is not None:
             self._paused = False
             self.transport.resume_reading()
 
@@ -248,8 +248,9 @@ class StreamClient:
 
     def release(self, conn: StreamConnection) -> None:
         """Keep a connection whose response was read completely; close any other."""
-        if conn.complete and conn.keep_alive and not conn.closed and not conn.body and len(self._idle) < self.max_idle:
+        if conn.complete and conn.keep_alive and not conn.closed and len(self._idle) < self.max_idle:
             conn.status, conn.headers, conn.complete, conn.fresh = 0, {}, False, False
+            conn.body.clear()  # what is left belongs to the finished response (the blank line after [DONE])
             conn.head.clear()
             conn._state = "head"  # noqa: SLF001 (the protocol's own reset)
             conn.idle_since = time.monotonic()

@@ -8,6 +8,7 @@ non-streamed answer, and a stream that loses tokens must fail rather than yield 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -197,4 +198,27 @@ def test_proxy_trains_the_whole_streamed_reply_in_both_modes(engines: dict[str, 
     assert samples["streamed"].response_ids == samples["whole"].response_ids
     assert samples["streamed"].rollout_log_probs == samples["whole"].rollout_log_probs
     assert len(samples["streamed"].response_ids) == whole["usage"]["completion_tokens"]
-    assert proxy.service.backend.declared_mode == mode  # read from /get_server_info in the background
+    backend = proxy.service.backend  # the server's declared mode, as the proxy reads it (in the background)
+    assert asyncio.run_coroutine_threadsafe(backend.read_stream_mode(), proxy.server.loop).result(30) == mode
+    assert proxy.service.backend.streams._idle  # the stream ended cleanly: its connection is kept for reuse
+
+
+def test_raw_stream_connection_dechunks_at_any_byte_boundary() -> None:
+    from openclaw_rl.rawstream import StreamConnection
+
+    payload = [b'data: {"a":1}\n\n', b"data: " + b"x" * 300 + b"\n\n", b"data: [DONE]\n\n"]
+    raw = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + \
+        b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in payload) + b"0\r\n\r\n"
+    for size in (1, 3, 17, len(raw)):
+        conn = StreamConnection()
+        for i in range(0, len(raw), size):
+            piece = raw[i:i + size]
+            conn.get_buffer(len(piece))[:len(piece)] = piece
+            conn.buffer_updated(len(piece))
+        assert conn.status == 200 and conn.complete and conn.error is None and conn.keep_alive
+        assert bytes(conn.body) == b"".join(payload)
+    closed = StreamConnection()
+    head = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 4\r\nConnection: close\r\n\r\noops"
+    closed.get_buffer(len(head))[:len(head)] = head
+    closed.buffer_updated(len(head))
+    assert closed.status == 502 and closed.complete and bytes(closed.body) == b"oops" and not closed.keep_alive
