@@ -377,6 +377,10 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
                    help="only measure CPU per streamed turn at 64-8,192-token replies in both SGLang stream modes")
     p.add_argument("--stream-lengths", default="64,512,2048,8192", help="reply lengths for --stream-cost")
     p.add_argument("--stream-scale", type=float, default=1.0, help="turns per length x this (--stream-cost)")
+    p.add_argument("--stream-modes", default="cumulative,incremental", help="SGLang stream modes for --stream-cost")
+    p.add_argument("--proxy-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="environment of the proxy under test (--stream-cost), e.g. OPENCLAW_RL_JSON=json or "
+                        "OPENCLAW_RL_UVICORN_LOOP=asyncio / OPENCLAW_RL_UVICORN_HTTP=h11 to measure what they buy")
     p.add_argument("--compare-upstream", default="", metavar="PATH",
                    help="run upstream's proxy from this Gen-Verse/OpenClaw-RL checkout side by side with this one")
     p.add_argument("--compare-reps", type=int, default=2, help="interleaved repetitions per configuration")
@@ -400,7 +404,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
 
         lengths = tuple(int(x) for x in ns.stream_lengths.split(","))
         results = run_stream_cost(ns.tokenizer, lengths=lengths, scale=0.25 if ns.quick else ns.stream_scale,
-                                  proxy_port=ns.port)
+                                  proxy_port=ns.port, modes=tuple(ns.stream_modes.split(",")),
+                                  proxy_env=dict(kv.split("=", 1) for kv in ns.proxy_env))
         results["load_average"] = os.getloadavg()
         print_stream_cost(results)
         print(f"load average: {results['load_average']}")

@@ -92,7 +92,8 @@ async def measure_mode(tokenizer: Any, tokenizer_dir: str, mode: str, lengths: t
 
 
 def run_stream_cost(tokenizer_dir: str, *, lengths: tuple[int, ...] = LENGTHS, modes: tuple[str, ...] = MODES,
-                    scale: float = 1.0, proxy_port: int | None = None) -> dict[str, Any]:
+                    scale: float = 1.0, proxy_port: int | None = None,
+                    proxy_env: dict[str, str] | None = None) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -100,13 +101,13 @@ def run_stream_cost(tokenizer_dir: str, *, lengths: tuple[int, ...] = LENGTHS, m
     with tempfile.TemporaryDirectory(prefix="openclaw-stream-bench-") as tmp:
         for mode in modes:
             rows += asyncio.run(measure_mode(tokenizer, tokenizer_dir, mode, lengths, scale,
-                                             Path(tempfile.mkdtemp(dir=tmp)), proxy_port))
+                                             Path(tempfile.mkdtemp(dir=tmp)), proxy_port, proxy_env=proxy_env))
     ratios = {}
     for mode in modes:
         per = {r["reply_tokens"]: r["proxy_cpu_us_per_token"] for r in rows if r["mode"] == mode}
         if 512 in per and 8192 in per:
             ratios[mode] = round(per[8192] / per[512], 3)
-    return {"rows": rows, "per_token_ratio_8192_over_512": ratios}
+    return {"rows": rows, "per_token_ratio_8192_over_512": ratios, "proxy_env": proxy_env or {}}
 
 
 def print_stream_cost(results: dict[str, Any]) -> None:
