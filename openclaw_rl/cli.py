@@ -124,6 +124,12 @@ def _register_local(sub: Any) -> None:
     register_local_command(sub)
 
 
+def _register_train(sub: Any) -> None:
+    from .embedded.external import register_train_command
+
+    register_train_command(sub)
+
+
 def _register_engine(sub: Any) -> None:
     from .engine.serve import register_engine_command
 
@@ -144,7 +150,7 @@ def _register_simulate(sub: Any) -> None:
     register_simulate_command(sub)
 
 
-_EXTRA_COMMANDS: list[Any] = [_register_local, _register_engine, _register_bench, _register_simulate]
+_EXTRA_COMMANDS: list[Any] = [_register_local, _register_train, _register_engine, _register_bench, _register_simulate]
 
 
 def setup_logging(level: str, as_json: bool) -> None:

@@ -3,7 +3,9 @@
 The tokenizer should split agent traffic (prose, code, tool-call JSON, think blocks, emoji) into
 sensible pieces, so the corpus mixes all of those. Templated prose alone saturates after a few hundred
 merges, so a Zipf-distributed lexicon of syllable pseudo-words supplies the long tail that lets BPE
-reach its full vocabulary. Everything is generated from one `random.Random(seed)`, so the same seed
+reach its full vocabulary. OpenClaw-shaped documents (policy-style system prompts, JSON-schema tools,
+timestamped user messages, internal-context blocks; `openclaw_like.py`) make its ~51K-character prompt
+tokenise to about half the tokens a prose-only vocabulary needs. Everything is generated from one `random.Random(seed)`, so the same seed
 always gives the same text and no data file has to ship with the package.
 """
 
@@ -13,6 +15,10 @@ import json
 import random
 from collections.abc import Callable
 from itertools import accumulate
+
+from openclaw_rl.embedded import openclaw_like
+
+OPENCLAW_WEIGHT = 8
 
 _NAMES = ("Alice", "Bob", "Carol", "Dmitri", "Emma", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kemal",
           "Lena", "Mateo", "Nadia", "Oscar", "Priya", "Quinn", "Rosa", "Sven", "Tariq", "Uma", "Yusuf")
@@ -150,6 +156,9 @@ class _Writer:
         after = self.tool_call() if r.random() < 0.4 else self.sentence() + "\n"
         return f"<think>\n{steps}\n</think>\n\n{after}"
 
+    def openclaw(self) -> str:
+        return openclaw_like.corpus_document(self.rng)
+
     def unicode(self) -> str:
         parts = self.rng.choices(_UNICODE, k=self.rng.randint(3, 9)) + self.words(self.rng.randint(0, 3))
         self.rng.shuffle(parts)
@@ -158,8 +167,8 @@ class _Writer:
 
 # Document kinds and their relative frequency.
 _KINDS: tuple[tuple[Callable[[_Writer], str], int], ...] = (
-    (_Writer.prose, 6), (_Writer.pseudo, 5), (_Writer.python, 3), (_Writer.tool_call, 2),
-    (_Writer.tool_response, 2), (_Writer.think, 2), (_Writer.unicode, 2),
+    (_Writer.prose, 6), (_Writer.pseudo, 1), (_Writer.python, 3), (_Writer.tool_call, 2),
+    (_Writer.tool_response, 2), (_Writer.think, 2), (_Writer.unicode, 2), (_Writer.openclaw, OPENCLAW_WEIGHT),
 )
 
 

@@ -4,8 +4,9 @@ Starts, in one process: the tiny policy behind the SGLang-compatible engine, the
 votes, a frozen copy of the initial policy as the OPD teacher) behind a second engine, the proxy, and the
 embedded trainer; optionally the simulated users. The training loop is Slime's ``train_async`` with an
 update interval of 1: batch k+1 is collected while step k trains, and the weights are synced with
-submission paused, after batch k+1 is full. Ctrl-C stops everything; samples not yet trained stay in
-the durable spool and are trained first by the next run.
+submission paused, after batch k+1 is full. Ctrl-C or SIGTERM stops everything (requests in flight
+finish, the report is written); samples not yet trained stay in the durable spool and are trained first
+by the next run.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
+import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -43,6 +46,7 @@ class LocalConfig:
     concurrency: int = 8
     preferred_style: str = ""  # empty: the task's default preference
     max_new_tokens: int = 64
+    session_ttl_s: float = 900.0  # as `serve`: a person (or a 4-minute OpenClaw turn) may answer late
 
 
 @dataclass
@@ -61,13 +65,18 @@ class LocalReport:
     seconds: float = 0.0
 
 
-def provider_json(url: str, model: str, api_key: str = "local") -> dict[str, Any]:
-    """What to paste into ``~/.openclaw/openclaw.json`` so OpenClaw talks to the proxy."""
+def provider_json(url: str, model: str, api_key: str = "local", *, context_window: int = 32768,
+                  max_tokens: int = 256) -> dict[str, Any]:
+    """What to paste into ``~/.openclaw/openclaw.json`` so OpenClaw talks to the proxy.
+
+    ``context_window`` must be the policy engine's real context: OpenClaw refuses a prompt larger than
+    it ("Context overflow"), and its own prompt alone is ~51K characters.
+    """
     return {"models": {"mode": "merge", "providers": {"openclaw-rl": {
         "baseUrl": f"{url}/v1", "apiKey": api_key, "api": "openai-completions",
         "models": [{"id": model, "name": model, "reasoning": False, "input": ["text"],
                     "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
-                    "contextWindow": 4096, "maxTokens": 256,
+                    "contextWindow": context_window, "maxTokens": max_tokens,
                     "compat": {"sendSessionAffinityHeaders": True, "supportsPromptCacheKey": True}}]}}},
         "agents": {"defaults": {"model": {"primary": f"openclaw-rl/{model}"}}}}
 
@@ -107,7 +116,7 @@ class LocalStack:
             "judge_votes": cfg.judge_votes, "judge_max_new_tokens": 128, "spool_dir": str(self.out / "spool"),
             "proxy_record_dir": str(self.out / "records"), "proxy_pause_mode": "hold",
             "proxy_max_new_tokens": cfg.max_new_tokens, "proxy_served_model_name": "tiny",
-            "proxy_rollout_temperature": 1.0, "opd_distill_topk": cfg.distill_topk, "proxy_session_ttl_s": 120,
+            "proxy_rollout_temperature": 1.0, "opd_distill_topk": cfg.distill_topk, "proxy_session_ttl_s": cfg.session_ttl_s,
         }, env={})
         self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
         self.metrics_path = str(self.out / "metrics.jsonl")
@@ -137,22 +146,71 @@ class LocalStack:
 
 def _collect(stack: LocalStack, n: int, bar: Any = None) -> Any:
     """Collect a batch, or None when the run is stopping."""
-    def show(ready: int, total: int) -> None:
-        bar.total = total
-        bar.n = min(ready, total)
-        bar.refresh()
-
-    return stack.runtime.collect(n, stop=stack.stop_event, on_progress=show if bar is not None else None)
+    return stack.runtime.collect(n, stop=stack.stop_event, on_progress=bar.update if bar is not None else None)
 
 
-def _progress_bar(enabled: bool) -> Any:
+class PlainProgress:
+    """Batch-fill progress for a log file: one plain line when the count changes, at most every
+    `every_s` seconds (a tqdm bar writes a ``\r`` update per refresh, thousands into a redirected log)."""
+
+    def __init__(self, every_s: float = 30.0, out: Any = None, clock: Any = time.monotonic):
+        self.every_s, self.out, self.clock = every_s, out, clock
+        self._last: tuple[int, int] | None = None
+        self._at = -float("inf")
+
+    def update(self, ready: int, total: int) -> None:
+        now = self.clock()
+        if (ready, total) == self._last or now - self._at < self.every_s:
+            return
+        self._last, self._at = (ready, total), now
+        print(f"next batch: {min(ready, total)}/{total} samples ready", file=self.out or sys.stdout, flush=True)
+
+    def write(self, line: str) -> None:
+        print(line, file=self.out or sys.stdout, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+class TqdmProgress:
+    """Batch-fill progress as a live tqdm bar, for an interactive terminal."""
+
+    def __init__(self) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=1, desc="next batch", unit="sample", leave=False, dynamic_ncols=True)
+
+    def update(self, ready: int, total: int) -> None:
+        self.bar.total = total
+        self.bar.n = min(ready, total)
+        self.bar.refresh()
+
+    def write(self, line: str) -> None:
+        self.bar.write(line)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def make_progress(enabled: bool, stream: Any = None) -> PlainProgress | TqdmProgress | None:
+    """A tqdm bar on a terminal, periodic plain lines otherwise (a log file, a pipe), None if disabled."""
     if not enabled:
         return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=1, desc="next batch", unit="sample", leave=False, dynamic_ncols=True)
+    stream = stream if stream is not None else sys.stderr
+    if getattr(stream, "isatty", lambda: False)():
+        try:
+            return TqdmProgress()
+        except ImportError:
+            pass
+    return PlainProgress()
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: drain, report, keep the spool."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated()
 
 
 def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
@@ -162,7 +220,8 @@ def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
     print(f"openclaw-rl local ({cfg.mode}): proxy at {stack.url}/v1  (policy engine {stack.policy_server.url}, "
           f"judge {stack.judge_server.url})", flush=True)
     print("OpenClaw provider config (~/.openclaw/openclaw.json):\n" +
-          json.dumps(provider_json(stack.url, "tiny"), indent=2), flush=True)
+          json.dumps(provider_json(stack.url, "tiny", context_window=stack.policy.context_length,
+                                   max_tokens=cfg.max_new_tokens), indent=2), flush=True)
     sim_result: dict[str, Any] = {}
     sim_thread = None
     report.preferred_prob_before = _preferred_probability(stack, cfg)
@@ -170,13 +229,15 @@ def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
         sim_thread = threading.Thread(target=_simulate, args=(stack, cfg, sim_result, progress), daemon=True)
         sim_thread.start()
     pool = ThreadPoolExecutor(1, thread_name_prefix="collect")
-    bar = _progress_bar(progress)
+    bar = make_progress(progress)
     try:
         pending: Future = pool.submit(_collect, stack, cfg.rollout_batch_size, bar)
         current = pending.result()
         while current is not None and not stack.stop_event.is_set():
             pending = pool.submit(_collect, stack, cfg.rollout_batch_size, bar)  # batch k+1 fills while k trains
             result = stack.trainer.train(current.samples, current.metrics)
+            if progress:  # now, not after the next batch has filled (that may take minutes of chat)
+                _print_step(result.step, result.metrics, sim_result, bar)
             nxt = pending.result()  # Slime syncs only once the next batch is complete (gate closed)
             result.metrics["perf/sync_ms"] = stack.trainer.sync()
             stack.runtime.ack(current.batch_id)
@@ -186,15 +247,14 @@ def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
             if diff is not None:
                 report.logprob_abs_diff.append(diff)
             report.stale_logprob_abs_diff.append(result.metrics.get("train/train_rollout_logprob_abs_diff", 0.0))
-            if progress:
-                _print_step(result.step, result.metrics, sim_result, bar)
             current = nxt
             if cfg.max_steps and result.step >= cfg.max_steps:
                 break
             if cfg.simulate and sim_result.get("done"):
                 break
-    except KeyboardInterrupt:
-        print("\ninterrupted: stopping (untrained samples stay in the spool for the next run)", flush=True)
+    except KeyboardInterrupt as exc:
+        why = "SIGTERM" if isinstance(exc, _Terminated) else "Ctrl-C"
+        print(f"\ninterrupted ({why}): stopping (untrained samples stay in the spool for the next run)", flush=True)
     finally:
         stack.stop_event.set()
         stack.runtime.proxy.gate.open()  # no more weight syncs: let requests held at the gate finish
@@ -257,13 +317,15 @@ def _simulate(stack: LocalStack, cfg: LocalConfig, out: dict[str, Any], progress
 
 
 def _print_step(step: int, m: dict[str, float], sim: dict[str, Any], bar: Any = None) -> None:
+    """One line per optimizer step, printed as soon as the step is done (the weights reach the engine
+    once the next batch is full; ``perf/sync_ms`` is in metrics.jsonl)."""
     live = sim.get("live")
     rate = f" | preferred {live.rate_curve(32)[-1]:.0%} after {len(live.matches)} replies" if live and live.matches else ""
     line = (f"step {step:4d} | reward {m.get('rollout/reward_mean', 0):+.2f} | batch filled in "
           f"{m.get('rollout/batch_fill_seconds', 0):.1f}s | loss {m.get('train/loss', 0):+.4f} | "
           f"|Δlogprob| {m.get('train/rollout_fidelity_abs_diff', float('nan')):.1e} "
           f"(stale {m.get('train/train_rollout_logprob_abs_diff', float('nan')):.1e}) | "
-            f"sync {m.get('perf/sync_ms', 0):.1f}ms{rate}")
+          f"{int(m.get('rollout/samples', 0))} samples in {m.get('perf/train_seconds', 0):.1f}s{rate}")
     if bar is not None:
         bar.write(line)
     else:
@@ -296,13 +358,20 @@ def register_local_command(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000, help="proxy port")
+    p.add_argument("--session-ttl", type=float, default=LocalConfig.session_ttl_s,
+                   help="seconds a session may stay idle before its last turn is flushed without a next state")
     p.add_argument("--out-dir", default="", help="metrics, records, spool, checkpoints (default runs/local-<mode>)")
     p.set_defaults(fn=_cmd_local)
 
 
+def configure_local_logging() -> None:
+    """Per-request HTTP lines off; every dropped turn (a turn that trains nothing) on, with its reason."""
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    logging.getLogger("openclaw_rl.drops").setLevel(logging.INFO)
+
+
 def _cmd_local(ns: Any) -> int:
-    for chatty in ("openclaw_rl.drops", "httpx2"):  # the step lines say it all; drops are on /metrics
-        logging.getLogger(chatty).setLevel(logging.WARNING)
+    configure_local_logging()
     cfg = LocalConfig(mode=ns.mode, preset=ns.preset, seed=ns.seed, host=ns.host, port=ns.port,
                       out_dir=ns.out_dir or f"runs/local-{ns.mode}",
                       rollout_batch_size=ns.batch_size or int(MODE_DEFAULTS[ns.mode]["batch_size"]),
@@ -311,8 +380,12 @@ def _cmd_local(ns: Any) -> int:
                       distill_topk=ns.distill_topk, max_steps=ns.max_steps, save_every=ns.save_every,
                       simulate=ns.simulate, concurrency=ns.concurrency,
                       interactions=ns.interactions or int(MODE_DEFAULTS[ns.mode]["interactions"]),
-                      preferred_style=ns.preferred_style)
-    report = run_local(cfg)
+                      preferred_style=ns.preferred_style, session_ttl_s=ns.session_ttl)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        report = run_local(cfg)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(json.dumps(asdict(report), indent=2))
     if report.curve_png:
         print(f"learning curve: {report.curve_png} (preferred-behaviour rate {report.baseline_rate:.0%} -> "

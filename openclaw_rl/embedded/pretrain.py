@@ -255,3 +255,35 @@ def sample_replies(model: Any, tokenizer: Any, prompts: list[list[dict[str, Any]
         out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=temperature, top_k=0,
                              top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
     return [tokenizer.decode(row[ids.shape[1]:], skip_special_tokens=True) for row in out]
+
+
+def sample_continuations(model: Any, prompt_ids: list[int], n: int, *, seed: int, max_new_tokens: int = 48,
+                         stop_ids: tuple[int, ...] = ()) -> list[list[int]]:
+    """`n` pure-sampled continuations of ONE long prompt, prefilled once (an OpenClaw prompt is ~15K
+    tokens: prefilling it n times would cost n times the attention). Each stops at a `stop_ids` token."""
+    import torch
+    from transformers import DynamicCache
+
+    from openclaw_rl.engine.torch_core import forward_kwargs
+
+    cache_kw, _ = forward_kwargs(model)  # transformers 5 calls it `cache`, 4.5x `past_key_values`
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        cache = DynamicCache()
+        out = model(input_ids=torch.tensor([prompt_ids]), use_cache=True, logits_to_keep=1, **{cache_kw: cache})
+        cache.batch_repeat_interleave(n)
+        logits = out.logits[:, -1].expand(n, -1)
+        rows: list[list[int]] = [[] for _ in range(n)]
+        done = [False] * n
+        for step in range(max_new_tokens):
+            tokens = torch.multinomial(torch.softmax(logits.float(), dim=-1), 1)
+            for i, t in enumerate(tokens.squeeze(1).tolist()):
+                if not done[i]:
+                    rows[i].append(t)
+                    done[i] = t in stop_ids
+            if all(done):
+                break
+            position = torch.full((n, 1), len(prompt_ids) + step)
+            out = model(input_ids=tokens, use_cache=True, position_ids=position, **{cache_kw: cache})
+            logits = out.logits[:, -1]
+    return rows

@@ -19,6 +19,7 @@ import re
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
+from openclaw_rl.embedded.task import user_text
 from openclaw_rl.engine.model import EngineModel, InputScores, SamplingConfig, TokenStep
 from openclaw_rl.judge import HINT_USER, PRM_USER
 
@@ -54,9 +55,11 @@ def score_next_state(text: str, role: str = "user") -> int:
 
     Negative cues win over positive ones ("thanks, but please …" is a change request), as the PRM prompt
     says a request to change the output is negative feedback. A bare instruction with no thanks is a
-    change request too; a tool result is positive unless it reports an error.
+    change request too; a tool result is positive unless it reports an error. A user message is read
+    as the person typed it: OpenClaw's timestamp prefix, Runtime line and internal-context block are
+    not part of it (`task.user_text`).
     """
-    text = text.strip()
+    text = text.strip() if role == "tool" else user_text(text)
     if not text:
         return 0
     if role == "tool":
@@ -75,8 +78,9 @@ def extract_hint(text: str) -> str:
     "No, please answer formally and politely. How do I …?" → "Answer formally and politely.": lead-ins
     ("no,", "please", "could you", "I want you to") are dropped, the first letter is capitalised and
     the sentence ends with a period, the same shape as the pre-training's style instructions.
+    OpenClaw's timestamp prefix and internal-context block are skipped (`task.user_text`).
     """
-    for match in _SENTENCE.finditer(text):
+    for match in _SENTENCE.finditer(user_text(text)):
         sentence = match.group().strip()
         # The instruction may follow a clause: "Thanks, but please …", "Nice, instead use …".
         starts = [0, *(m.start() for m in _CLAUSE.finditer(sentence))]

@@ -89,6 +89,33 @@ CORRECTION_TEMPLATE = "No, please {instruction} {request}"
 SYSTEM_PROMPTS = ("You are a helpful assistant.", "You are a friendly assistant. Keep answers short.")
 
 
+# --- OpenClaw's message shapes ------------------------------------------------------------------------
+
+_OPENCLAW_TIMESTAMP = re.compile(r"^\s*\[(?:[A-Z][a-z]{2} )?\d{4}-\d{2}-\d{2} \d{2}:\d{2}(?::\d{2})?(?: [A-Za-z_/+\-0-9]+)?\]\s*")
+_OPENCLAW_CONTEXT = re.compile(r"<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>.*?(?:<<<END_OPENCLAW_INTERNAL_CONTEXT>>>|$)",
+                               re.DOTALL)
+_OPENCLAW_RUNTIME = re.compile(r"\n*^Runtime: agent=.*\Z", re.DOTALL | re.MULTILINE)
+OPENCLAW_CONTEXT_BEGIN = "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"
+
+
+def user_text(text: str) -> str:
+    """What the person typed, from a user message as OpenClaw sends it.
+
+    OpenClaw prefixes every user message with its timestamp (``[Tue 2026-12-01 10:18 UTC] No.``),
+    appends its ``Runtime: agent=…`` line to the session's first one, and sends an internal-context
+    block (``<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>…``) as its own last message. Rules that read the
+    user's words (the judge's, the simulated user's) must see only the words: ``No.``.
+    """
+    text = _OPENCLAW_CONTEXT.sub("", text)
+    text = _OPENCLAW_RUNTIME.sub("", text)
+    return _OPENCLAW_TIMESTAMP.sub("", text, count=1).strip()
+
+
+def is_openclaw_context(text: str) -> bool:
+    """Whether a user message is OpenClaw's per-request internal-context block (not the person's words)."""
+    return text.lstrip().startswith(OPENCLAW_CONTEXT_BEGIN)
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     text: str
@@ -104,7 +131,7 @@ _BY_TEXT = {r.text: r for r in REQUESTS}
 
 
 def request_by_text(text: str) -> Request | None:
-    return _BY_TEXT.get(text)
+    return _BY_TEXT.get(user_text(text))
 
 
 def answer(style: str, request: Request, rng: random.Random) -> str:
@@ -163,7 +190,7 @@ def detect_style(text: str) -> str | None:
 
 def instruction_style(text: str) -> str | None:
     """Which style a user message asks for (the last one mentioned), else None; used to label data."""
-    lowered = text.lower()
+    lowered = user_text(text).lower()
     best: tuple[int, str | None] = (-1, None)
     for style in STYLES.values():
         for phrase in (style.instruction, *style.variants):
@@ -175,7 +202,10 @@ def instruction_style(text: str) -> str | None:
 
 def is_instructed(chat: list[dict[str, str]]) -> bool:
     """Whether the user message that the chat's final answer replies to asks for a style."""
-    last_user = next((m["content"] for m in reversed(chat) if m["role"] == "user"), "")
+    last_user = next((m["content"] for m in reversed(chat) if m["role"] == "user"
+                      and not (isinstance(m["content"], str) and is_openclaw_context(m["content"]))), "")
+    if not isinstance(last_user, str):  # content parts
+        last_user = " ".join(part.get("text", "") for part in last_user if isinstance(part, dict))
     return instruction_style(last_user) is not None
 
 

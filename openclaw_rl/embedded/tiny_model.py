@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 # Bump when the files a build writes change (corpus, template, init, pre-training), so that cached
 # directories from an older version are not reused.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 5
 MARKER_FILE = "openclaw_tiny.json"
 CHAT_TEMPLATE_PATH = Path(__file__).with_name("chat_template.jinja")
 
@@ -45,7 +45,7 @@ _SPLIT_PATTERN = (
 # The tokenizer does not depend on the model seed, so every checkpoint shares one vocabulary.
 _CORPUS_SEED = 0
 
-MAX_POSITIONS = 4096
+MAX_POSITIONS = 32768  # OpenClaw's prompt alone is ~15K tokens (51K characters); room for a long session
 _SHARED = {"num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": MAX_POSITIONS,
            "tie_word_embeddings": True}
 # Qwen3Config keyword arguments per preset. Most parameters sit in the tied 4105 x hidden embedding.

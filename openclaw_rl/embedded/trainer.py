@@ -5,7 +5,13 @@ Stage: rollout → **trainer** → weight sync → engine. Per step: take a batc
 dict Slime's Megatron actor would build (GRPO reward broadcast, teacher fields, recomputed old
 log-probs), call the mode's loss function from ``slime_plugins`` / ``openclaw_*`` — the very functions
 the Slime path uses — step AdamW, push the new weights into the engine in-process, acknowledge the
-batch so it leaves the spool, and log. Deliberately absent: data/tensor parallelism, micro-batching.
+batch so it leaves the spool, and log. Deliberately absent: data/tensor parallelism.
+
+Long samples (an OpenClaw prompt is ~12-25K tokens) are trained in memory linear in their length:
+each sample is its own unpadded forward (causal SDPA, no [T, T] mask; no right-padding to the longest
+sample) and the output head runs only on the rows that predict response tokens (``response_logits``),
+so no [T, vocab] logits exist. Samples are micro-batches of one with gradient accumulation; Slime's
+losses are sums of per-sample means, so the gradient is exactly the whole batch's.
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ class TrainerConfig:
     metrics_path: str = ""  # JSONL, one line per step
     tensorboard_dir: str = ""
     seed: int = 0
+    max_staleness: int = -1  # refuse samples sampled more than N steps ago (-1: no bound); see staleness.py
+    fidelity_copies: int = 3  # served weight versions kept to score fidelity; 0 saves their memory (large models)
 
     def slime_args(self) -> SimpleNamespace:
         """The attributes Slime's ``args`` carries that the loss functions read."""
@@ -107,16 +115,61 @@ def build_batch(samples: list[TrainingSample]) -> dict[str, Any]:
     return batch
 
 
-def packed_logits(model: torch.nn.Module, tokens: list[torch.Tensor]) -> torch.Tensor:
-    """One right-padded forward pass, re-packed as Slime's [1, sum(total_lengths), V] layout."""
-    longest = max(len(t) for t in tokens)
-    ids = torch.zeros(len(tokens), longest, dtype=torch.long)
-    mask = torch.zeros(len(tokens), longest, dtype=torch.long)
-    for i, t in enumerate(tokens):
-        ids[i, : len(t)] = t
-        mask[i, : len(t)] = 1
-    logits = model(input_ids=ids, attention_mask=mask).logits.float()  # (B, L, V)
-    return torch.cat([logits[i, : len(t)] for i, t in enumerate(tokens)]).unsqueeze(0)
+def response_logits(model: torch.nn.Module, tokens: torch.Tensor, response_length: int) -> torch.Tensor:
+    """[R + 1, V] fp32 logits of the last R + 1 positions of one sample, from one unpadded forward.
+
+    Row j predicts ``tokens[T - R + j]`` (the last row predicts past the end and is never read). No
+    attention mask is passed, so attention is plain causal SDPA, linear in memory on CPU; the head
+    runs on R + 1 rows only (``logits_to_keep``), so a 25K-token prompt costs no [25K, V] logits.
+    """
+    keep = response_length + 1
+    out = model(input_ids=tokens.unsqueeze(0), logits_to_keep=keep, use_cache=False)
+    return out.logits[0, -keep:].float()
+
+
+def response_view(batch: dict[str, Any], indices: list[int] | None = None) -> dict[str, Any]:
+    """The batch (or the samples at `indices`) laid out for `response_logits`: each sample keeps its
+    last R + 1 tokens, so Slime's slicing (``iter_response_logits``) reads exactly the computed rows."""
+    n = len(batch["unconcat_tokens"])
+    picked = list(range(n)) if indices is None else indices
+    view = {k: [v[i] for i in picked] if isinstance(v, list) and len(v) == n else v for k, v in batch.items()}
+    view["unconcat_tokens"] = [t[len(t) - r - 1:] for t, r in zip(view["unconcat_tokens"], view["response_lengths"])]
+    view["total_lengths"] = [r + 1 for r in view["response_lengths"]]
+    return view
+
+
+def packed_response_logits(model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+    """(logits [1, sum(R_i + 1), V], the matching `response_view`) for all samples of `batch`."""
+    view = response_view(batch)
+    rows = [response_logits(model, t, r) for t, r in zip(batch["unconcat_tokens"], batch["response_lengths"])]
+    return torch.cat(rows).unsqueeze(0), view
+
+
+@torch.no_grad()
+def sequence_logprobs(model: torch.nn.Module, batch: dict[str, Any], args: Any) -> list[torch.Tensor]:
+    """Per sample, the log-probs of its response tokens under `model` (temperature as in `args`)."""
+    from slime_plugins.openclaw.logprobs import iter_response_logits, token_log_probs
+
+    out = []
+    for i, (tokens, r) in enumerate(zip(batch["unconcat_tokens"], batch["response_lengths"])):
+        logits = response_logits(model, tokens, r).unsqueeze(0)
+        out += [token_log_probs(lg, tok) for lg, tok in iter_response_logits(args, response_view(batch, [i]), logits)]
+    return out
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def batch_to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """Every tensor of a batch (also inside lists) on ``device``; a no-op on CPU."""
+    if device.type == "cpu":
+        return batch
+    def move(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return v.to(device)
+        return [move(x) for x in v] if isinstance(v, list) else v
+    return {k: move(v) for k, v in batch.items()}
 
 
 # --- the trainer ----------------------------------------------------------------------------------------
@@ -144,7 +197,9 @@ class EmbeddedTrainer:
         # train/inference mismatch from the one-step staleness of the async loop (Slime's own metric
         # train_rollout_logprob_abs_diff includes both).
         # Slime's async loop trains batch k+1 after syncing step k, so keep the last few served versions.
-        self.served: OrderedDict[str, torch.nn.Module] = OrderedDict(default=copy.deepcopy(model).eval())
+        self.served: OrderedDict[str, torch.nn.Module] = OrderedDict()
+        if cfg.fidelity_copies > 0:
+            self.served["default"] = copy.deepcopy(model).eval()
         self.reference = copy.deepcopy(model).eval() if cfg.kl_coef > 0 else None  # frozen initial weights
         self._tb = self._tensorboard()
         if cfg.ckpt_dir:
@@ -162,29 +217,36 @@ class EmbeddedTrainer:
 
     def train(self, samples: list[TrainingSample], rollout_metrics: dict[str, float] | None = None) -> StepResult:
         t0 = time.perf_counter()
-        batch = build_batch(samples)
-        reducer = make_sum_of_sample_mean(batch["response_lengths"], batch["loss_masks"])
-        with torch.no_grad():  # old log-probs: recomputed with the weights that are about to be updated
-            self.model.eval()
-            old = packed_logits(self.model, batch["unconcat_tokens"])
-            from slime_plugins.openclaw.logprobs import iter_response_logits, token_log_probs
+        from .staleness import admit
 
-            batch["log_probs"] = [token_log_probs(lg, tok) for lg, tok in iter_response_logits(self.args, batch, old)]
-            if self.reference is not None:
-                ref = packed_logits(self.reference, batch["unconcat_tokens"])
-                batch["ref_log_probs"] = [token_log_probs(lg, tok) for lg, tok in iter_response_logits(self.args, batch, ref)]
+        samples, stale_metrics = admit(samples, self.step, self.cfg.max_staleness)
+        if not samples:  # the whole batch was too stale: no step, the caller still acknowledges it
+            return StepResult(self.step, {**stale_metrics, **(rollout_metrics or {})})
+        batch = batch_to(build_batch(samples), model_device(self.model))
+        # old log-probs: recomputed with the weights that are about to be updated
+        self.model.eval()
+        batch["log_probs"] = sequence_logprobs(self.model, batch, self.args)
+        if self.reference is not None:
+            batch["ref_log_probs"] = sequence_logprobs(self.reference, batch, self.args)
         self.model.train()
-        logits = packed_logits(self.model, batch["unconcat_tokens"])
-        loss, loss_metrics = self.loss_fn(self.args, batch, logits, reducer)
-        loss = loss / max(len(samples), 1)  # Slime scales by 1/global_batch_size: a mean over samples
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss_metrics: dict[str, float] = {}
+        for i in range(len(samples)):  # one sample per forward/backward: memory of one sample at a time
+            view = response_view(batch, [i])
+            reducer = make_sum_of_sample_mean(view["response_lengths"], view["loss_masks"])
+            logits = response_logits(self.model, batch["unconcat_tokens"][i], batch["response_lengths"][i])
+            loss, metrics_i = self.loss_fn(self.args, view, logits.unsqueeze(0), reducer)
+            # Slime scales by 1/global_batch_size: a mean over samples
+            (loss / max(len(samples), 1)).backward()
+            for k, v in metrics_i.items():  # every metric is a per-sample mean: the batch's is their sum
+                loss_metrics[k] = loss_metrics.get(k, 0.0) + float(v)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         self.optimizer.step()
         self.step += 1
         # every loss metric is a sum of per-sample means (Slime's reducer): report the mean over samples
-        metrics = {f"train/{k}": float(v) / max(len(samples), 1) for k, v in loss_metrics.items()}
+        metrics = {f"train/{k}": v / max(len(samples), 1) for k, v in loss_metrics.items()}
         metrics.update(self._fidelity(samples))
+        metrics.update(stale_metrics)
         metrics.update({"train/grad_norm": float(grad_norm), "perf/train_seconds": time.perf_counter() - t0,
                         "rollout/samples": float(len(samples)), **(rollout_metrics or {})})
         if self.cfg.save_every and self.cfg.ckpt_dir and self.step % self.cfg.save_every == 0:
@@ -197,7 +259,10 @@ class EmbeddedTrainer:
         version = f"step-{self.step}"
         self.sync_fn(self.model.state_dict(), version)
         elapsed = (time.perf_counter() - t0) * 1000
-        oldest = self.served.popitem(last=False)[1] if len(self.served) >= 3 else copy.deepcopy(self.model)
+        if self.cfg.fidelity_copies <= 0:
+            return elapsed
+        oldest = (self.served.popitem(last=False)[1] if len(self.served) >= self.cfg.fidelity_copies
+                  else copy.deepcopy(self.model))
         oldest.load_state_dict(self.model.state_dict())
         self.served[version] = oldest.eval()
         return elapsed
@@ -205,17 +270,14 @@ class EmbeddedTrainer:
     @torch.no_grad()
     def _fidelity(self, samples: list[TrainingSample]) -> dict[str, float]:
         """Mean |trainer log-prob - rollout log-prob|, each sample scored with the weights that sampled it."""
-        from slime_plugins.openclaw.logprobs import iter_response_logits, token_log_probs
-
         diffs: list[float] = []
         for version, model in self.served.items():
             same = [s for s in samples if s.metadata.get("weight_version") == version and s.response_length]
             if not same:
                 continue
-            batch = build_batch(same)
-            logits = packed_logits(model, batch["unconcat_tokens"])
-            diffs += [(token_log_probs(lg, tok) - rollout).abs().mean().item() for (lg, tok), rollout in
-                      zip(iter_response_logits(self.args, batch, logits), batch["rollout_log_probs"])]
+            batch = batch_to(build_batch(same), model_device(model))
+            diffs += [(lp - rollout).abs().mean().item() for lp, rollout in
+                      zip(sequence_logprobs(model, batch, self.args), batch["rollout_log_probs"])]
         if not diffs:
             return {"train/rollout_fidelity_samples": 0.0}
         return {"train/rollout_fidelity_abs_diff": sum(diffs) / max(len(diffs), 1),

@@ -119,7 +119,7 @@ def test_presets_are_valid_qwen3_configs(preset: str) -> None:
     assert model.lm_head.weight is model.get_input_embeddings().weight  # tied
     assert PRESETS["h128"] == {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 2,
                                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
-                               "max_position_embeddings": 4096, "tie_word_embeddings": True}
+                               "max_position_embeddings": 32768, "tie_word_embeddings": True}
 
 
 def test_corpus_is_seeded_and_sized() -> None:

@@ -1,4 +1,5 @@
-"""Ctrl-C on `openclaw-rl local`: everything stops, nothing collected is lost, the port is free again."""
+"""Ctrl-C or SIGTERM on `openclaw-rl local`: everything stops, nothing collected is lost, the port is free
+again; its output, redirected to a pipe, has plain step lines and no progress-bar carriage returns."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from openclaw_rl.servers import free_port
 from openclaw_rl.spool import Spool
 
 
-def test_ctrl_c_stops_cleanly_and_keeps_untrained_samples(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize(("sig", "name"), [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+def test_a_signal_stops_cleanly_and_keeps_untrained_samples(tmp_path, tiny_model_dir, sig, name):
     port, out = free_port(), tmp_path / "run"
     env = {**os.environ, "OPENCLAW_RL_CACHE": str(tiny_model_dir.parent), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "local", "--mode", "rl", "--simulate",
@@ -25,10 +29,11 @@ def test_ctrl_c_stops_cleanly_and_keeps_untrained_samples(tmp_path, tiny_model_d
     while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 2):
         time.sleep(0.5)
     assert metrics.exists(), proc.stdout.read() if proc.poll() is not None else "no training step"
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, output[-3000:]
-    assert "interrupted" in output
+    assert f"interrupted ({name})" in output
+    assert "step    1 |" in output and "\r" not in output  # a log, not a terminal: no tqdm redraws
     report = json.loads((out / "report.json").read_text())
     assert report["steps"] >= 2
     trained = {line["step"] for line in map(json.loads, metrics.read_text().splitlines())}

@@ -1,0 +1,269 @@
+"""``openclaw-rl train``: the proxy and the embedded trainer in front of an external SGLang server.
+
+``serve`` only collects samples; ``local`` owns its engines (the tiny model, in-process). ``train`` is
+the one-GPU (or one-CPU) path without Slime: the policy is served by a real SGLang (or ``openclaw-rl
+engine``) that you launched from ``--model``, the judge by any SGLang-compatible server, and this process
+runs the proxy plus the trainer on the same checkpoint. The loop is Slime's ``train_async`` with an update
+interval of 1, as in ``local``: batch k+1 is collected while step k trains; once it is full, submission is
+paused (the proxy's gate) and the new weights go to the server through SGLang's own
+``/update_weights_from_disk`` under the label ``step-N``. The proxy records the label the server reports
+for every turn, and the trainer refuses samples older than ``--max-staleness`` steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .hf_policy import PolicyLoadConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ExternalConfig:
+    model: str  # the checkpoint the policy server was launched from; the trainer starts from it too
+    settings: Any  # openclaw_rl.config.Settings: proxy, judge, spool (policy_url is the server to sync)
+    policy: PolicyLoadConfig = field(default_factory=PolicyLoadConfig)
+    out_dir: str = "runs/train"
+    sync_dir: str = ""  # default <out_dir>/weights; must be readable by the policy server (same machine)
+    rollout_batch_size: int = 16
+    lr: float = 1e-6
+    kl_coef: float = 0.0
+    max_staleness: int = 2  # the async loop trains 1 step off-policy; turns finished after a batch closed, 2
+    fidelity_copies: int = 3  # 0: no weight copies for the fidelity metric (large models on one GPU)
+    max_steps: int = 0  # 0 = until interrupted
+    save_every: int = 0
+    seed: int = 0
+    simulate_interactions: int = 0  # > 0: drive the proxy with this many simulated-user calls (demo, tests)
+    simulate_concurrency: int = 4
+    max_new_tokens: int = 64  # for the simulated users' requests only
+
+
+@dataclass
+class TrainReport:
+    steps: int = 0
+    versions: list[str] = field(default_factory=list)  # what the server reported after each sync
+    fidelity: list[float] = field(default_factory=list)  # train/rollout_fidelity_abs_diff per step
+    stale_refused: int = 0
+    sync_ms: list[float] = field(default_factory=list)
+    interactions: int = 0
+    metrics_path: str = ""
+    seconds: float = 0.0
+
+
+def check_policy_server(info: dict[str, Any], model: str) -> list[str]:
+    """What in ``/get_server_info`` would silently spoil training; raises on what makes it wrong.
+
+    The proxy reads SGLang's cumulative streaming chunks; ``--incremental-streaming-output`` would make it
+    record only each chunk's last tokens. SGLang's ``--dtype auto`` serves a float32 checkpoint in
+    float16, which moves rollout log-probs ~5e-3 away from an fp32 trainer (``--dtype float32``: ~1e-5).
+    """
+    if info.get("incremental_streaming_output"):
+        raise ValueError("the policy server streams incrementally (--incremental-streaming-output); the proxy "
+                         "needs SGLang's default cumulative chunks: relaunch without that flag")
+    warnings = []
+    if info.get("dtype") == "auto" and _checkpoint_dtype(model) in ("float32", None):
+        warnings.append("the policy server runs --dtype auto, which serves a float32 checkpoint in float16: "
+                        "launch it with --dtype float32 (CPU) or bfloat16 (GPU, bf16 checkpoint)")
+    return warnings
+
+
+def _checkpoint_dtype(model: str) -> str | None:
+    try:
+        config = json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config.get("dtype") or config.get("torch_dtype")
+
+
+class ExternalStack:
+    """The proxy (its own thread), the trainer and the weight-sync client; ``close()`` stops the proxy."""
+
+    def __init__(self, cfg: ExternalConfig):
+        from transformers import AutoTokenizer
+
+        from openclaw_rl.runtime import ProxyRuntime
+
+        from .hf_policy import load_policy
+        from .trainer import EmbeddedTrainer, TrainerConfig
+        from .weight_sync import SGLangWeightSync
+
+        self.cfg = cfg
+        self.out = Path(cfg.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        settings = cfg.settings
+        if not settings.proxy.tokenizer:
+            settings.proxy.tokenizer = cfg.model
+        if not settings.spool.dir:
+            settings.spool.dir = str(self.out / "spool")
+        self.tokenizer = AutoTokenizer.from_pretrained(settings.proxy.tokenizer)
+        self.weights = SGLangWeightSync(settings.proxy.policy_url, cfg.sync_dir or self.out / "weights",
+                                        api_key=settings.proxy.policy_api_key)
+        served = self.weights.server_version()  # fails early and clearly if the server is not there
+        for warning in check_policy_server(dict(self.weights.get("/get_server_info")), cfg.model):
+            log.warning(warning)
+        model = load_policy(cfg.model, cfg.policy)
+        self.metrics_path = str(self.out / "metrics.jsonl")
+        temperature = settings.proxy.rollout_temperature
+        tcfg = TrainerConfig(mode=settings.mode, rollout_batch_size=cfg.rollout_batch_size, lr=cfg.lr,
+                             kl_coef=cfg.kl_coef, distill_topk=settings.opd.distill_topk,
+                             w_rl=settings.combine.w_rl, w_opd=settings.combine.w_opd,
+                             rollout_temperature=1.0 if temperature is None else temperature,
+                             save_every=cfg.save_every, ckpt_dir=str(self.out / "checkpoints") if cfg.save_every else "",
+                             metrics_path=self.metrics_path, tensorboard_dir=str(self.out / "tensorboard"),
+                             seed=cfg.seed, max_staleness=cfg.max_staleness, fidelity_copies=cfg.fidelity_copies)
+        # The trainer hands its sync function a state dict; the server needs merged full weights, which
+        # the sync client derives from the model itself (LoRA included).
+        self.trainer = EmbeddedTrainer(tcfg, model, sync=lambda _state, version: self.weights.sync(model, version),
+                                       tokenizer=self.tokenizer)
+        if self.trainer.step == 0 and served != "default":
+            log.warning("the policy server already serves %r, not the checkpoint's initial weights: samples it "
+                        "produced count as unversioned until the first sync", served)
+        self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
+        self.stop_event = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return self.runtime.url
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.runtime.stop()
+        self.weights.close()
+
+
+def run_train(cfg: ExternalConfig, *, echo: bool = True) -> TrainReport:
+    started = time.monotonic()
+    stack = ExternalStack(cfg)
+    report = TrainReport(metrics_path=stack.metrics_path)
+    if echo:
+        print(f"openclaw-rl train ({cfg.settings.mode}): proxy at {stack.url}/v1 -> policy "
+              f"{cfg.settings.proxy.policy_url}, judge {cfg.settings.judge.url or '(none: PRM off)'}; "
+              f"weights sync through {stack.weights.dir}", flush=True)
+    sim: dict[str, Any] = {}
+    sim_thread = None
+    if cfg.simulate_interactions > 0:
+        sim_thread = threading.Thread(target=_simulate, args=(stack, cfg, sim), daemon=True)
+        sim_thread.start()
+    pool = ThreadPoolExecutor(1, thread_name_prefix="collect")
+    try:
+        pending: Future = pool.submit(stack.runtime.collect, cfg.rollout_batch_size, stop=stack.stop_event)
+        current = pending.result()
+        while current is not None and not stack.stop_event.is_set():
+            pending = pool.submit(stack.runtime.collect, cfg.rollout_batch_size, stop=stack.stop_event)
+            before = stack.trainer.step
+            result = stack.trainer.train(current.samples, current.metrics)
+            nxt = pending.result()  # the gate is closed again once the next batch is full: sync now
+            if result.step != before:
+                result.metrics["perf/sync_ms"] = stack.trainer.sync()
+                result.metrics.update(stack.weights.last_timings)
+                report.sync_ms.append(result.metrics["perf/sync_ms"])
+                report.versions.append(stack.weights.server_version())
+            stack.runtime.ack(current.batch_id)
+            stack.trainer.log(result.metrics)
+            report.steps = result.step
+            report.stale_refused += int(result.metrics.get("train/stale_samples_refused", 0))
+            if "train/rollout_fidelity_abs_diff" in result.metrics:
+                report.fidelity.append(result.metrics["train/rollout_fidelity_abs_diff"])
+            if echo:
+                _print_step(result.step, result.metrics)
+            current = nxt
+            if cfg.max_steps and result.step >= cfg.max_steps:
+                break
+    except KeyboardInterrupt:
+        print("\ninterrupted: untrained samples stay in the spool for the next run", flush=True)
+    finally:
+        stack.stop_event.set()
+        stack.runtime.proxy.gate.open()  # no more syncs: requests held at the gate may finish
+        loop, task = sim.get("loop"), sim.get("task")
+        if loop is not None and task is not None and not task.done():
+            loop.call_soon_threadsafe(task.cancel)
+        if sim_thread is not None:
+            sim_thread.join(60)
+        pool.shutdown(wait=True, cancel_futures=True)
+        stack.close()
+    result_sim = sim.get("result") or sim.get("live")
+    report.interactions = len(result_sim.interactions) if result_sim is not None else 0
+    report.seconds = time.monotonic() - started
+    (stack.out / "report.json").write_text(json.dumps(asdict(report), indent=2))
+    return report
+
+
+def _simulate(stack: ExternalStack, cfg: ExternalConfig, out: dict[str, Any]) -> None:
+    from .simulate import run_simulation
+
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(run_simulation(stack.url, interactions=cfg.simulate_interactions,
+                                           concurrency=cfg.simulate_concurrency, seed=cfg.seed,
+                                           model=cfg.settings.proxy.served_model_name, max_tokens=cfg.max_new_tokens,
+                                           on_interaction=lambda r: out.__setitem__("live", r)))
+    out["loop"], out["task"] = loop, task
+    try:
+        out["result"] = loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        pass
+    except Exception:
+        log.exception("the simulated users failed")
+    finally:
+        out["done"] = True
+        stack.stop_event.set()  # no more traffic will come: stop waiting for the next batch
+        loop.close()
+
+
+def _print_step(step: int, m: dict[str, float]) -> None:
+    print(f"step {step:4d} | reward {m.get('rollout/reward_mean', 0):+.2f} | loss {m.get('train/loss', 0):+.4f} | "
+          f"|Δlogprob| {m.get('train/rollout_fidelity_abs_diff', float('nan')):.1e} | staleness max "
+          f"{m.get('train/staleness_max', float('nan')):.0f}, refused {m.get('train/stale_samples_refused', 0):.0f} | "
+          f"sync {m.get('perf/sync_ms', 0):.0f}ms", flush=True)
+
+
+def register_train_command(sub: Any) -> None:
+    from openclaw_rl.cli import add_serve_flags
+
+    from .hf_policy import add_policy_arguments
+
+    p = sub.add_parser("train", help="proxy + embedded trainer against an external SGLang server (no Slime)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_serve_flags(p)
+    p.add_argument("--model", required=True, help="HF checkpoint the policy server was launched from")
+    add_policy_arguments(p)
+    p.add_argument("--batch-size", type=int, default=ExternalConfig.rollout_batch_size, help="samples per step")
+    p.add_argument("--lr", type=float, default=ExternalConfig.lr, help="1e-6 to 1e-5 for 0.6B-4B; 5e-4 tiny model")
+    p.add_argument("--kl-coef", type=float, default=0.0)
+    p.add_argument("--max-staleness", type=int, default=ExternalConfig.max_staleness,
+                   help="refuse samples sampled more than N steps ago (-1: no bound)")
+    p.add_argument("--fidelity-copies", type=int, default=ExternalConfig.fidelity_copies,
+                   help="weight copies kept for the rollout-fidelity metric (0 saves their memory)")
+    p.add_argument("--sync-dir", default="", help="where synced weights are written (e.g. /dev/shm/openclaw)")
+    p.add_argument("--max-steps", type=int, default=0)
+    p.add_argument("--save-every", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out-dir", default="runs/train")
+    p.add_argument("--simulate", type=int, default=0, metavar="N", help="drive it with N simulated-user calls")
+    p.set_defaults(fn=_cmd_train)
+
+
+def _cmd_train(ns: argparse.Namespace) -> int:
+    from openclaw_rl.cli import settings_from_cli
+
+    from .hf_policy import policy_config_from_cli
+
+    if ns.save_every and ns.lora_rank:
+        raise SystemExit("--save-every with --lora-rank is not supported yet (checkpoints hold full weights)")
+    cfg = ExternalConfig(model=ns.model, settings=settings_from_cli(ns), policy=policy_config_from_cli(ns),
+                         out_dir=ns.out_dir, sync_dir=ns.sync_dir, rollout_batch_size=ns.batch_size, lr=ns.lr,
+                         kl_coef=ns.kl_coef, max_staleness=ns.max_staleness, fidelity_copies=ns.fidelity_copies,
+                         max_steps=ns.max_steps, save_every=ns.save_every, seed=ns.seed,
+                         simulate_interactions=ns.simulate)
+    report = run_train(cfg)
+    print(json.dumps(asdict(report), indent=2))
+    return 0

@@ -1,0 +1,139 @@
+"""Push a trainer's weights into an external SGLang server with SGLang's own ``/update_weights_from_disk``.
+
+Stage: trainer → **weight sync** → policy engine (a separate process: real SGLang, or the embedded
+engine, which implements the same endpoint). The in-process path (``openclaw-rl local``) copies tensors
+directly; a server in another process needs a checkpoint it can read. Each sync writes the full weights
+(LoRA adapters merged, without touching the trainer's own weights) as a Hugging Face checkpoint into a
+fresh directory, asks the server to load it under a version label, checks that the server reports that
+label, and deletes the previous directory. The caller keeps submission paused meanwhile (the proxy's
+gate), as Slime does; SGLang itself also waits for in-flight requests before it swaps weights.
+
+Why from disk and not from tensors: ``/update_weights_from_tensor`` needs the trainer and the server to
+share a process group or CUDA IPC handles; from disk works for any server that can read the directory
+(put it on ``/dev/shm`` on a GPU box to keep the write off the disk).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+
+log = logging.getLogger(__name__)
+
+
+class WeightSyncError(RuntimeError):
+    """The server refused or failed the update; its old weights (and version) keep serving."""
+
+
+def full_state_dict(model: torch.nn.Module) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """The weights to serve and the plain model that names them.
+
+    For a ``peft`` model, each LoRA-wrapped linear becomes ``W + scale · B·A`` computed out of place
+    (``get_delta_weight``), so the trainer's base weights are never merged and unmerged (which drifts in
+    bf16); adapter tensors are left out and ``base_layer`` is removed from the names, giving exactly the
+    base checkpoint's keys. A plain model is returned as is.
+    """
+    get_base = getattr(model, "get_base_model", None)
+    if get_base is None:
+        return model, dict(model.state_dict())
+    base = get_base()
+    merged: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for name, module in base.named_modules():
+            base_layer = getattr(module, "base_layer", None)
+            if base_layer is None or not hasattr(module, "get_delta_weight"):
+                continue
+            weight = base_layer.weight.detach().clone()
+            for adapter in getattr(module, "active_adapters", []):
+                if adapter in getattr(module, "lora_A", {}):
+                    weight += module.get_delta_weight(adapter).to(weight.dtype)
+            merged[f"{name}.weight"] = weight
+        state: dict[str, torch.Tensor] = {}
+        for key, tensor in base.state_dict().items():
+            if "lora_" in key:
+                continue
+            clean = key.replace(".base_layer.", ".")
+            state[clean] = merged.get(clean, tensor)
+    return base, state
+
+
+def write_checkpoint(model: torch.nn.Module, out: Path) -> Path:
+    """Save the servable full weights of ``model`` (config included) into ``out`` atomically."""
+    base, state = full_state_dict(model)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    base.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+    tmp.rename(out)
+    return out
+
+
+class SGLangWeightSync:
+    """``sync(model, version)``: write, ``/update_weights_from_disk``, verify the version, clean up."""
+
+    def __init__(self, url: str, sync_dir: str | Path, *, api_key: str = "", timeout_s: float = 600.0):
+        self.url = url.rstrip("/")
+        self.dir = Path(sync_dir).resolve()  # the server resolves the path itself: make it absolute
+        self.dir.mkdir(parents=True, exist_ok=True)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.Client(timeout=timeout_s, headers=headers)
+        self._current: Path | None = None
+        self.last_timings: dict[str, float] = {}
+
+    def server_version(self) -> str:
+        """The version label the server reports now (``"default"`` until the first update)."""
+        return str(self.get("/get_model_info").get("weight_version"))
+
+    def sync(self, model: torch.nn.Module, version: str) -> None:
+        t0 = time.perf_counter()
+        target = write_checkpoint(model, self.dir / f"{version}")
+        t1 = time.perf_counter()
+        self.load(target, version)
+        t2 = time.perf_counter()
+        if self._current is not None and self._current != target:
+            shutil.rmtree(self._current, ignore_errors=True)
+        self._current = target
+        self.last_timings = {"perf/sync_write_ms": (t1 - t0) * 1000, "perf/sync_update_ms": (t2 - t1) * 1000}
+
+    def load(self, model_path: str | Path, version: str) -> None:
+        """Ask the server to load ``model_path`` as ``version``; raise ``WeightSyncError`` if it did not."""
+        body = {"model_path": str(model_path), "weight_version": version}
+        try:
+            resp = self.http.post(f"{self.url}/update_weights_from_disk", json=body)
+        except httpx.HTTPError as exc:  # SGLang dies on a checkpoint of the wrong shape: say so
+            raise WeightSyncError(f"policy server {self.url} did not answer the weight update ({exc!r}); "
+                                  "it may have crashed (SGLang exits on a checkpoint that does not fit)") from exc
+        data = _json(resp)
+        if resp.status_code != 200 or not data.get("success"):
+            raise WeightSyncError(f"policy server refused the weight update ({resp.status_code}): "
+                                  f"{data.get('message', resp.text[:300])}")
+        reported = self.server_version()
+        if reported != version:
+            raise WeightSyncError(f"policy server reports weight_version {reported!r} after loading {version!r}")
+        log.info("policy server %s now serves %s (%s)", self.url, version, model_path)
+
+    def get(self, path: str) -> Mapping[str, Any]:
+        try:
+            resp = self.http.get(f"{self.url}{path}")
+        except httpx.HTTPError as exc:
+            raise WeightSyncError(f"policy server {self.url} unreachable: {exc!r}") from exc
+        if resp.status_code != 200:
+            raise WeightSyncError(f"policy server {path} answered {resp.status_code}: {resp.text[:300]}")
+        return _json(resp)
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def _json(resp: httpx.Response) -> dict[str, Any]:
+    try:
+        data = resp.json()
+    except ValueError:
+        return {"message": resp.text[:300]}
+    return data if isinstance(data, dict) else {"message": str(data)[:300]}

@@ -1,0 +1,50 @@
+"""What the tiny model answers to the recorded OpenClaw prompts (tests/data/openclaw-golden, held out).
+
+    python scripts/eval_openclaw_replies.py [--n 16] [--preset h128]
+
+Prints, per recorded request, the prompt's token count and the style of n sampled replies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "data" / "openclaw-golden"
+
+
+def main() -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from openclaw_rl.embedded import task
+    from openclaw_rl.embedded.openclaw_golden import golden_prompt_ids
+    from openclaw_rl.embedded.pretrain import sample_continuations
+    from openclaw_rl.embedded.tiny_model import ensure_tiny_model
+
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--n", type=int, default=16)
+    p.add_argument("--preset", default="h128")
+    p.add_argument("--model-dir", default="")
+    p.add_argument("--max-prompts", type=int, default=0, help="stop after this many recorded requests (0: all)")
+    ns = p.parse_args()
+    torch.set_num_threads(1)
+    model_dir = ns.model_dir or ensure_tiny_model(ns.preset)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    bodies = [(path.name, i, json.loads(line)["body"]) for path in sorted(GOLDEN.glob("conversation_*.jsonl"))
+              for i, line in enumerate(path.read_text().splitlines())]
+    for name, line_no, body in bodies[:ns.max_prompts or None]:
+        ids = golden_prompt_ids(tok, body)
+        t0 = time.perf_counter()
+        rows = sample_continuations(model, ids, ns.n, seed=line_no, stop_ids=(tok.eos_token_id,))
+        texts = [tok.decode(r, skip_special_tokens=True) for r in rows]
+        styles = Counter(task.detect_style(t) for t in texts)
+        print(f"{name}#{line_no}: {len(ids)} prompt tokens, {time.perf_counter() - t0:.1f}s, styles {dict(styles)}")
+        print("   e.g.", repr(texts[0][:120]))
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""`openclaw-rl local`'s small pieces: flags, progress output for logs, drop logging, the provider JSON."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from openclaw_rl.cli import build_parser
+from openclaw_rl.embedded.local import (
+    LocalConfig,
+    PlainProgress,
+    configure_local_logging,
+    make_progress,
+    provider_json,
+)
+
+
+def test_session_ttl_flag_defaults_to_serves():
+    ns = build_parser().parse_args(["local"])
+    assert ns.session_ttl == LocalConfig.session_ttl_s == 900.0
+    assert build_parser().parse_args(["local", "--session-ttl", "30"]).session_ttl == 30.0
+
+
+def test_non_tty_progress_prints_plain_lines_rarely():
+    out, now = io.StringIO(), [0.0]
+    bar = PlainProgress(every_s=30.0, out=out, clock=lambda: now[0])
+    for ready in range(8):  # a burst of updates within 30 s: one line
+        bar.update(ready, 8)
+    now[0] = 10.0
+    bar.update(5, 8)
+    now[0] = 45.0
+    bar.update(5, 8)
+    bar.update(6, 8)  # a change, but within 30 s of the last line
+    now[0] = 80.0
+    bar.update(7, 8)
+    bar.write("step    1 | reward +1.00")
+    lines = out.getvalue().splitlines()
+    assert lines == ["next batch: 0/8 samples ready", "next batch: 5/8 samples ready", "next batch: 7/8 samples ready",
+                     "step    1 | reward +1.00"]
+    assert "\r" not in out.getvalue()
+
+
+def test_progress_is_plain_when_the_stream_is_not_a_terminal():
+    assert isinstance(make_progress(True, io.StringIO()), PlainProgress)
+    assert make_progress(False, io.StringIO()) is None
+
+
+def test_drops_are_logged_at_info(caplog):
+    logging.getLogger("openclaw_rl.drops").setLevel(logging.WARNING)
+    configure_local_logging()
+    assert logging.getLogger("openclaw_rl.drops").isEnabledFor(logging.INFO)
+
+
+def test_provider_json_states_the_engines_context():
+    model = provider_json("http://127.0.0.1:30000", "tiny", context_window=32768, max_tokens=64)
+    entry = model["models"]["providers"]["openclaw-rl"]["models"][0]
+    assert entry["contextWindow"] == 32768 and entry["maxTokens"] == 64
+    assert entry["compat"]["sendSessionAffinityHeaders"] is True

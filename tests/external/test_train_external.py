@@ -1,0 +1,125 @@
+"""``openclaw-rl train`` against a separate SGLang-compatible server: weights go over HTTP, versioned."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from external_support import train_settings
+
+from openclaw_rl.embedded.external import ExternalConfig, run_train
+from openclaw_rl.embedded.hf_policy import PolicyLoadConfig
+from openclaw_rl.embedded.staleness import admit, version_step
+from openclaw_rl.samples import TrainingSample
+
+
+def test_train_syncs_versioned_weights_into_the_external_engine(policy_engine, rule_judge, tiny_model_dir, tmp_path):
+    initial = {k: v.clone() for k, v in policy_engine.core.model.state_dict().items()}
+    cfg = ExternalConfig(model=str(tiny_model_dir), settings=train_settings(policy_engine.url, rule_judge.url, tmp_path),
+                         policy=PolicyLoadConfig(device="cpu", dtype="float32"), out_dir=str(tmp_path / "run"),
+                         rollout_batch_size=6, lr=5e-4, max_steps=3, simulate_interactions=120,
+                         simulate_concurrency=4, max_new_tokens=24)
+    report = run_train(cfg, echo=False)
+
+    assert report.steps == 3
+    assert report.versions == ["step-1", "step-2", "step-3"]  # what the server reported after each sync
+    info = httpx.get(f"{policy_engine.url}/get_model_info").json()
+    assert info["weight_version"] == "step-3"
+    served = policy_engine.core.model.state_dict()
+    assert any(not torch.equal(initial[k], served[k]) for k in initial), "the engine still serves the initial weights"
+    # Each sample is re-scored with the trainer's copy of the weights whose label the engine reported
+    # while sampling it: a tiny gap proves the engine served exactly what the trainer synced.
+    assert report.fidelity and max(report.fidelity) < 1e-4, report.fidelity
+    rows = [json.loads(line) for line in Path(report.metrics_path).read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["train/staleness_max"] <= cfg.max_staleness for r in rows)
+    # batch 2 was sampled by the initial weights while step 1 trained; batch 3 by the step-1 weights the
+    # engine loaded over HTTP, and its fidelity (above) is what shows that load was exact
+    assert rows[1]["train/staleness_min"] >= 1.0
+    assert rows[2]["train/staleness_min"] == 1.0 and rows[2]["train/rollout_fidelity_samples"] > 0
+    assert not list((tmp_path / "run" / "weights").glob("*.tmp")), "a partial checkpoint was left behind"
+    assert sorted(p.name for p in (tmp_path / "run" / "weights").iterdir()) == ["step-3"]
+
+
+def test_a_refused_weight_update_is_an_error_not_a_silent_skip(policy_engine, tmp_path):
+    from openclaw_rl.embedded.weight_sync import SGLangWeightSync, WeightSyncError
+
+    sync = SGLangWeightSync(policy_engine.url, tmp_path / "w")
+    bogus = tmp_path / "bogus"
+    bogus.mkdir()  # a checkpoint of another shape: the engine refuses it (real SGLang would die)
+    from safetensors.torch import save_file
+
+    save_file({"model.embed_tokens.weight": torch.zeros(3, 3)}, str(bogus / "model.safetensors"))
+    with pytest.raises(WeightSyncError, match="refused"):
+        sync.load(bogus, "step-9")
+    assert sync.server_version() == "default"
+    sync.close()
+
+
+def _sample(version: object) -> TrainingSample:
+    return TrainingSample(session_id="s", turn=1, kind="rl", prompt_ids=[1, 2], response_ids=[3], rollout_log_probs=[-1.0],
+                          loss_mask=[1], reward=1.0, metadata={"weight_version": version})
+
+
+def test_version_labels():
+    assert version_step("default") == 0
+    assert version_step("step-12") == 12
+    assert version_step("mixed:step-3,step-4") == 3
+    assert version_step("mixed:step-3,v2") is None
+    assert version_step(None) is None
+    assert version_step("v2") is None
+
+
+def test_samples_beyond_the_staleness_bound_are_refused_and_counted():
+    batch = [_sample("step-5"), _sample("step-4"), _sample("step-2"), _sample("default"), _sample(None)]
+    kept, metrics = admit(batch, step=5, max_staleness=1)
+    assert [s.metadata["weight_version"] for s in kept] == ["step-5", "step-4", None]
+    assert metrics["train/stale_samples_refused"] == 2
+    assert metrics["train/unversioned_samples"] == 1
+    assert metrics["train/staleness_max"] == 5
+    kept, metrics = admit(batch, step=5, max_staleness=-1)
+    assert len(kept) == 5 and metrics["train/stale_samples_refused"] == 0
+
+
+def test_the_trainer_takes_no_step_on_a_wholly_stale_batch(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from openclaw_rl.embedded.trainer import EmbeddedTrainer, TrainerConfig
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = EmbeddedTrainer(TrainerConfig(max_staleness=0, fidelity_copies=0), model, sync=lambda sd, v: None)
+    trainer.step = 2
+    result = trainer.train([_sample("step-1"), _sample("default")])
+    assert result.step == 2 and result.metrics["train/stale_samples_refused"] == 2
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    result = trainer.train([_sample("step-2"), _sample("step-1")])
+    assert result.step == 3 and result.metrics["train/stale_samples_refused"] == 1
+
+
+def test_the_server_check_refuses_incremental_streaming_and_flags_fp16_serving(tiny_model_dir):
+    from openclaw_rl.embedded.external import check_policy_server
+
+    with pytest.raises(ValueError, match="incremental"):
+        check_policy_server({"incremental_streaming_output": True}, str(tiny_model_dir))
+    assert check_policy_server({"dtype": "auto"}, str(tiny_model_dir))  # a float32 checkpoint served as fp16
+    assert check_policy_server({"dtype": "float32", "incremental_streaming_output": False}, str(tiny_model_dir)) == []
+    assert check_policy_server({}, str(tiny_model_dir)) == []  # the embedded engine serves the checkpoint's dtype
+
+
+def test_the_train_command_line_maps_onto_the_proxy_and_trainer_settings():
+    from openclaw_rl.cli import build_parser, settings_from_cli
+    from openclaw_rl.embedded.hf_policy import policy_config_from_cli
+
+    ns = build_parser().parse_args(["train", "--model", "/m", "--policy-url", "http://127.0.0.1:30010",
+                                    "--judge-url", "http://127.0.0.1:30020", "--pause-mode", "hold", "--lora-rank", "16",
+                                    "--lora-targets", "q_proj,v_proj", "--gradient-checkpointing", "--max-staleness", "1"])
+    settings = settings_from_cli(ns)
+    assert (settings.proxy.policy_url, settings.judge.url, settings.proxy.pause_mode) == (
+        "http://127.0.0.1:30010", "http://127.0.0.1:30020", "hold")
+    policy = policy_config_from_cli(ns)
+    assert (policy.lora_rank, policy.lora_targets, policy.gradient_checkpointing) == (16, ("q_proj", "v_proj"), True)
+    assert ns.max_staleness == 1 and ns.fn.__name__ == "_cmd_train"
