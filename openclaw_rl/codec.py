@@ -2,8 +2,9 @@
 
 Stage: shared by the routes (request bodies, replies), serving (SSE chunks) and the backend client
 (``/generate`` replies and stream chunks). Both produce compact UTF-8 JSON with non-ASCII kept. orjson
-is stricter than ``json`` on input (NaN, lone surrogates, ints beyond 64 bits are errors), which the
-proxy answers with a 400 anyway; on output, a value orjson refuses (a lone surrogate in a ``str``)
+is stricter than ``json`` on input (NaN, lone surrogates, ints beyond 64 bits are errors): such input is
+parsed again with ``json``, so both codecs accept exactly the same documents and the value checks
+downstream (400 for a request, ``backend_invalid_output`` for a backend answer) decide; on output, a value orjson refuses (a lone surrogate in a ``str``)
 falls back to ``json`` rather than failing the request.
 """
 
@@ -26,7 +27,13 @@ DecodeError: tuple[type[Exception], ...] = (ValueError,) if orjson is None else 
 
 def loads(data: bytes | bytearray | memoryview | str) -> Any:
     if orjson is not None:
-        return orjson.loads(data)
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            # json also reads NaN/Infinity (Python servers write them): the caller's range checks then say
+            # what is wrong with the value instead of calling the whole answer non-JSON. Only bad input
+            # pays for the second parse.
+            pass
     return json.loads(bytes(data) if isinstance(data, memoryview) else data)
 
 

@@ -129,8 +129,8 @@ class Settings:
 
     def validate(self) -> Settings:
         p, j = self.proxy, self.judge
-        if not 1 <= p.port <= 65535:
-            raise ValueError(f"openclaw_proxy_port: expected a TCP port 1-65535, got {p.port}")
+        if not 0 <= p.port <= 65535:  # 0: any free port (in-process proxies, tests)
+            raise ValueError(f"openclaw_proxy_port: expected a TCP port 0-65535 (0 = any free port), got {p.port}")
         for i, key in enumerate(p.api_keys):
             if not key or not key.isascii() or not key.isprintable() or any(c.isspace() for c in key):
                 raise ValueError(f"openclaw_proxy_api_keys: key #{i + 1} is empty or contains whitespace, control or "
