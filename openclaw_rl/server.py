@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .backend import PolicyBackend, probe_backend
 from .chat import ChatRenderer
 from .config import Settings
+from .modes import MODES
 from .errors import (
     BadRequest,
     OpenClawError,
@@ -144,8 +145,10 @@ class Proxy:
                                  trust_env=False)
         renderer = ChatRenderer(tokenizer, p.enable_thinking)
         metrics = ProxyMetrics()
+        teacher_slots = settings.opd.teacher_concurrency if MODES[settings.mode].needs_teacher else 0
         judge = JudgeClient(http, j, tokenizer=judge_tokenizer, vocab_size=len(judge_tokenizer),
-                            on_vote=lambda outcome: metrics.judge_votes.labels(outcome).inc())
+                            on_vote=lambda outcome: metrics.judge_votes.labels(outcome).inc(),
+                            teacher_concurrency=teacher_slots)
         if not judge.enabled:
             log.warning("no judge URL: PRM is off, every turn scores 0 and RL/OPD produce no learning signal "
                         "(upstream's PRM-disabled behaviour). Set --judge-url to train.")

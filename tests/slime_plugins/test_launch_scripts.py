@@ -483,7 +483,7 @@ fi
 exit 1
 """
 STUB_PYTHON = """#!/usr/bin/env bash
-if [[ "$1 $2" == "-m openclaw_rl.slime_hooks.features" ]]; then exec python3 "$@"; fi  # the real check
+if [[ "$1 $2" == "-m openclaw_rl.slime_hooks.features" || "$1 $2" == "-m openclaw_rl.launch" ]]; then exec python3 "$@"; fi  # the real check
 echo "$$ $CUDA_VISIBLE_DEVICES $*" > "$STUB_DIR/judge.start"
 [[ -z ${STUB_JUDGE_CRASH:-} ]] || { echo "CUDA out of memory"; exit 1; }
 exec sleep 300
