@@ -30,6 +30,7 @@ from openclaw_opd.loss import opd_token_advantages
 from openclaw_rl.config import ENV_FALLBACKS, PREFIX, load_settings
 from openclaw_rl.losses.policy_loss import ppo_policy_loss
 
+
 def combine_weights(args: Any) -> tuple[float, float]:
     """``(w_rl, w_opd)`` resolved by the one config path (``openclaw_rl.config``): the run config's
     ``args.openclaw_combine_w_*`` if set, else ``OPENCLAW_COMBINE_W_*``, else ``CombineSettings``' default."""

@@ -30,7 +30,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .backend import PolicyBackend, probe_backend
 from .chat import ChatRenderer
 from .config import Settings
-from .modes import MODES
 from .errors import (
     BadRequest,
     OpenClawError,
@@ -46,6 +45,7 @@ from .gate import SubmissionGate
 from .identity import check_resolver_names
 from .judge import JudgeClient
 from .metrics import ProxyMetrics
+from .modes import MODES
 from .parsers import OutputParser
 from .protocol import ChatCompletionRequest, FeedbackRequest, models_response
 from .scoring import make_scorer
