@@ -6,10 +6,12 @@
 # A variant script sets its identity (VARIANT, MODE, LORA), upstream OpenClaw-RL's per-script defaults
 # (DEF_*), defines `oc_algorithm_args` (fills ALGO_ARGS) and optionally `oc_variant_checks` (refusals),
 # sources this file and calls `oc_main "$@"`. oc_main then:
-#   1. resolves every setting from environment variables (upstream's names and defaults) and checks
-#      them: GPU split, TP divisibility, the proxy bind/API-key rule, paths, GPUs, Slime features;
-#   2. writes the run's config, $RUN_DIR/openclaw_<mode>.yaml = configs/openclaw_<mode>.yaml plus the
-#      values resolved here (Slime's --custom-config-path sets each key on its args);
+#   1. resolves the shell-side settings from environment variables (upstream's names and defaults) and
+#      checks them: GPU split, TP divisibility, paths, GPUs, Slime features;
+#   2. has `python -m openclaw_rl.launch config` resolve and check everything the proxy reads (bind and
+#      API-key rule, judge votes, mode options: typed by openclaw_rl.config) and writes the run config,
+#      $RUN_DIR/openclaw_<mode>.yaml = configs/openclaw_<mode>.yaml plus those values (Slime's
+#      --custom-config-path sets each key on its args);
 #   3. starts the judge/teacher as a plain SGLang server on the PRM GPUs (unless PRM_URL names one)
 #      and waits for its /health;
 #   4. starts a private Ray head (own port and temp dir, dashboard on 127.0.0.1) on the actor and
