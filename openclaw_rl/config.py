@@ -95,7 +95,7 @@ class OPDSettings:
     distill_topk: int = 0  # K>0 also fetches the teacher's top-K log-probs for the top-K loss
     eval_mode: bool = False  # also run PRM votes to report rollout/prm_eval_score (OPENCLAW_EVAL_MODE)
     min_hint_chars: int = 10  # hints this short or shorter are rejected, as upstream
-    teacher_concurrency: int = 3
+    teacher_concurrency: int = 3  # teacher log-prob calls in flight at once (within judge.concurrency)
 
 
 @dataclass
@@ -171,7 +171,8 @@ ENV_FALLBACKS = {
     "SERVED_MODEL_NAME": "proxy_served_model_name", "PRM_M": "judge_votes",
     "OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY": "opd_teacher_concurrency", "OPENCLAW_EVAL_MODE": "opd_eval_mode",
     "OPENCLAW_COMBINE_W_RL": "combine_w_rl", "OPENCLAW_COMBINE_W_OPD": "combine_w_opd",
-    "TOOL_CALL_PARSER": "proxy_tool_parser",
+    "TOOL_CALL_PARSER": "proxy_tool_parser", "PRM_TEMPERATURE": "judge_temperature",
+    "PRM_MAX_NEW_TOKENS": "judge_max_new_tokens",
     "PRM_API_KEY": "judge_api_key",  # bearer key of an external judge (scripts/run_*.sh PRM_URL=...)
 }
 

@@ -46,6 +46,7 @@ from .gate import SubmissionGate
 from .identity import check_resolver_names
 from .judge import JudgeClient
 from .metrics import ProxyMetrics
+from .modes import MODES
 from .parsers import OutputParser
 from .protocol import ChatCompletionRequest, FeedbackRequest, models_response
 from .scoring import make_scorer
@@ -145,8 +146,10 @@ class Proxy:
                                  trust_env=False)
         renderer = ChatRenderer(tokenizer, p.enable_thinking)
         metrics = ProxyMetrics()
+        teacher_slots = settings.opd.teacher_concurrency if MODES[settings.mode].needs_teacher else 0
         judge = JudgeClient(http, j, tokenizer=judge_tokenizer, vocab_size=len(judge_tokenizer),
-                            on_vote=lambda outcome: metrics.judge_votes.labels(outcome).inc())
+                            on_vote=lambda outcome: metrics.judge_votes.labels(outcome).inc(),
+                            teacher_concurrency=teacher_slots)
         if not judge.enabled:
             log.warning("no judge URL: PRM is off, every turn scores 0 and RL/OPD produce no learning signal "
                         "(upstream's PRM-disabled behaviour). Set --judge-url to train.")
