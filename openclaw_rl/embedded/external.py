@@ -13,7 +13,6 @@ for every turn, and the trainer refuses samples older than ``--max-staleness`` s
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import threading
@@ -201,24 +200,11 @@ def run_train(cfg: ExternalConfig, *, echo: bool = True) -> TrainReport:
 
 
 def _simulate(stack: ExternalStack, cfg: ExternalConfig, out: dict[str, Any]) -> None:
-    from .simulate import run_simulation
+    from .simulate import drive_simulation
 
-    loop = asyncio.new_event_loop()
-    task = loop.create_task(run_simulation(stack.url, interactions=cfg.simulate_interactions,
-                                           concurrency=cfg.simulate_concurrency, seed=cfg.seed,
-                                           model=cfg.settings.proxy.served_model_name, max_tokens=cfg.max_new_tokens,
-                                           on_interaction=lambda r: out.__setitem__("live", r)))
-    out["loop"], out["task"] = loop, task
-    try:
-        out["result"] = loop.run_until_complete(task)
-    except asyncio.CancelledError:
-        pass
-    except Exception:
-        log.exception("the simulated users failed")
-    finally:
-        out["done"] = True
-        stack.stop_event.set()  # no more traffic will come: stop waiting for the next batch
-        loop.close()
+    drive_simulation(stack.url, stack.stop_event, out, interactions=cfg.simulate_interactions,
+                     concurrency=cfg.simulate_concurrency, seed=cfg.seed,
+                     model=cfg.settings.proxy.served_model_name, max_tokens=cfg.max_new_tokens)
 
 
 def _print_step(step: int, m: dict[str, float]) -> None:

@@ -11,7 +11,6 @@ by the next run.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import signal
@@ -296,26 +295,13 @@ def _preferred_probability(stack: LocalStack, cfg: LocalConfig) -> float:
 
 
 def _simulate(stack: LocalStack, cfg: LocalConfig, out: dict[str, Any], progress: bool) -> None:
-    from openclaw_rl.embedded.simulate import run_simulation
+    from openclaw_rl.embedded.simulate import drive_simulation
 
     kwargs: dict[str, Any] = {}
     if cfg.preferred_style:
         kwargs["preferred_style"] = cfg.preferred_style
-    loop = asyncio.new_event_loop()
-    task = loop.create_task(run_simulation(stack.url, interactions=cfg.interactions, concurrency=cfg.concurrency,
-                                           seed=cfg.seed, window=40, on_interaction=lambda r: out.__setitem__("live", r),
-                                           **kwargs))
-    out["loop"], out["task"] = loop, task
-    try:
-        out["result"] = loop.run_until_complete(task)
-    except asyncio.CancelledError:
-        pass
-    except Exception:
-        log.exception("the simulated users failed")
-    finally:
-        out["done"] = True
-        stack.stop_event.set()  # no more traffic will come: stop waiting for the next batch
-        loop.close()
+    drive_simulation(stack.url, stack.stop_event, out, interactions=cfg.interactions, concurrency=cfg.concurrency,
+                     seed=cfg.seed, window=40, **kwargs)
 
 
 def _print_step(step: int, m: dict[str, float], sim: dict[str, Any], bar: Any = None) -> None:

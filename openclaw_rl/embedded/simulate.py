@@ -423,3 +423,24 @@ async def _llm_command(ns: Any) -> int:
     done = sum(o.completed for o in outcomes)
     print(f"{done}/{len(outcomes)} completed within the turn limit")
     return 0
+
+
+def drive_simulation(base_url: str, stop_event: Any, out: dict[str, Any], **kwargs: Any) -> None:
+    """Run ``run_simulation`` on a fresh event loop in the calling (background) thread.
+
+    ``out`` is how the stack's main thread sees it: ``loop``/``task`` (to cancel on Ctrl-C), ``live`` (the
+    running tally, for progress lines), ``result`` and ``done``. ``stop_event`` is set when the users are
+    finished, so a trainer waiting for the next batch stops waiting."""
+    loop = asyncio.new_event_loop()
+    task_ = loop.create_task(run_simulation(base_url, on_interaction=lambda r: out.__setitem__("live", r), **kwargs))
+    out["loop"], out["task"] = loop, task_
+    try:
+        out["result"] = loop.run_until_complete(task_)
+    except asyncio.CancelledError:
+        pass
+    except Exception:
+        log.exception("the simulated users failed")
+    finally:
+        out["done"] = True
+        stop_event.set()
+        loop.close()
