@@ -27,29 +27,18 @@ from typing import Any
 import torch
 
 from openclaw_opd.loss import opd_token_advantages
+from openclaw_rl.config import ENV_FALLBACKS, PREFIX, load_settings
 from openclaw_rl.losses.policy_loss import ppo_policy_loss
-
-W_RL_ENV = "OPENCLAW_COMBINE_W_RL"
-W_OPD_ENV = "OPENCLAW_COMBINE_W_OPD"
-
-
-def _weight(args: Any, attribute: str, env_name: str) -> float:
-    value = getattr(args, attribute, None)
-    source = f"args.{attribute}"
-    if value is None:
-        value, source = os.environ.get(env_name) or "1.0", env_name
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{source} must be a number, got {value!r}") from None
 
 
 def combine_weights(args: Any) -> tuple[float, float]:
-    """``(w_rl, w_opd)``: args attribute if set, else environment variable, else 1.0."""
-    return (
-        _weight(args, "openclaw_combine_w_rl", W_RL_ENV),
-        _weight(args, "openclaw_combine_w_opd", W_OPD_ENV),
-    )
+    """``(w_rl, w_opd)`` resolved by the one config path (``openclaw_rl.config``): the run config's
+    ``args.openclaw_combine_w_*`` if set, else ``OPENCLAW_COMBINE_W_*``, else ``CombineSettings``' default."""
+    keys = ("combine_w_rl", "combine_w_opd")
+    values = {k: getattr(args, PREFIX + k) for k in keys if getattr(args, PREFIX + k, None) is not None}
+    env = {var: os.environ[var] for var, key in ENV_FALLBACKS.items() if key in keys and var in os.environ}
+    combine = load_settings(values, env=env).combine
+    return combine.w_rl, combine.w_opd
 
 
 def combined_advantages(

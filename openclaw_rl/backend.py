@@ -3,13 +3,29 @@
 Stage: serving → **backend** → SGLang. One pooled ``httpx.AsyncClient`` for the life of the proxy
 (upstream built a new client, and loaded the TLS CA bundle, on every call). Every failure becomes a
 typed error: unreachable or garbage → 502, slow → 504, SGLang's own 400 (e.g. context too long) → 400
-with SGLang's message. Responses are validated: ids and log-prob triples must align, or it is a 502.
-Streaming follows SGLang's cumulative chunk semantics (each chunk holds everything so far).
+with SGLang's message. Responses are validated: ids and log-prob triples must align, and their count
+must be SGLang's ``completion_tokens``, or it is a 502 (never a silently truncated sample).
+
+Streaming works in both of SGLang's modes, at a cost linear in the reply length:
+
+- default (``incremental_streaming_output=false``): every chunk repeats all ids and log-prob triples so
+  far, so a client that decodes each chunk in full does quadratic work (1.8 s of CPU for a 2,048-token
+  reply). ``StreamAssembler`` cuts the two big arrays out of the chunk's bytes (C-speed ``find``),
+  decodes the small rest, and decodes only the array tails it has not seen yet.
+- ``--incremental-streaming-output``: each chunk carries only the new text, ids and triples; they are
+  appended. (Treating those chunks as cumulative is how a 1-token "response" got trained before.)
+
+The mode is read per chunk from the counts: ``completion_tokens`` is cumulative in both modes, so a
+chunk holding ``completion_tokens`` ids repeats everything, one holding ``completion_tokens - seen``
+ids holds the new ones, and anything else means tokens were lost: the stream fails with a 502 and the
+turn is dropped with that reason. The server's declared mode (``/get_server_info``) is read once, to
+log it and to recommend the incremental mode.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import logging
 import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -17,7 +33,15 @@ from typing import Any
 
 import httpx
 
+from . import codec
 from .errors import BackendTimeout, BackendUnavailable, BadRequest, ContextLengthExceeded
+from .rawstream import ResponseError, StreamClient
+
+log = logging.getLogger(__name__)
+
+_IDS_KEY = b'"output_ids":['
+_LOGPROBS_KEY = b'"output_token_logprobs":['
+_SPLICE_MIN_BYTES = 2048  # below this a chunk is decoded whole: cutting it up costs more than it saves
 
 
 @dataclass(slots=True)
@@ -32,7 +56,7 @@ class GenerateResult:
     weight_version: str | None
 
 
-def parse_generate(data: Any, *, final: bool) -> GenerateResult:
+def _check_error(data: Any) -> dict[str, Any]:
     if isinstance(data, list) and len(data) == 1:
         data = data[0]
     if not isinstance(data, dict):
@@ -41,37 +65,236 @@ def parse_generate(data: Any, *, final: bool) -> GenerateResult:
         err = data["error"]
         message = err.get("message", str(err)) if isinstance(err, dict) else str(err)
         raise BadRequest(f"policy backend rejected the request: {message}")
+    return data
+
+
+def _finish_and_version(meta: dict[str, Any]) -> tuple[str | None, str | None]:
+    fr = meta.get("finish_reason")
+    finish = fr.get("type") if isinstance(fr, dict) else fr
+    version = meta.get("weight_version")
+    segments = meta.get("weight_versions") or []
+    if len(segments) > 1:  # the weights changed mid-generation: no single version produced it
+        version = "mixed:" + ",".join(str(seg.get("version")) for seg in segments if isinstance(seg, dict))
+    return finish, version
+
+
+def _completion_tokens(meta: dict[str, Any]) -> int | None:
+    n = meta.get("completion_tokens")
+    return None if n is None else int(n)
+
+
+def _aligned_logprobs(ids: list[int], triples: list[Any]) -> list[float]:
+    if len(triples) != len(ids) or any(int(t[1]) != i for t, i in zip(triples, ids)):
+        raise BackendUnavailable("policy backend log-probs do not match its output ids (return_logprob off?)")
+    return [float(t[0]) for t in triples]
+
+
+def parse_generate(data: Any, *, final: bool) -> GenerateResult:
+    """A whole (non-streamed) ``/generate`` object."""
+    data = _check_error(data)
     try:
         meta = data["meta_info"]
         ids = [int(t) for t in data["output_ids"]]
-        triples = meta.get("output_token_logprobs") or []
-        logprobs = [float(t[0]) for t in triples]
-        if [int(t[1]) for t in triples] != ids:
-            raise BackendUnavailable("policy backend log-probs do not match its output ids (return_logprob off?)")
-        fr = meta.get("finish_reason")
-        finish = fr.get("type") if isinstance(fr, dict) else fr
+        logprobs = _aligned_logprobs(ids, meta.get("output_token_logprobs") or [])
+        finish, version = _finish_and_version(meta)
         if final and finish is None:
             raise BackendUnavailable("policy backend ended without a finish_reason")
-        version = meta.get("weight_version")
-        segments = meta.get("weight_versions") or []
-        if len(segments) > 1:  # the weights changed mid-generation: no single version produced it
-            version = "mixed:" + ",".join(str(seg.get("version")) for seg in segments if isinstance(seg, dict))
-        return GenerateResult(str(data.get("text", "")), ids, logprobs, finish, int(meta.get("prompt_tokens", 0)),
+        n = _completion_tokens(meta)
+        if n is not None and n != len(ids):
+            raise BackendUnavailable(f"policy backend reports {n} completion tokens but sent {len(ids)} ids")
+        return GenerateResult(str(data.get("text") or ""), ids, logprobs, finish, int(meta.get("prompt_tokens", 0)),
                               version)
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise BackendUnavailable(f"policy backend answered malformed /generate output: {e!r}") from e
 
 
+_LP_END = b']],"output_token_logprobs_length":'  # SGLang sets the two keys one after the other
+_IDS_END = b'],"meta_info":'
+
+
+def _splice(buf: bytearray | bytes, start: int, end: int) -> tuple[bytes, int, int, int, int] | None:
+    """Locate the interiors of ``output_ids`` and ``output_token_logprobs`` in the event ``buf[start:end]``.
+
+    Returns (the event's JSON with both arrays emptied, ids start, ids end, triples start, triples end),
+    or None when the event does not have SGLang's layout (then it is decoded whole). Nothing is copied
+    but the small rest, and the big arrays are not scanned: long keys are found with skipping search,
+    the arrays' ends from their known successors backwards. The key patterns cannot occur inside a
+    JSON string (their closing quote would be escaped there), and the arrays hold only numbers and
+    nulls (the proxy never asks for ``return_text_in_logprobs``), so ``]`` / ``]]`` end them.
+    """
+    j = buf.find(_LOGPROBS_KEY, start, end)
+    i = buf.find(_IDS_KEY, start, j) if j >= 0 else -1
+    if i < 0:
+        return None
+    ids_start, lp_start = i + len(_IDS_KEY), j + len(_LOGPROBS_KEY)
+    ids_end = buf.rfind(_IDS_END, ids_start, j)
+    if ids_end < 0:
+        return None
+    if buf[lp_start] == 0x5D:  # "]": no triples
+        lp_end = lp_start
+    else:
+        lp_end = buf.rfind(_LP_END, lp_start, end)
+        if lp_end < 0:  # another layout: the first "]]" still ends an array of number/null triples
+            lp_end = buf.find(b"]]", lp_start, end)
+        if lp_end < 0 or not buf.endswith(b"null", lp_start, lp_end):
+            return None
+        lp_end += 1
+    light = b"".join((buf[start:ids_start], buf[ids_end:lp_start], buf[lp_end:end]))
+    return light, ids_start, ids_end, lp_start, lp_end
+
+
+def _tail(buf: bytearray | bytes, start: int, end: int, count: int, sep: bytes) -> bytes:
+    """The last ``count`` elements of the array interior ``buf[start:end]`` (elements joined by ``sep``)."""
+    pos = end
+    for _ in range(count):
+        pos = buf.rfind(sep, start, pos)
+        if pos < 0:
+            return bytes(buf[start:end])
+    return bytes(buf[pos + len(sep) - (1 if sep == b"],[" else 0):end])
+
+
+class StreamAssembler:
+    """One streamed generation, assembled from SGLang's chunks in either streaming mode (see module doc).
+
+    ``feed(buf, start, end)`` takes one event's JSON (a span of a buffer, so a large cumulative event is
+    never copied) and returns the growing result; its lists are extended in place, never rebuilt."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.text = ""
+        self.mode: str | None = None  # "cumulative" | "incremental", once a chunk has told them apart
+        self.chunks = 0
+        self._ids_bytes = 0  # length of the previous spliced chunk's ids interior
+
+    def _count_ids(self, buf: bytearray | bytes, start: int, end: int) -> int:
+        """Ids in an ``output_ids`` interior. A cumulative chunk repeats the previous one's ids, so once
+        that mode is established only the part past the previous chunk's ids is counted (a count over
+        all of them is a byte loop over O(n) bytes per chunk)."""
+        prev, self._ids_bytes = self._ids_bytes, end - start
+        if self.mode == "cumulative" and 0 < prev < end - start and buf[start + prev] == 0x2C:  # ","
+            return len(self.ids) + buf.count(b",", start + prev, end)
+        return buf.count(b",", start, end) + 1 if end > start else 0
+
+    def feed(self, buf: bytearray | bytes, start: int = 0, end: int | None = None) -> GenerateResult:
+        end = len(buf) if end is None else end
+        self.chunks += 1
+        try:
+            spliced = _splice(buf, start, end) if end - start >= _SPLICE_MIN_BYTES else None
+            data = _check_error(codec.loads(spliced[0] if spliced else bytes(buf[start:end])))
+            meta = data["meta_info"]
+            if spliced:
+                _, ids_start, ids_end, lp_start, lp_end = spliced
+                count = self._count_ids(buf, ids_start, ids_end)
+            else:
+                ids_list, triples = data["output_ids"], meta.get("output_token_logprobs") or []
+                count, self._ids_bytes = len(ids_list), 0
+                if len(triples) != count:
+                    raise BackendUnavailable(f"policy backend streamed {count} ids but {len(triples)} log-probs "
+                                             "(return_logprob off?)")
+            seen, n = len(self.ids), _completion_tokens(meta)
+            if n is None:  # an SGLang without completion_tokens: trust the mode seen so far, default cumulative
+                n = count if self.mode != "incremental" else seen + count
+            if count == n - seen:
+                mode, new = "incremental", count
+            elif count == n and n >= seen:
+                mode, new = "cumulative", n - seen
+            else:
+                raise BackendUnavailable(f"policy backend stream lost tokens: chunk {self.chunks} reports {n} "
+                                         f"completion tokens, holds {count} ids, {seen} were seen before")
+            if seen and self.mode is None:
+                self.mode = mode
+            elif seen and mode != self.mode:
+                raise BackendUnavailable(f"policy backend stream switched from {self.mode} to {mode} chunks")
+            if not new:
+                new_ids, new_triples = [], []
+            elif spliced:
+                new_ids = [int(t) for t in codec.loads(b"[" + _tail(buf, ids_start, ids_end, new, b",") + b"]")]
+                new_triples = codec.loads(b"[" + _tail(buf, lp_start, lp_end, new, b"],[") + b"]")
+            else:
+                new_ids = [int(t) for t in ids_list[count - new:]]
+                new_triples = triples[len(triples) - new:]
+            declared = meta.get("output_token_logprobs_length")
+            if declared is not None and int(declared) != n:
+                raise BackendUnavailable(f"policy backend reports {n} completion tokens but {declared} log-probs")
+            self.logprobs += _aligned_logprobs(new_ids, new_triples)
+            self.ids += new_ids
+            text = data.get("text")  # absent with --skip-tokenizer-init
+            if text is not None:
+                self.text = text if mode == "cumulative" else self.text + text
+            finish, version = _finish_and_version(meta)
+            return GenerateResult(self.text, self.ids, self.logprobs, finish, int(meta.get("prompt_tokens", 0)),
+                                  version)
+        except codec.DecodeError as e:
+            raise BackendUnavailable(f"policy backend streamed non-JSON: {e}") from e
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise BackendUnavailable(f"policy backend streamed malformed /generate output: {e!r}") from e
+
+
+class SSEReader:
+    """Finds the ``data:`` payloads of an SSE byte stream in place: no decoding to text and no copies
+    (a cumulative SGLang stream is hundreds of MB for a long reply). ``push(bytes)`` returns the spans
+    of the payloads completed by those bytes, in ``self.buf``; ``consume()`` releases them once handled
+    (the buffer is compacted now and then, not per event). ``done`` is set by ``[DONE]``."""
+
+    _COMPACT_AT = 1 << 20
+
+    def __init__(self, buf: bytearray | None = None) -> None:
+        self.buf = bytearray() if buf is None else buf  # a connection's body buffer can be read in place
+        self.done = False
+        self._scan = self._consumed = 0
+
+    def push(self, piece: bytes = b"") -> list[tuple[int, int]]:
+        buf, spans, pos = self.buf, [], self._consumed
+        if piece:
+            buf += piece
+        while not self.done:
+            nl = buf.find(b"\n", self._scan)
+            if nl < 0:
+                self._scan = len(buf)
+                break
+            stop = nl - 1 if nl > pos and buf[nl - 1] == 0x0D else nl
+            if buf.startswith(b"data:", pos, stop):
+                s = pos + 6 if buf.startswith(b"data: ", pos, stop) else pos + 5
+                if stop - s == 6 and buf[s:stop] == b"[DONE]":
+                    self.done = True
+                else:
+                    spans.append((s, stop))
+            pos = self._scan = nl + 1
+        self._consumed = pos
+        return spans
+
+    def consume(self) -> None:
+        """Release the handled bytes (spans from earlier pushes are invalid afterwards)."""
+        done = self._consumed
+        if done >= self._COMPACT_AT or done == len(self.buf):
+            del self.buf[:done]
+            self._scan -= done
+            self._consumed = 0
+
+    @property
+    def pending(self) -> int:
+        """Unhandled bytes in the buffer."""
+        return len(self.buf) - self._consumed
+
+
 class PolicyBackend:
-    def __init__(self, http: httpx.AsyncClient, url: str, *, timeout_s: float = 600.0, api_key: str = ""):
+    def __init__(self, http: httpx.AsyncClient, url: str, *, timeout_s: float = 600.0, api_key: str = "",
+                 connect_timeout_s: float = 10.0):
         self.http, self.url, self.timeout_s = http, url.rstrip("/"), timeout_s
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # streams from a plain-http SGLang are read by rawstream (10x less CPU per byte than httpx)
+        self.streams = StreamClient(self.url, connect_timeout_s=connect_timeout_s) \
+            if self.url.startswith("http://") else None
+        self.declared_mode: str | None = None
+        """The server's ``incremental_streaming_output`` ("incremental" / "cumulative"), once read."""
+        self._probe: asyncio.Task | None = None
 
     def _raise_for(self, status: int, body: bytes) -> None:
         text = body.decode("utf-8", "replace")[:500]
         if status == 400:
             try:
-                err = json.loads(text)
+                err = codec.loads(text)
                 message = err.get("error", {}).get("message") or err.get("message") or text
             except (ValueError, AttributeError):
                 message = text
@@ -83,12 +306,30 @@ class PolicyBackend:
     def _headers(self, routing_key: str | None) -> dict[str, str]:
         # A stable per-session key lets sglang-router (policy: consistent_hashing) keep a session on one
         # worker, so multi-turn prompts hit that worker's prefix cache. Slime's agent adapters do the same.
-        return {**self.headers, "X-SMG-Routing-Key": routing_key} if routing_key else self.headers
+        base = {**self.headers, "Content-Type": "application/json"}
+        return {**base, "X-SMG-Routing-Key": routing_key} if routing_key else base
+
+    async def read_stream_mode(self) -> str | None:
+        """The server's declared streaming mode from ``/get_server_info`` (None if it does not say)."""
+        try:
+            resp = await self.http.get(f"{self.url}/get_server_info", headers=self.headers, timeout=10.0)
+            info = codec.loads(resp.content) if resp.status_code == 200 else {}
+        except (httpx.HTTPError, *codec.DecodeError):
+            return None
+        flag = info.get("incremental_streaming_output") if isinstance(info, dict) else None
+        if flag is None:
+            return None
+        self.declared_mode = "incremental" if flag else "cumulative"
+        if not flag:
+            log.warning("the policy SGLang streams cumulatively (every chunk repeats all ids and log-probs so far): "
+                        "the proxy handles it, but start SGLang with --incremental-streaming-output (Slime: "
+                        "--sglang-incremental-streaming-output) to cut the stream's bytes from O(n^2) to O(n)")
+        return self.declared_mode
 
     async def generate(self, payload: dict[str, Any], routing_key: str | None = None) -> GenerateResult:
         try:
-            resp = await self.http.post(f"{self.url}/generate", json=payload, headers=self._headers(routing_key),
-                                        timeout=self.timeout_s)
+            resp = await self.http.post(f"{self.url}/generate", content=codec.dumps(payload),
+                                        headers=self._headers(routing_key), timeout=self.timeout_s)
         except httpx.TimeoutException as e:
             raise BackendTimeout(f"policy backend did not answer within {self.timeout_s}s") from e
         except httpx.HTTPError as e:
@@ -96,40 +337,99 @@ class PolicyBackend:
         if resp.status_code != 200:
             self._raise_for(resp.status_code, resp.content)
         try:
-            data = resp.json()
-        except ValueError as e:
+            data = codec.loads(resp.content)
+        except codec.DecodeError as e:
             raise BackendUnavailable("policy backend answered non-JSON") from e
         return parse_generate(data, final=True)
 
     async def generate_stream(self, payload: dict[str, Any], routing_key: str | None = None
                               ) -> AsyncIterator[GenerateResult]:
-        """Yield cumulative snapshots; the last one has a finish_reason."""
-        body = {**payload, "stream": True}
+        """Yield the growing result after each network read that completed events; the last has a finish_reason.
+
+        The events of one read become one snapshot: no latency is added, and when tokens arrive faster
+        than one per read the client gets far fewer SSE writes."""
+        if self._probe is None:  # once, in the background: never delays a request
+            self._probe = asyncio.get_running_loop().create_task(self.read_stream_mode())
+        body = codec.dumps({**payload, "stream": True})
+        results = self._stream_raw(body, routing_key) if self.streams else self._stream_httpx(body, routing_key)
+        last = None
         try:
-            async with self.http.stream("POST", f"{self.url}/generate", json=body, headers=self._headers(routing_key),
-                                        timeout=self.timeout_s) as resp:
+            async for last in results:
+                yield last
+        finally:  # a client that hangs up closes the backend connection now (SGLang then aborts the request)
+            await results.aclose()
+        if last is None or last.finish_reason is None:
+            raise BackendUnavailable("policy backend stream ended without a finish_reason")
+
+    @staticmethod
+    def _feed(reader: SSEReader, assembler: StreamAssembler, piece: bytes = b"") -> GenerateResult | None:
+        last = None
+        for start, end in reader.push(piece):
+            last = assembler.feed(reader.buf, start, end)
+        return last
+
+    async def _stream_raw(self, body: bytes, routing_key: str | None) -> AsyncIterator[GenerateResult]:
+        assert self.streams is not None
+        headers = {**self._headers(routing_key), "Accept": "text/event-stream"}
+        try:
+            conn = await self.streams.post("/generate", body, headers, self.timeout_s)
+        except (TimeoutError, asyncio.TimeoutError) as e:
+            raise BackendTimeout(f"policy backend did not answer within {self.timeout_s}s") from e
+        except (OSError, ResponseError) as e:
+            raise BackendUnavailable(f"policy backend at {self.url} is unreachable: {e!r}") from e
+        try:
+            if conn.status != 200:
+                while not conn.finished:
+                    await conn.wait(self.timeout_s)
+                    conn.fresh = False
+                self._raise_for(conn.status, bytes(conn.body))
+            reader, assembler = SSEReader(conn.body), StreamAssembler()
+            while not reader.done:
+                if not conn.fresh and not conn.finished:
+                    await conn.wait(self.timeout_s)
+                conn.fresh = False
+                last = self._feed(reader, assembler)
+                reader.consume()
+                conn.maybe_resume(reader.pending)
+                if last is not None:
+                    yield last
+                if not reader.done and conn.finished and not conn.fresh:
+                    if conn.error is not None or not conn.complete:
+                        raise BackendUnavailable(f"policy backend stream failed: {conn.error!r}")
+                    break
+            while reader.done and not conn.finished:  # the chunked terminator follows [DONE] at once;
+                try:  # without it the connection is just not reused
+                    await conn.wait(1.0)
+                except (TimeoutError, asyncio.TimeoutError):
+                    break
+                conn.fresh = False
+        except (TimeoutError, asyncio.TimeoutError) as e:
+            raise BackendTimeout(f"policy backend stream stalled for {self.timeout_s}s") from e
+        finally:
+            self.streams.release(conn)
+
+    async def _stream_httpx(self, body: bytes, routing_key: str | None) -> AsyncIterator[GenerateResult]:
+        try:
+            async with self.http.stream("POST", f"{self.url}/generate", content=body,
+                                        headers=self._headers(routing_key), timeout=self.timeout_s) as resp:
                 if resp.status_code != 200:
                     self._raise_for(resp.status_code, await resp.aread())
-                last: GenerateResult | None = None
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
+                reader, assembler = SSEReader(), StreamAssembler()
+                async for piece in resp.aiter_bytes():
+                    last = self._feed(reader, assembler, piece)
+                    reader.consume()
+                    if last is not None:
+                        yield last
+                    if reader.done:
                         break
-                    try:
-                        obj = json.loads(data)
-                    except ValueError as e:
-                        raise BackendUnavailable("policy backend streamed non-JSON") from e
-                    last = parse_generate(obj, final=False)
-                    yield last
-                if last is None or last.finish_reason is None:
-                    raise BackendUnavailable("policy backend stream ended without a finish_reason")
         except httpx.TimeoutException as e:
             raise BackendTimeout(f"policy backend stream stalled for {self.timeout_s}s") from e
         except httpx.HTTPError as e:
             raise BackendUnavailable(f"policy backend stream failed: {e!r}") from e
 
+    async def aclose(self) -> None:
+        if self.streams is not None:
+            self.streams.close()
 
 # --- value range checks (kept apart from parsing) ------------------------------------------------------
 

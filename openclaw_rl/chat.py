@@ -88,6 +88,11 @@ class ChatRenderer:
         self._cache: OrderedDict[str, _Prefix] = OrderedDict()
         self.cache_size = cache_size
         self.cache_hits = self.cache_misses = 0
+        # Shared by all sessions: the ids of a prompt's first block (system prompt and tools, cut before
+        # the second turn start), keyed by its digest. OpenClaw's is ~25K tokens and the same in every
+        # session, so a session's first request tokenises only its own messages.
+        self._shared: OrderedDict[bytes, array] = OrderedDict()
+        self.shared_size = 16
 
     def render(self, messages: list[dict[str, Any]], tools: list[Tool] | None = None,
                add_generation_prompt: bool = True, cache_key: str | None = None) -> tuple[str, list[int]]:
@@ -110,22 +115,47 @@ class ChatRenderer:
             ids = entry.ids.tolist() + self.tokenizer.encode(text[entry.chars:], add_special_tokens=False)
             self.cache_hits += 1
         else:
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            ids = self._encode_first(text)
             self.cache_misses += 1
         # Cut before the second-to-last turn start: OpenClaw drops its trailing context message on the
         # next request, so the prefix up to the last real message is what the next prompt will share.
-        text_cuts = [i for i in _find_all(text, self.turn_start)]
-        id_cuts = [i for i, t in enumerate(ids) if t == self.turn_start_id]
-        if len(text_cuts) >= 2 and len(text_cuts) == len(id_cuts):
-            chars = text_cuts[-2]
+        # Only the tail is searched (the last two turn starts): the cost follows the new messages, not
+        # the history; the two counts (C loops) check that text and ids agree on the turn starts.
+        start = self.turn_start
+        last = text.rfind(start)
+        chars = text.rfind(start, 0, last) if last > 0 else -1
+        if chars >= 0 and text.count(start) == ids.count(self.turn_start_id):
+            cut = _second_last_index(ids, self.turn_start_id)
             self._cache[key] = _Prefix(chars, hashlib.sha1(text[:chars].encode("utf-8", "surrogatepass")).digest(),
-                                       array("i", ids[: id_cuts[-2]]))
+                                       array("i", ids[:cut]))
             self._cache.move_to_end(key)
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
         return ids
 
+    def _encode_first(self, text: str) -> list[int]:
+        """A session's first encode: the shared first block's ids when another session had the same one."""
+        cut = text.find(self.turn_start, 1)
+        if cut <= 0:
+            return self.tokenizer.encode(text, add_special_tokens=False)
+        digest = hashlib.sha1(text[:cut].encode("utf-8", "surrogatepass")).digest()
+        head = self._shared.get(digest)
+        if head is not None:
+            self._shared.move_to_end(digest)
+            return head.tolist() + self.tokenizer.encode(text[cut:], add_special_tokens=False)
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        try:
+            id_cut = ids.index(self.turn_start_id, 1)
+        except ValueError:
+            return ids
+        if text.count(self.turn_start, 0, cut) == ids[:id_cut].count(self.turn_start_id):  # both: one block
+            self._shared[digest] = array("i", ids[:id_cut])
+            while len(self._shared) > self.shared_size:
+                self._shared.popitem(last=False)
+        return ids
+
     def forget(self, key: str) -> None:
+        """Drop a session's cached prefix (its session ended or was evicted)."""
         self._cache.pop(key, None)
 
     def encode(self, text: str) -> list[int]:
@@ -137,9 +167,12 @@ class ChatRenderer:
         return self.format.opens_reasoning(prompt_text)
 
 
-def _find_all(text: str, needle: str) -> list[int]:
-    out, i = [], text.find(needle)
-    while i >= 0:
-        out.append(i)
-        i = text.find(needle, i + 1)
-    return out
+def _second_last_index(ids: list[int], token: int) -> int:
+    """Index of the second-to-last ``token`` in ``ids`` (the caller knows there are at least two)."""
+    seen = 0
+    for i in range(len(ids) - 1, -1, -1):
+        if ids[i] == token:
+            seen += 1
+            if seen == 2:
+                return i
+    raise ValueError("fewer than two turn starts")

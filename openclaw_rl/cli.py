@@ -80,9 +80,13 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     from .servers import KEEP_ALIVE_S
 
     # SIGTERM and SIGINT both run the app's graceful shutdown (waiting turns stay in the spool).
+    # loop/http "auto": uvloop and httptools when installed (uvicorn[standard]); the benchmark sets
+    # OPENCLAW_RL_UVICORN_LOOP=asyncio / _HTTP=h11 to measure what they buy.
     config = uvicorn_config(proxy.app, host=p.host, port=p.port, header_timeout_s=p.header_timeout_s,
                             max_connections=p.max_connections, max_header_bytes=p.max_header_bytes,
                             keep_alive_s=KEEP_ALIVE_S, on_drop=lambda why: proxy.metrics.slow_clients.labels(why).inc(),
+                            http_impl=os.environ.get("OPENCLAW_RL_UVICORN_HTTP", "auto"),
+                            loop=os.environ.get("OPENCLAW_RL_UVICORN_LOOP", "auto"),
                             log_level="warning", access_log=False, timeout_graceful_shutdown=30)
     try:
         uvicorn.Server(config).run()

@@ -95,7 +95,7 @@ class OPDSettings:
     distill_topk: int = 0  # K>0 also fetches the teacher's top-K log-probs for the top-K loss
     eval_mode: bool = False  # also run PRM votes to report rollout/prm_eval_score (OPENCLAW_EVAL_MODE)
     min_hint_chars: int = 10  # hints this short or shorter are rejected, as upstream
-    teacher_concurrency: int = 3
+    teacher_concurrency: int = 3  # teacher log-prob calls in flight at once (within judge.concurrency)
 
 
 @dataclass
@@ -129,8 +129,8 @@ class Settings:
 
     def validate(self) -> Settings:
         p, j = self.proxy, self.judge
-        if not 1 <= p.port <= 65535:
-            raise ValueError(f"openclaw_proxy_port: expected a TCP port 1-65535, got {p.port}")
+        if not 0 <= p.port <= 65535:  # 0: any free port (in-process proxies, tests)
+            raise ValueError(f"openclaw_proxy_port: expected a TCP port 0-65535 (0 = any free port), got {p.port}")
         for i, key in enumerate(p.api_keys):
             if not key or not key.isascii() or not key.isprintable() or any(c.isspace() for c in key):
                 raise ValueError(f"openclaw_proxy_api_keys: key #{i + 1} is empty or contains whitespace, control or "
@@ -171,7 +171,8 @@ ENV_FALLBACKS = {
     "SERVED_MODEL_NAME": "proxy_served_model_name", "PRM_M": "judge_votes",
     "OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY": "opd_teacher_concurrency", "OPENCLAW_EVAL_MODE": "opd_eval_mode",
     "OPENCLAW_COMBINE_W_RL": "combine_w_rl", "OPENCLAW_COMBINE_W_OPD": "combine_w_opd",
-    "TOOL_CALL_PARSER": "proxy_tool_parser",
+    "TOOL_CALL_PARSER": "proxy_tool_parser", "PRM_TEMPERATURE": "judge_temperature",
+    "PRM_MAX_NEW_TOKENS": "judge_max_new_tokens",
     "PRM_API_KEY": "judge_api_key",  # bearer key of an external judge (scripts/run_*.sh PRM_URL=...)
 }
 

@@ -171,7 +171,7 @@ class JudgeClient:
     """Talks to the judge/teacher server (SGLang ``/generate``, or OpenAI chat for votes only)."""
 
     def __init__(self, http: httpx.AsyncClient, settings: JudgeSettings, *, tokenizer: Any = None,
-                 vocab_size: int | None = None, on_vote: Any = None):
+                 vocab_size: int | None = None, on_vote: Any = None, teacher_concurrency: int = 0):
         self.http, self.url = http, settings.url.rstrip("/")
         self.on_vote = on_vote or (lambda outcome: None)  # metrics hook: "ok", "failed", "unparsable"
         self.tokenizer, self.m = tokenizer, settings.votes
@@ -183,6 +183,10 @@ class JudgeClient:
         self.vocab_size = vocab_size
         self.context_length = settings.context_length or None  # tokens; set from the server by the proxy's probe when unknown
         self._slots = asyncio.Semaphore(max(1, settings.concurrency))
+        # upstream's OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY: teacher scoring calls (long prompts, no
+        # sampling) get their own, smaller limit so they cannot starve the votes; 0 = judge slots only
+        self.teacher_concurrency = teacher_concurrency
+        self._teacher_slots = asyncio.Semaphore(teacher_concurrency) if teacher_concurrency > 0 else None
 
     @property
     def enabled(self) -> bool:
@@ -284,7 +288,11 @@ class JudgeClient:
                                                     "skip_special_tokens": False}}
         if top_k > 0:
             body["top_logprobs_num"] = top_k
-        data = await self._post("/generate", body)
+        if self._teacher_slots is None:
+            data = await self._post("/generate", body)
+        else:
+            async with self._teacher_slots:
+                data = await self._post("/generate", body)
         meta = (data[0] if isinstance(data, list) else data).get("meta_info", {})
         entries = meta.get("input_token_logprobs") or []
         r = len(response_ids)

@@ -80,11 +80,27 @@ def guarded_protocol(base: type, *, header_timeout_s: float, max_connections: in
 
 def uvicorn_config(app: Any, *, host: str, port: int, header_timeout_s: float, max_connections: int,
                    max_header_bytes: int, keep_alive_s: int, on_drop: Callable[[str], None] | None = None,
-                   **kw: Any) -> uvicorn.Config:
-    """uvicorn settings of a proxy exposed to clients: h11 with the guards above and a bounded keep-alive."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
-
-    http = guarded_protocol(H11Protocol, header_timeout_s=header_timeout_s, max_connections=max_connections,
-                            on_drop=on_drop)
+                   http_impl: str = "auto", **kw: Any) -> uvicorn.Config:
+    """uvicorn settings of a proxy exposed to clients: its HTTP protocol (httptools when installed, as
+    uvicorn's own "auto" picks, else h11) with the guards above and a bounded keep-alive."""
+    http = guarded_protocol(http_protocol(http_impl), header_timeout_s=header_timeout_s,
+                            max_connections=max_connections, on_drop=on_drop)
     return uvicorn.Config(app, host=host, port=port, http=http, timeout_keep_alive=keep_alive_s,
                           h11_max_incomplete_event_size=max_header_bytes, **kw)
+
+
+def http_protocol(name: str = "auto") -> type:
+    """uvicorn's protocol class for ``name`` ("auto", "httptools" or "h11"), resolved like uvicorn's "auto"."""
+    if name not in ("auto", "httptools", "h11"):
+        raise ValueError(f"http implementation must be auto, httptools or h11, not {name!r}")
+    if name != "h11":
+        try:
+            from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+            return HttpToolsProtocol
+        except ImportError:
+            if name == "httptools":
+                raise
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    return H11Protocol

@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from . import codec
 from .backend import PolicyBackend, probe_backend
 from .chat import ChatRenderer
 from .config import Settings
@@ -45,6 +46,7 @@ from .gate import SubmissionGate
 from .identity import check_resolver_names
 from .judge import JudgeClient
 from .metrics import ProxyMetrics
+from .modes import MODES
 from .parsers import OutputParser
 from .protocol import ChatCompletionRequest, FeedbackRequest, models_response
 from .scoring import make_scorer
@@ -144,8 +146,10 @@ class Proxy:
                                  trust_env=False)
         renderer = ChatRenderer(tokenizer, p.enable_thinking)
         metrics = ProxyMetrics()
+        teacher_slots = settings.opd.teacher_concurrency if MODES[settings.mode].needs_teacher else 0
         judge = JudgeClient(http, j, tokenizer=judge_tokenizer, vocab_size=len(judge_tokenizer),
-                            on_vote=lambda outcome: metrics.judge_votes.labels(outcome).inc())
+                            on_vote=lambda outcome: metrics.judge_votes.labels(outcome).inc(),
+                            teacher_concurrency=teacher_slots)
         if not judge.enabled:
             log.warning("no judge URL: PRM is off, every turn scores 0 and RL/OPD produce no learning signal "
                         "(upstream's PRM-disabled behaviour). Set --judge-url to train.")
@@ -154,10 +158,11 @@ class Proxy:
         spool.release_leases()
         writer = SampleWriter(spool, metrics, p.record_dir, max_overflow=settings.spool.max_overflow)
         tracker = SessionTracker(scorer, writer, metrics, ttl_s=p.session_ttl_s, max_sessions=p.max_sessions,
-                                 persist=writer.save_turn)
+                                 persist=writer.save_turn, on_end=renderer.forget)
         gate = SubmissionGate(is_open=gate_open, mode=p.pause_mode, hold_s=p.pause_hold_s)
         metrics.submission_open.set(1 if gate_open else 0)
-        backend = PolicyBackend(http, p.policy_url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key)
+        backend = PolicyBackend(http, p.policy_url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key,
+                                connect_timeout_s=p.connect_timeout_s)
         service = ChatService(p, renderer, OutputParser.named(p.reasoning_parser, p.tool_parser, renderer.format), backend, tracker,
                               gate, metrics, keep_messages=scorer.keeps_messages)
         auth = Authenticator(p.api_keys, p.rate_limit_per_min)
@@ -173,6 +178,7 @@ class Proxy:
         await self.tracker.drain()
         self.writer.flush()
         self.service.close()
+        await self.service.backend.aclose()
         await self.http.aclose()
 
 
@@ -242,8 +248,8 @@ INLINE_PARSE_BYTES = 64 * 1024  # bodies above this are parsed and validated on 
 
 def parse_json_body(body: bytes) -> Any:
     try:
-        data = json.loads(body)
-    except (ValueError, RecursionError) as e:
+        data = codec.loads(body)
+    except (*codec.DecodeError, RecursionError) as e:
         raise BadRequest(f"request body is not valid JSON: {e}") from None
     if b"\\ud" in body.lower() and _has_lone_surrogate(data):  # only escapes can smuggle them in
         raise BadRequest("request body contains a lone UTF-16 surrogate (\\ud800-\\udfff): not valid Unicode")
@@ -356,7 +362,7 @@ def make_app(proxy: Proxy) -> FastAPI:
         if result is None:  # the client hung up; nobody reads this
             return Response(status_code=499)
         if isinstance(result, dict):
-            return JSONResponse(result)
+            return Response(codec.dumps(result), media_type="application/json")
         return StreamingResponse(result, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     @app.post("/v1/feedback")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import time
 import uuid
@@ -25,6 +24,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from . import codec
 from .backend import GenerateResult, PolicyBackend, check_output_values
 from .chat import ChatRenderer, normalize_messages
 from .config import ProxySettings
@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 
 def sse(obj: Any) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+    return b"data: " + codec.dumps(obj) + b"\n\n"
 
 
 SSE_DONE = b"data: [DONE]\n\n"

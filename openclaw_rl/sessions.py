@@ -57,9 +57,11 @@ class Session:
 
 class SessionTracker:
     def __init__(self, scorer: TurnScorer, sink: Sink, metrics: ProxyMetrics, *, ttl_s: float = 900.0,
-                 max_sessions: int = 100_000, persist: Persist | None = None):
+                 max_sessions: int = 100_000, persist: Persist | None = None,
+                 on_end: Callable[[str], None] | None = None):
         self.scorer, self.sink, self.metrics = scorer, sink, metrics
         self.persist = persist or (lambda turn: None)
+        self.on_end = on_end or (lambda key: None)  # e.g. free the session's cached prompt prefix
         self.ttl_s, self.max_sessions = ttl_s, max_sessions
         self.sessions: OrderedDict[str, Session] = OrderedDict()
         self._tasks: set[asyncio.Task] = set()
@@ -174,6 +176,7 @@ class SessionTracker:
     def end_session(self, key: str, why: str = "done") -> None:
         """No more next states will come: judge what is parked without one, then forget the session."""
         session = self.sessions.pop(key, None)
+        self.on_end(key)
         if session is None:
             return
         self._untouch(key)

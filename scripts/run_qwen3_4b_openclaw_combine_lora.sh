@@ -42,8 +42,7 @@ oc_variant_checks() {
     oc_die "ALLOW_LORA_FALLBACK=1 trains combine with w_opd = 0, but OPENCLAW_COMBINE_W_OPD=${w_opd}: the FSDP backend cannot apply a teacher weight. Unset it, or use run_qwen3_4b_openclaw_combine.sh"
   [[ ${w_rl} =~ ^1(\.0*)?$ ]] ||
     oc_die "ALLOW_LORA_FALLBACK=1: the FSDP backend trains A = r, so OPENCLAW_COMBINE_W_RL must be 1 (got ${w_rl}); scale LR instead"
-  OPENCLAW_COMBINE_W_OPD=0.0
-  OPENCLAW_COMBINE_W_RL=1.0
+  export OPENCLAW_COMBINE_W_OPD=0.0 OPENCLAW_COMBINE_W_RL=1.0  # read by openclaw_rl.launch
   oc_warn "ALLOW_LORA_FALLBACK=1: training the RL half of combine ONLY (w_opd = 0, A = r) with LoRA on FSDP. Teacher log-probs are collected but not trained on. For real combine use run_qwen3_4b_openclaw_combine.sh."
 }
 

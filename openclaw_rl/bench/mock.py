@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ import httpx
 from openclaw_rl.servers import free_port
 
 HOST = "127.0.0.1"
+JSON_HEADERS = {"content-type": "application/json"}
 JUDGE_REPLY = "The user moves on. \\boxed{1}"
 _FILLER = ("Done. I updated the handler, reran the tests and they pass; the config now reads the cache "
            "size from the environment, and the log shows no more retries. ")
@@ -104,6 +106,7 @@ class Case:
 
     messages: list[dict[str, Any]]
     ids: list[int]
+    tools: list[dict[str, Any]] | None = None  # None: TOOLS
 
 
 def build_workload(tokenizer: Any, *, sessions: int, turns: int, max_history_tokens: int, reply_tokens: int,
@@ -142,7 +145,7 @@ def build_workload(tokenizer: Any, *, sessions: int, turns: int, max_history_tok
 
 def chat_body(case: Case, reply_tokens: int, stream: bool) -> bytes:
     """What OpenClaw sends the proxy for this turn."""
-    return json.dumps({"model": "policy", "messages": case.messages, "tools": TOOLS,
+    return json.dumps({"model": "policy", "messages": case.messages, "tools": TOOLS if case.tools is None else case.tools,
                        "max_tokens": reply_tokens + 8, "stream": stream}).encode()
 
 
@@ -208,17 +211,19 @@ class Stack:
     so the proxy's CPU and RSS can be read from ``/proc/<pid>`` without the backends' share."""
 
     def __init__(self, tokenizer_dir: str, workdir: Path, *, reply_tokens: int, judge_votes: int = 3,
-                 profile_proxy: str = ""):
+                 profile_proxy: str = "", incremental: bool = False, proxy_port: int | None = None,
+                 proxy_env: dict[str, str] | None = None, proxy_args: list[str] | None = None):
         self.tokenizer_dir, self.workdir, self.reply_tokens = tokenizer_dir, workdir, reply_tokens
         self.judge_votes, self.profile_proxy = judge_votes, profile_proxy
+        self.incremental, self.proxy_env, self.proxy_args = incremental, proxy_env or {}, proxy_args or []
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Any] = []
-        ports = [free_port(HOST) for _ in range(3)]
+        ports = [free_port(HOST) for _ in range(2)] + [proxy_port or free_port(HOST)]
         self.policy_url, self.judge_url, self.proxy_url = (f"http://{HOST}:{p}" for p in ports)
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         root = str(Path(__file__).resolve().parents[2])  # importable from any working directory
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+        env = {**os.environ, **(extra_env or {}), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 (lives as long as the process)
         self.logs.append(log)
@@ -230,18 +235,22 @@ class Stack:
         """Start all three and wait until each answers its health route. The proxy may run under cProfile."""
         cli = [sys.executable, "-m", "openclaw_rl.cli", "--log-level", "WARNING"]
         port = lambda url: url.rsplit(":", 1)[1]  # noqa: E731
-        for name, url, extra in (("policy", self.policy_url, []), ("judge", self.judge_url, ["--judge"])):
+        mocks = [("policy", self.policy_url, ["--incremental-streaming-output"] if self.incremental else [])]
+        if self.judge_votes:  # 0: no judge (PRM off), e.g. to measure streaming alone
+            mocks.append(("judge", self.judge_url, ["--judge"]))
+        for name, url, extra in mocks:
             self._spawn(name, [*cli, "mock-sglang", "--tokenizer", self.tokenizer_dir, "--port", port(url),
                                "--reply-tokens", str(self.reply_tokens), *extra])
         if self.profile_proxy:
             cli = [sys.executable, "-m", "cProfile", "-o", self.profile_proxy, *cli[1:]]
-        self.proxy = self._spawn("proxy", [*cli, "serve", "--mode", "rl", "--policy-url", self.policy_url,
-                                           "--judge-url", self.judge_url, "--prm-m", str(self.judge_votes),
+        judge = ["--judge-url", self.judge_url, "--prm-m", str(self.judge_votes)] if self.judge_votes else []
+        self.proxy = self._spawn("proxy", [*cli, "serve", "--mode", "rl", "--policy-url", self.policy_url, *judge,
                                            "--tokenizer", self.tokenizer_dir, "--port", port(self.proxy_url),
-                                           "--spool-dir", str(self.workdir / "spool"), "--session-ttl", "3600"])
+                                           "--spool-dir", str(self.workdir / "spool"), "--session-ttl", "3600",
+                                           *self.proxy_args], self.proxy_env)
         deadline = time.monotonic() + timeout_s
-        for proc, url in zip(self.procs, (f"{self.policy_url}/health", f"{self.judge_url}/health",
-                                          f"{self.proxy_url}/healthz")):
+        urls = [f"{url}/health" for _, url, _ in mocks] + [f"{self.proxy_url}/healthz"]
+        for proc, url in zip(self.procs, urls):
             while True:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"{url} did not come up; see the logs in {self.workdir}")
@@ -252,20 +261,21 @@ class Stack:
                     pass
                 await asyncio.sleep(0.1)
 
-    async def settle(self, quiet_s: float = 0.3, timeout_s: float = 20.0) -> None:
+    async def settle(self, quiet_s: float = 0.3, timeout_s: float = 20.0, pid: int | None = None) -> None:
         """Wait until the proxy's CPU stops moving: judge votes and spool writes outlive the responses."""
+        pid = self.proxy.pid if pid is None else pid
         start = time.monotonic()
-        last, quiet_since = cpu_seconds_fine(self.proxy.pid), time.monotonic()
+        last, quiet_since = cpu_seconds_fine(pid), time.monotonic()
         while time.monotonic() - start < timeout_s and time.monotonic() - quiet_since < quiet_s:
             await asyncio.sleep(0.05)
-            now = cpu_seconds_fine(self.proxy.pid)
+            now = cpu_seconds_fine(pid)
             if now - last > 0.002:
                 quiet_since = time.monotonic()
             last = now
 
     def cpu(self) -> dict[str, float]:
         """CPU seconds so far of each process, and of this one (the load generator): is the box saturated?"""
-        names = ("policy_mock", "judge_mock", "proxy")
+        names = ("policy_mock", "judge_mock", "proxy") if self.judge_votes else ("policy_mock", "proxy")
         return {**{n: cpu_seconds(p.pid) for n, p in zip(names, self.procs)}, "bench_client": time.process_time()}
 
     def stop(self) -> None:
@@ -283,11 +293,14 @@ class Stack:
 
 
 def build_mock_app(tokenizer: Any, *, judge: bool = False, ttft_s: float = 0.0, tokens_per_s: float = 0.0,
-                   reply_tokens: int = 64, context_length: int = 131072) -> Any:
+                   reply_tokens: int = 64, context_length: int = 131072,
+                   incremental_streaming_output: bool = False) -> Any:
     """The engine app over a ``ScriptedModel`` whose reply never depends on the prompt.
 
     A prompt-independent reply keeps the mock's own cost flat across history sizes, so any growth of
     the proxy's cost with history is the proxy's. ``app.state.model`` is the core (latency knobs).
+    It streams in either of SGLang's modes (cumulative by default, as SGLang). ``POST /bench/latency``
+    also takes ``reply_tokens``, so one process serves several reply lengths.
     """
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -295,21 +308,69 @@ def build_mock_app(tokenizer: Any, *, judge: bool = False, ttft_s: float = 0.0, 
     from openclaw_rl.engine.scripted import ScriptedModel
     from openclaw_rl.engine.server import make_engine_app
 
-    text = JUDGE_REPLY if judge else reply_text(reply_tokens)
-    model = ScriptedModel(tokenizer, responder=lambda prompt_ids: text, ttft_s=ttft_s, tokens_per_s=tokens_per_s,
+    reply = [JUDGE_REPLY if judge else reply_text(reply_tokens)]
+    model = ScriptedModel(tokenizer, responder=lambda prompt_ids: reply[0], ttft_s=ttft_s, tokens_per_s=tokens_per_s,
                           context_length=context_length)
     name = "mock-judge" if judge else "mock-policy"
-    app = make_engine_app(model, tokenizer, served_model_name=name, model_path=name)
+    app = make_engine_app(model, tokenizer, served_model_name=name, model_path=name,
+                          incremental_streaming_output=incremental_streaming_output)
     app.state.model = model
 
     async def set_latency(request: Request) -> JSONResponse:
         body = await request.json()
         model.ttft_s = max(0.0, float(body.get("ttft_ms", model.ttft_s * 1000.0))) / 1000.0
         model.tokens_per_s = max(0.0, float(body.get("tokens_per_s", model.tokens_per_s)))
-        return JSONResponse({"ttft_ms": model.ttft_s * 1000.0, "tokens_per_s": model.tokens_per_s})
+        if body.get("reply_tokens") is not None and not judge:
+            reply[0] = reply_text(int(body["reply_tokens"]))
+        return JSONResponse({"ttft_ms": model.ttft_s * 1000.0, "tokens_per_s": model.tokens_per_s,
+                             "reply_chars": len(reply[0])})
 
     app.router.add_route("/bench/latency", set_latency, methods=["POST"])  # plain Starlette: no annotations read
+    app.router.add_route("/v1/chat/completions", _chat_route(model, reply, name), methods=["POST"])
     return app
+
+
+def _chat_route(model: Any, reply: list[str], name: str) -> Any:
+    """SGLang's non-streamed ``/v1/chat/completions`` with ``logprobs`` (golden shape), for upstream's
+    proxy in the side-by-side benchmark (it calls this, not ``/generate``). The same scripted reply, one
+    token per byte and log-prob -0.5; the latency knobs apply; the prompt is not rendered (that is the
+    server's cost, not a proxy's)."""
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from openclaw_rl import codec
+
+    cache: dict[str, list[dict[str, Any]]] = {}
+
+    def token_logprobs(text: str) -> list[dict[str, Any]]:
+        if text not in cache:
+            cache.clear()
+            out = []
+            for ch in text:
+                raw = list(ch.encode())
+                entry = {"token": ch, "bytes": raw, "logprob": -0.5}
+                out.append({**entry, "top_logprobs": [entry]})
+            cache[text] = out
+        return cache[text]
+
+    async def chat(request: Request) -> Response:
+        body = codec.loads(await request.body())
+        text = reply[0]
+        if model.ttft_s or model.tokens_per_s:
+            await asyncio.sleep(model.ttft_s + (len(text) / model.tokens_per_s if model.tokens_per_s else 0.0))
+        choice = {"index": 0, "message": {"role": "assistant", "content": text, "reasoning_content": None,
+                                          "tool_calls": None},
+                  "logprobs": {"content": token_logprobs(text)} if body.get("logprobs") else None,
+                  "finish_reason": "stop", "matched_stop": None}
+        completion = len(text.encode()) + 1
+        out = {"id": uuid.uuid4().hex, "object": "chat.completion", "created": int(time.time()), "model": name,
+               "choices": [choice], "usage": {"prompt_tokens": 0, "total_tokens": completion,
+                                              "completion_tokens": completion, "prompt_tokens_details": None,
+                                              "reasoning_tokens": 0, "completion_tokens_details": None},
+               "metadata": {"weight_version": "default"}}
+        return Response(codec.dumps(out), media_type="application/json")
+
+    return chat
 
 
 def add_mock_flags(p: argparse.ArgumentParser) -> None:
@@ -320,6 +381,8 @@ def add_mock_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reply-tokens", type=int, default=64, help="reply length in tokens (eos follows)")
     p.add_argument("--context-length", type=int, default=131072)
     p.add_argument("--judge", action="store_true", help="answer every prompt with a short \\boxed{1} verdict")
+    p.add_argument("--incremental-streaming-output", action="store_true",
+                   help="stream only new text/ids/log-probs per chunk (SGLang's flag); default cumulative")
 
 
 def cmd_mock(ns: argparse.Namespace) -> int:
@@ -328,7 +391,8 @@ def cmd_mock(ns: argparse.Namespace) -> int:
 
     tokenizer = AutoTokenizer.from_pretrained(ns.tokenizer)
     app = build_mock_app(tokenizer, judge=ns.judge, ttft_s=ns.ttft_ms / 1000.0, tokens_per_s=ns.tokens_per_s,
-                         reply_tokens=ns.reply_tokens, context_length=ns.context_length)
+                         reply_tokens=ns.reply_tokens, context_length=ns.context_length,
+                         incremental_streaming_output=ns.incremental_streaming_output)
     logging.getLogger(__name__).info("mock SGLang (%s) on http://%s:%d", "judge" if ns.judge else "policy",
                                      HOST, ns.port)
     uvicorn.run(app, host=HOST, port=ns.port, log_level="warning", access_log=False)

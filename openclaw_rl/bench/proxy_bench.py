@@ -54,7 +54,7 @@ METRIC_KEYS = (*(f"{c}_{k}" for c in "abc" for k in _PER_CONFIG),
                *(f"cpu_ms_per_turn_{b}" for b, _, _ in BUCKETS), *(f"history_tokens_{b}" for b, _, _ in BUCKETS),
                "cpu_growth_8k_over_2k", "cpu_ms_per_1k_history_tokens", "rss_baseline_kb", "idle_sessions",
                "idle_session_kb", "idle_session_net_kb", "live_sessions", "live_session_kb", "live_session_net_kb")
-JSON = {"content-type": "application/json"}
+JSON = mock.JSON_HEADERS
 
 
 @dataclass(frozen=True)
@@ -338,7 +338,7 @@ def plot(results: dict[str, Any], path: str) -> None:
 
 
 def run_bench(cfg: BenchConfig, tokenizer_dir: str, out: str = "", plot_path: str = "",
-              profile_proxy: str = "") -> dict[str, Any]:
+              profile_proxy: str = "", proxy_port: int | None = None) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -347,7 +347,7 @@ def run_bench(cfg: BenchConfig, tokenizer_dir: str, out: str = "", plot_path: st
     with tempfile.TemporaryDirectory(prefix="openclaw-bench-") as tmp:  # logs and spools; only one proxy profiled
         bench = Bench(cfg, lambda first: Stack(tokenizer_dir, Path(tempfile.mkdtemp(dir=tmp)),
                                                reply_tokens=cfg.reply_tokens, judge_votes=cfg.judge_votes,
-                                               profile_proxy=profile_proxy if first else ""))
+                                               profile_proxy=profile_proxy if first else "", proxy_port=proxy_port))
         asyncio.run(bench.run(cases))
     metrics = {k: bench.metrics.get(k) for k in METRIC_KEYS}
     results = {"metrics": metrics, "targets": verdicts(metrics), "config": asdict(cfg), "checks": dict(bench.checks),
@@ -372,6 +372,18 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
                  "idle_sessions", "live_sessions", "seed"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=f"default {getattr(d, name)}")
     p.add_argument("--profile-proxy", default="", help="run the proxy under cProfile and write its stats here")
+    p.add_argument("--port", type=int, default=None, help="the proxy's port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--stream-cost", action="store_true",
+                   help="only measure CPU per streamed turn at 64-8,192-token replies in both SGLang stream modes")
+    p.add_argument("--stream-lengths", default="64,512,2048,8192", help="reply lengths for --stream-cost")
+    p.add_argument("--stream-scale", type=float, default=1.0, help="turns per length x this (--stream-cost)")
+    p.add_argument("--stream-modes", default="cumulative,incremental", help="SGLang stream modes for --stream-cost")
+    p.add_argument("--proxy-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="environment of the proxy under test (--stream-cost), e.g. OPENCLAW_RL_JSON=json or "
+                        "OPENCLAW_RL_UVICORN_LOOP=asyncio / OPENCLAW_RL_UVICORN_HTTP=h11 to measure what they buy")
+    p.add_argument("--compare-upstream", default="", metavar="PATH",
+                   help="run upstream's proxy from this Gen-Verse/OpenClaw-RL checkout side by side with this one")
+    p.add_argument("--compare-reps", type=int, default=2, help="interleaved repetitions per configuration")
 
 
 def cmd_bench(ns: argparse.Namespace) -> int:
@@ -379,7 +391,30 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     cfg = QUICK if ns.quick else BenchConfig()
     cfg = replace(cfg, **{k: v for k, v in vars(ns).items() if v is not None and k in asdict(cfg)})
     ns.tokenizer = ns.tokenizer or str(mock.ensure_tokenizer())
-    results = run_bench(cfg, ns.tokenizer, ns.out, ns.plot, ns.profile_proxy and os.path.abspath(ns.profile_proxy))
+    if ns.compare_upstream:
+        from openclaw_rl.bench.compare import run_compare
+
+        results = run_compare(ns.compare_upstream, ns.tokenizer, quick=ns.quick, reps=ns.compare_reps,
+                              proxy_port=ns.port, out=ns.out)
+        print(f"load average at start {results['load_average_start']}, end {results['load_average_end']}; "
+              f"errors {results.get('errors')}")
+        return 0
+    if ns.stream_cost:
+        from openclaw_rl.bench.stream_cost import print_stream_cost, run_stream_cost
+
+        lengths = tuple(int(x) for x in ns.stream_lengths.split(","))
+        results = run_stream_cost(ns.tokenizer, lengths=lengths, scale=0.25 if ns.quick else ns.stream_scale,
+                                  proxy_port=ns.port, modes=tuple(ns.stream_modes.split(",")),
+                                  proxy_env=dict(kv.split("=", 1) for kv in ns.proxy_env))
+        results["load_average"] = os.getloadavg()
+        print_stream_cost(results)
+        print(f"load average: {results['load_average']}")
+        if ns.out:
+            Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(ns.out).write_text(json.dumps(results, indent=2) + "\n")
+        return 0
+    results = run_bench(cfg, ns.tokenizer, ns.out, ns.plot, ns.profile_proxy and os.path.abspath(ns.profile_proxy),
+                        proxy_port=ns.port)
     print_report(results)
     print(f"\nchecks: {results['checks']}; results: {ns.out or '-'}; chart: {ns.plot or '-'}")
     return 0

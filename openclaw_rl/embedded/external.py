@@ -63,14 +63,16 @@ class TrainReport:
 def check_policy_server(info: dict[str, Any], model: str) -> list[str]:
     """What in ``/get_server_info`` would silently spoil training; raises on what makes it wrong.
 
-    The proxy reads SGLang's cumulative streaming chunks; ``--incremental-streaming-output`` would make it
-    record only each chunk's last tokens. SGLang's ``--dtype auto`` serves a float32 checkpoint in
-    float16, which moves rollout log-probs ~5e-3 away from an fp32 trainer (``--dtype float32``: ~1e-5).
+    The proxy reads both of SGLang's streaming modes exactly (``openclaw_rl.backend.StreamAssembler``),
+    but the default cumulative chunks repeat every id so far, so a long streamed reply costs CPU that grows
+    faster than its length: ``--incremental-streaming-output`` is recommended. SGLang's ``--dtype auto``
+    serves a float32 checkpoint in float16, which moves rollout log-probs ~5e-3 away from an fp32 trainer
+    (``--dtype float32``: ~1e-5).
     """
-    if info.get("incremental_streaming_output"):
-        raise ValueError("the policy server streams incrementally (--incremental-streaming-output); the proxy "
-                         "needs SGLang's default cumulative chunks: relaunch without that flag")
     warnings = []
+    if info.get("incremental_streaming_output") is False:
+        warnings.append("the policy server streams cumulatively (SGLang's default): correct, but long streamed "
+                        "replies cost the proxy more CPU; launch it with --incremental-streaming-output")
     if info.get("dtype") == "auto" and _checkpoint_dtype(model) in ("float32", None):
         warnings.append("the policy server runs --dtype auto, which serves a float32 checkpoint in float16: "
                         "launch it with --dtype float32 (CPU) or bfloat16 (GPU, bf16 checkpoint)")

@@ -19,6 +19,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+try:
+    import orjson
+except ImportError:  # pragma: no cover - a declared dependency
+    orjson = None  # type: ignore[assignment]
+
 from openclaw_rl.engine.model import SamplingConfig
 
 SGLANG_VERSION = "0.5.23"
@@ -296,10 +301,11 @@ def meta_info(*, rid: str, finish_reason: dict[str, Any] | None, prompt_tokens: 
 
 
 def logprob_fields(input_logprobs: list[Any], output_logprobs: list[Any], input_top: list[Any] | None,
-                   output_top: list[Any] | None) -> dict[str, Any]:
-    """The logprob block of ``meta_info``; the top lists only when ``top_logprobs_num > 0``."""
+                   output_top: list[Any] | None, length: int | None = None) -> dict[str, Any]:
+    """The logprob block of ``meta_info``; the top lists only when ``top_logprobs_num > 0``.
+    ``length`` is the count so far when ``output_logprobs`` is an incremental chunk's slice."""
     fields = {"input_token_logprobs": input_logprobs, "output_token_logprobs": output_logprobs,
-              "output_token_logprobs_length": len(output_logprobs)}
+              "output_token_logprobs_length": len(output_logprobs) if length is None else length}
     if input_top is not None and output_top is not None:
         fields.update(input_top_logprobs=input_top, output_top_logprobs=output_top)
     return fields
@@ -320,12 +326,19 @@ def invalid_body(message: str) -> dict[str, Any]:
     return {"object": "error", "message": message, "type": "Bad Request", "param": None, "code": 400}
 
 
-def compact_json(obj: Any) -> str:
-    """SGLang's wire JSON (orjson): compact, UTF-8 kept, non-finite floats as null."""
+def compact_json(obj: Any) -> bytes:
+    """SGLang's wire JSON (orjson): compact, UTF-8 kept, non-finite floats as null. orjson when it is
+    installed (a cumulative stream serialises O(n^2) triples), else the same bytes shape from ``json``."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(obj)
+        except TypeError:
+            pass
     try:
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except ValueError:
-        return json.dumps(_finite(obj), ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps(_finite(obj), ensure_ascii=False, separators=(",", ":"))
+    return text.encode("utf-8", "surrogatepass")
 
 
 def _finite(obj: Any) -> Any:
@@ -339,7 +352,7 @@ def _finite(obj: Any) -> Any:
 
 
 def sse_event(obj: Any) -> bytes:
-    return f"data: {compact_json(obj)}\n\n".encode()
+    return b"data: " + compact_json(obj) + b"\n\n"
 
 
 SSE_DONE = b"data: [DONE]\n\n"
@@ -359,10 +372,11 @@ def model_info_body(*, model_path: str, served_model_name: str, weight_version: 
 
 
 def server_info_body(*, model_path: str, served_model_name: str, context_length: int,
-                     max_total_num_tokens: int) -> dict[str, Any]:
+                     max_total_num_tokens: int, incremental_streaming_output: bool = False) -> dict[str, Any]:
     """``/get_server_info``: a small subset of SGLang's 556 server args plus its status keys."""
     return {"model_path": model_path, "tokenizer_path": model_path, "served_model_name": served_model_name,
             "skip_tokenizer_init": False, "context_length": None, "max_total_tokens": max_total_num_tokens,
+            "stream_interval": 1, "incremental_streaming_output": incremental_streaming_output,
             "is_embedding": False, "status": "ready", "max_total_num_tokens": max_total_num_tokens,
             "max_req_input_len": context_length - 1, "internal_states": [{}], "version": SGLANG_VERSION,
             "frontend": "python"}

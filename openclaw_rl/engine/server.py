@@ -3,7 +3,8 @@
 Stage: client (proxy, judge, teacher) → **engine server** → core. It owns everything real SGLang 0.5.23
 decides above sampling, so that a client cannot tell the two apart: text prompts are tokenised,
 batches and ``n`` expanded, stop tokens and strings checked and trimmed, stream chunks made cumulative
-with incomplete UTF-8 held back, input log-probs laid out with SGLang's null first entry, errors shaped
+with incomplete UTF-8 held back (or, with ``incremental_streaming_output``, holding only the new
+text, ids and log-probs, as SGLang's ``--incremental-streaming-output``), input log-probs laid out with SGLang's null first entry, errors shaped
 as SGLang shapes them, and out-of-vocabulary ids "crash" the server. It deliberately does not sample,
 batch forward passes or cache KV (the core does), and serves no ``/v1/chat/completions``.
 """
@@ -118,8 +119,10 @@ class EngineService:
     """What the routes call: request expansion, the per-token loop, output building, control state."""
 
     def __init__(self, model: EngineModel, tokenizer: TokenizerLike, *, served_model_name: str, model_path: str,
-                 crash_on_bad_ids: bool = True, max_total_num_tokens: int | None = None):
+                 crash_on_bad_ids: bool = True, max_total_num_tokens: int | None = None,
+                 incremental_streaming_output: bool = False):
         self.model = model
+        self.incremental_streaming_output = incremental_streaming_output
         self.tokenizer = tokenizer
         self.served_model_name = served_model_name
         self.model_path = model_path
@@ -177,16 +180,23 @@ class EngineService:
             await chunks.aclose()
 
     async def _chunks(self, item: GenerationItem) -> AsyncGenerator[dict[str, Any], None]:
-        """Cumulative outputs, one per token (SGLang's default ``incremental_streaming_output=false``)."""
+        """One output per token: cumulative (SGLang's default ``incremental_streaming_output=false``), or
+        only what is new since the previous chunk (``--incremental-streaming-output``). In both,
+        ``completion_tokens`` and ``output_token_logprobs_length`` count everything so far."""
         skip = item.params.skip_special_tokens
         text = _HeldBackText(lambda ids: self.tokenizer.decode(ids, skip_special_tokens=skip))
         runs = self._drive(item)
-        first = True
+        first, sent_ids, sent_text = True, 0, ""
         try:
             async for run in runs:
                 final = run.finish is not None
                 shown = self._final_text(run) if final else text.update(run.output_ids)
-                yield self._output(run, shown, final=final, first=first)
+                if not self.incremental_streaming_output:
+                    yield self._output(run, shown, final=final, first=first)
+                else:
+                    delta = shown[len(sent_text):] if shown.startswith(sent_text) else ""
+                    yield self._output(run, delta, final=final, first=first, since=sent_ids)
+                    sent_ids, sent_text = len(run.output_ids), shown if len(shown) > len(sent_text) else sent_text
                 first = False
         finally:
             await runs.aclose()
@@ -300,20 +310,22 @@ class EngineService:
             self._token_texts[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
         return [logprob, token_id, self._token_texts[token_id]]
 
-    def _output(self, run: _Run, text: str, *, final: bool, first: bool) -> dict[str, Any]:
+    def _output(self, run: _Run, text: str, *, final: bool, first: bool, since: int = 0) -> dict[str, Any]:
+        """An output object; ``since`` > 0 keeps only the ids and output log-probs from there on."""
         item = run.item
         version = run.versions[-1] if run.versions else self.model.weight_version
         logprobs = None
         if item.return_logprob:
             tops = item.top_logprobs_num > 0
             output_top = run.output_top + ([run.next_top] if run.next_top is not None else [])
-            logprobs = logprob_fields(run.input_logprobs, list(run.output_logprobs),
-                                      run.input_top if tops else None, output_top if tops else None)
+            logprobs = logprob_fields(run.input_logprobs, run.output_logprobs[since:],
+                                      run.input_top if tops else None, output_top[since:] if tops else None,
+                                      length=len(run.output_logprobs))
         meta = meta_info(rid=item.rid, finish_reason=run.finish if final else None, prompt_tokens=len(item.input_ids),
                          weight_version=version, completion_tokens=len(run.output_ids), logprobs=logprobs,
                          weight_versions=weight_version_segments(run.versions, version) if final else None,
                          e2e_latency=time.monotonic() - run.started if final else None, sent_to_client=first)
-        return {"text": text, "output_ids": list(run.output_ids), "meta_info": meta}
+        return {"text": text, "output_ids": run.output_ids[since:], "meta_info": meta}
 
     # --- control --------------------------------------------------------------------------------
 
@@ -363,11 +375,13 @@ class EngineApp(FastAPI):
 
 
 def make_engine_app(model: EngineModel, tokenizer: TokenizerLike, *, served_model_name: str, model_path: str,
-                    crash_on_bad_ids: bool = True, max_total_num_tokens: int | None = None) -> EngineApp:
+                    crash_on_bad_ids: bool = True, max_total_num_tokens: int | None = None,
+                    incremental_streaming_output: bool = False) -> EngineApp:
     """SGLang's native routes over ``model``. ``crash_on_bad_ids=False`` answers out-of-vocabulary
     ids with a 400 instead of dropping every connection from then on (``app.crashed``)."""
     service = EngineService(model, tokenizer, served_model_name=served_model_name, model_path=model_path,
-                            crash_on_bad_ids=crash_on_bad_ids, max_total_num_tokens=max_total_num_tokens)
+                            crash_on_bad_ids=crash_on_bad_ids, max_total_num_tokens=max_total_num_tokens,
+                            incremental_streaming_output=incremental_streaming_output)
     app = EngineApp(service, title="openclaw-rl engine (SGLang-compatible)")
 
     @app.exception_handler(RequestValidationError)
@@ -394,7 +408,8 @@ def make_engine_app(model: EngineModel, tokenizer: TokenizerLike, *, served_mode
     async def get_server_info() -> Response:
         return json_response(server_info_body(model_path=service.model_path, served_model_name=served_model_name,
                                               context_length=model.context_length,
-                                              max_total_num_tokens=service.max_total_num_tokens))
+                                              max_total_num_tokens=service.max_total_num_tokens,
+                                              incremental_streaming_output=service.incremental_streaming_output))
 
     @app.get("/v1/models")
     async def list_models() -> Response:

@@ -1,15 +1,17 @@
 # shellcheck shell=bash
-# shellcheck disable=SC2154  # VARIANT, MODE, LORA, DEF_*, WANDB_GROUP and OC_TRAINS come from the variant script
+# shellcheck disable=SC2154,SC2153  # VARIANT, MODE, LORA, DEF_*, WANDB_GROUP, OC_TRAINS come from the variant script; PORT, PROXY_HOST, SERVED_MODEL_NAME, TOOL_CALL_PARSER, ROLLOUT_TEMPERATURE from openclaw_rl.launch (oc_build_config)
 #
 # Shared skeleton of scripts/run_qwen3_4b_openclaw_*.sh, the Slime launch scripts of openclaw-rl.
 #
 # A variant script sets its identity (VARIANT, MODE, LORA), upstream OpenClaw-RL's per-script defaults
 # (DEF_*), defines `oc_algorithm_args` (fills ALGO_ARGS) and optionally `oc_variant_checks` (refusals),
 # sources this file and calls `oc_main "$@"`. oc_main then:
-#   1. resolves every setting from environment variables (upstream's names and defaults) and checks
-#      them: GPU split, TP divisibility, the proxy bind/API-key rule, paths, GPUs, Slime features;
-#   2. writes the run's config, $RUN_DIR/openclaw_<mode>.yaml = configs/openclaw_<mode>.yaml plus the
-#      values resolved here (Slime's --custom-config-path sets each key on its args);
+#   1. resolves the shell-side settings from environment variables (upstream's names and defaults) and
+#      checks them: GPU split, TP divisibility, paths, GPUs, Slime features;
+#   2. has `python -m openclaw_rl.launch config` resolve and check everything the proxy reads (bind and
+#      API-key rule, judge votes, mode options: typed by openclaw_rl.config) and writes the run config,
+#      $RUN_DIR/openclaw_<mode>.yaml = configs/openclaw_<mode>.yaml plus those values (Slime's
+#      --custom-config-path sets each key on its args);
 #   3. starts the judge/teacher as a plain SGLang server on the PRM GPUs (unless PRM_URL names one)
 #      and waits for its /health;
 #   4. starts a private Ray head (own port and temp dir, dashboard on 127.0.0.1) on the actor and
@@ -90,7 +92,6 @@ oc_json_str() {
   printf '"%s"' "${s}"
 }
 
-oc_yaml_str() { oc_json_str "$1"; }  # a JSON string is a valid YAML scalar
 
 # --- small predicates -----------------------------------------------------------------------------------
 
@@ -165,39 +166,20 @@ oc_resolve_settings() {
   OPENCLAW_CONFIG=$(oc_abspath "${OPENCLAW_CONFIG:-${OC_REPO_ROOT}/configs/openclaw_${MODE}.yaml}")
   MODEL_ARGS_FILE=${MODEL_ARGS_FILE:-}
 
-  # proxy (the OpenAI-compatible endpoint OpenClaw talks to)
-  PROXY_HOST=${PROXY_HOST:-127.0.0.1}
-  PORT=${PORT:-30000}
+  # proxy, judge votes and mode options: resolved and checked by openclaw_rl.launch (oc_build_config)
   SGLANG_API_KEY=${SGLANG_API_KEY:-}
-  ALLOW_INSECURE_BIND=${ALLOW_INSECURE_BIND:-0}
-  SERVED_MODEL_NAME=${SERVED_MODEL_NAME:-qwen3-4b}
-  TOOL_CALL_PARSER=${TOOL_CALL_PARSER:-qwen25}
-  OPENCLAW_RECORD_ENABLED=${OPENCLAW_RECORD_ENABLED:-1}
-  ROLLOUT_TEMPERATURE=${ROLLOUT_TEMPERATURE:-0.6}
   CONTEXT_LENGTH=${CONTEXT_LENGTH:-32768}
-  oc_require_uint PORT CONTEXT_LENGTH
-  oc_require_number ROLLOUT_TEMPERATURE
+  oc_require_uint CONTEXT_LENGTH
 
   # judge / teacher
   PRM_PORT=${PRM_PORT:-30010}
   PRM_API_KEY=${PRM_API_KEY:-}
-  PRM_M=${PRM_M:-${DEF_PRM_M}}
-  PRM_TEMPERATURE=${PRM_TEMPERATURE:-0.6}
-  PRM_MAX_NEW_TOKENS=${PRM_MAX_NEW_TOKENS:-${DEF_PRM_MAX_NEW_TOKENS}}
   MEM_FRACTION_STATIC=${MEM_FRACTION_STATIC:-${DEF_MEM_FRACTION}}
   PRM_MEM_FRACTION=${PRM_MEM_FRACTION:-${MEM_FRACTION_STATIC}}
   JUDGE_STARTUP_TIMEOUT=${JUDGE_STARTUP_TIMEOUT:-1200}
   OC_JUDGE_URL=${PRM_URL:-http://127.0.0.1:${PRM_PORT}}
-  oc_require_uint PRM_PORT PRM_M PRM_MAX_NEW_TOKENS JUDGE_STARTUP_TIMEOUT
-  oc_require_number PRM_TEMPERATURE MEM_FRACTION_STATIC PRM_MEM_FRACTION
-
-  # mode options (read by the proxy through the run config)
-  OPENCLAW_EVAL_MODE=${OPENCLAW_EVAL_MODE:-${DEF_EVAL_MODE:-0}}
-  OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY=${OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY:-${DEF_TEACHER_CONCURRENCY:-3}}
-  OPENCLAW_COMBINE_W_RL=${OPENCLAW_COMBINE_W_RL:-1.0}
-  OPENCLAW_COMBINE_W_OPD=${OPENCLAW_COMBINE_W_OPD:-1.0}
-  oc_require_uint OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY
-  oc_require_number OPENCLAW_COMBINE_W_RL OPENCLAW_COMBINE_W_OPD
+  oc_require_uint PRM_PORT JUDGE_STARTUP_TIMEOUT
+  oc_require_number MEM_FRACTION_STATIC PRM_MEM_FRACTION
 
   # training
   ROLLOUT_BATCH_SIZE=${ROLLOUT_BATCH_SIZE:-${DEF_ROLLOUT_BATCH_SIZE}}
@@ -251,17 +233,6 @@ oc_check_split() {
   fi
   if [[ ${LORA} == 0 ]] && ((TRAIN_TP < 1 || ACTOR_GPUS % TRAIN_TP != 0)); then
     oc_die "ACTOR_GPUS=${ACTOR_GPUS} is not a multiple of the Megatron tensor-parallel size TRAIN_TP=${TRAIN_TP}"
-  fi
-}
-
-oc_check_proxy() {
-  if ! oc_is_loopback "${PROXY_HOST}"; then
-    if [[ -z ${SGLANG_API_KEY} ]] && ! oc_truthy "${ALLOW_INSECURE_BIND}"; then
-      oc_die "refusing to expose the proxy on PROXY_HOST=${PROXY_HOST} without an API key: anyone who reaches port ${PORT} could use the model and inject training data. Set SGLANG_API_KEY=<secret> (clients send it as the bearer key), keep PROXY_HOST=127.0.0.1, or set ALLOW_INSECURE_BIND=1 on a trusted network."
-    fi
-    if [[ -z ${SGLANG_API_KEY} ]]; then
-      oc_warn "the proxy listens on ${PROXY_HOST}:${PORT} WITHOUT an API key (ALLOW_INSECURE_BIND=1)"
-    fi
   fi
 }
 
@@ -561,50 +532,17 @@ oc_build_args() {
 
 # --- run config -----------------------------------------------------------------------------------------
 
-oc_build_config() {
+oc_build_config() {  # sets OC_CONFIG_TEXT and PROXY_HOST PORT SERVED_MODEL_NAME TOOL_CALL_PARSER ROLLOUT_TEMPERATURE
   OC_CONFIG_PATH="${RUN_DIR}/openclaw_${MODE}.yaml"
-  local record_dir=""
-  if oc_truthy "${OPENCLAW_RECORD_ENABLED}"; then record_dir="${RUN_DIR}/records"; fi
-  OC_YAML=(
-    "openclaw_proxy_host: $(oc_yaml_str "${PROXY_HOST}")"
-    "openclaw_proxy_port: ${PORT}"
-    "openclaw_proxy_allow_insecure_bind: $(oc_truthy "${ALLOW_INSECURE_BIND}" && echo true || echo false)"
-    "openclaw_proxy_served_model_name: $(oc_yaml_str "${SERVED_MODEL_NAME}")"
-    "openclaw_proxy_tool_parser: $(oc_yaml_str "${TOOL_CALL_PARSER}")"
-    "openclaw_proxy_rollout_temperature: ${ROLLOUT_TEMPERATURE}"
-    "openclaw_proxy_record_dir: $(oc_yaml_str "${record_dir}")"
-    "openclaw_judge_url: $(oc_yaml_str "${OC_JUDGE_URL}")"
-    "openclaw_judge_api: sglang"
-    "openclaw_judge_tokenizer: $(oc_yaml_str "${PRM_MODEL_PATH}")"
-    "openclaw_judge_votes: ${PRM_M}"
-    "openclaw_judge_temperature: ${PRM_TEMPERATURE}"
-    "openclaw_judge_max_new_tokens: ${PRM_MAX_NEW_TOKENS}"
-    "openclaw_spool_dir: $(oc_yaml_str "${RUN_DIR}/spool")"
-  )
-  if [[ ${MODE} != rl ]]; then
-    OC_YAML+=(
-      "openclaw_opd_eval_mode: $(oc_truthy "${OPENCLAW_EVAL_MODE}" && echo true || echo false)"
-      "openclaw_opd_distill_topk: ${DEF_DISTILL_TOPK:-0}"
-      "openclaw_opd_teacher_concurrency: ${OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY}"
-    )
-  fi
-  if [[ ${MODE} == combine ]]; then
-    OC_YAML+=(
-      "openclaw_combine_w_rl: ${OPENCLAW_COMBINE_W_RL}"
-      "openclaw_combine_w_opd: ${OPENCLAW_COMBINE_W_OPD}"
-    )
-  fi
-  # `mode` is not written: Slime would set it on args, and each rollout hook already names its mode.
-  local keys="mode" line
-  for line in "${OC_YAML[@]}"; do keys+="|${line%%:*}"; done
-  local overridden
-  overridden=$(grep -oE "^(${keys})[[:space:]]*:" "${OPENCLAW_CONFIG}" 2>/dev/null | sed 's/[[:space:]]*:$//' | paste -sd, - || true)
-  OC_CONFIG_TEXT="# Written by scripts/${OC_SCRIPT_NAME}; edit ${OPENCLAW_CONFIG} or the script's env vars instead.
-# Slime's --custom-config-path sets each key on its args; openclaw_rl.config.load_settings reads them.
-# --- from ${OPENCLAW_CONFIG} (without the keys resolved below: ${overridden:-none}) ---
-$(grep -vE "^(${keys})[[:space:]]*:" "${OPENCLAW_CONFIG}" 2>/dev/null || true)
-# --- resolved by scripts/${OC_SCRIPT_NAME} (mode ${MODE}) ---
-$(printf '%s\n' "${OC_YAML[@]}")"
+  local out rc=0
+  out=$(cd "${OC_REPO_ROOT}" && PYTHONPATH="$(oc_pythonpath)" "${PYTHON}" -m openclaw_rl.launch config \
+    --mode "${MODE}" --script "${OC_SCRIPT_NAME}" --base "${OPENCLAW_CONFIG}" --run-dir "${RUN_DIR}" \
+    --judge-url "${OC_JUDGE_URL}" --judge-tokenizer "${PRM_MODEL_PATH}" \
+    --default "judge_votes=${DEF_PRM_M}" --default "judge_max_new_tokens=${DEF_PRM_MAX_NEW_TOKENS}" \
+    --default "opd_eval_mode=${DEF_EVAL_MODE:-0}" --default "opd_teacher_concurrency=${DEF_TEACHER_CONCURRENCY:-3}" \
+    --default "opd_distill_topk=${DEF_DISTILL_TOPK:-0}") || rc=$?
+  ((rc == 0)) || exit "${rc}"
+  eval "${out}"
 }
 
 oc_write_config() {
@@ -823,7 +761,6 @@ oc_main() {
   if declare -F oc_variant_checks >/dev/null; then oc_variant_checks; fi
   oc_resolve_settings
   oc_check_split
-  oc_check_proxy
   oc_check_paths
   oc_check_tools
   oc_assign_devices

@@ -87,7 +87,7 @@ def test_config_errors_are_one_clear_line(tmp_path):
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("openclaw-rl: error: ") and message in lines[0], out.stderr
     out = run_cli("serve", "--port", "70000")
-    assert out.returncode == 2 and "openclaw_proxy_port: expected a TCP port 1-65535, got 70000" in out.stderr
+    assert out.returncode == 2 and "openclaw_proxy_port: expected a TCP port 0-65535 (0 = any free port), got 70000" in out.stderr
     out = run_cli("serve", "--api-key", "")  # what --api-key "$KEY" becomes with KEY unset
     assert out.returncode == 2 and "openclaw_proxy_api_keys: key #1 is empty" in out.stderr
     out = run_cli("serve", "--policy-timeout", "abc")

@@ -47,7 +47,7 @@ def test_public_bind_needs_a_key():
 @pytest.mark.parametrize("values, message", [
     ({"openclaw_proxy_api_keys": 12345}, "cfg.yaml: openclaw_proxy_api_keys: expected a list of strings, got 12345"),
     ({"openclaw_proxy_port": "abc"}, "cfg.yaml: openclaw_proxy_port: expected an integer, got 'abc'"),
-    ({"openclaw_proxy_port": 70000}, "openclaw_proxy_port: expected a TCP port 1-65535, got 70000"),
+    ({"openclaw_proxy_port": 70000}, "openclaw_proxy_port: expected a TCP port 0-65535 (0 = any free port), got 70000"),
     ({"openclaw_judge_votes": [3]}, "cfg.yaml: openclaw_judge_votes: expected an integer, got [3]"),
     ({"openclaw_proxy_request_timeout_s": "soon"}, "openclaw_proxy_request_timeout_s: expected a number"),
     ({"openclaw_proxy_allow_insecure_bind": "maybe"}, "openclaw_proxy_allow_insecure_bind: expected a boolean"),

@@ -35,3 +35,15 @@ def test_cached_encoding_on_random_conversations(tokenizer):
             history.append({"role": "assistant", "content": "".join(rng.choice(pieces) for _ in range(10))})
             if rng.random() < 0.3:
                 history[rng.randrange(len(history))]["content"] += "edit"  # a rewritten history misses the cache
+
+
+def test_sessions_share_the_first_block_and_forget_frees_a_session(tokenizer):
+    """A new session reuses the ids of another session's identical system block; still exact."""
+    system = {"role": "system", "content": "You are OpenClaw. " * 50 + "caf\u00e9 🙂 <think>"}
+    cached, plain = ChatRenderer(tokenizer), ChatRenderer(tokenizer)
+    for session in range(3):
+        msgs = [system, {"role": "user", "content": f"task {session}: hello\u00e9 🙂"}]
+        assert cached.render(msgs, cache_key=str(session))[1] == plain.render(msgs)[1]
+    assert len(cached._shared) == 1 and len(cached._cache) == 3
+    cached.forget("1")
+    assert set(cached._cache) == {"0", "2"}

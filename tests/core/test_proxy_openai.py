@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from support import metric, wait_for_samples
+from support import metric, policy_reply, scripted_server, wait_for_samples
 
 TOOLS = [{"type": "function", "function": {"name": "ls", "description": "list files",
                                             "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
@@ -43,12 +43,14 @@ def test_non_streaming_reply_and_exact_sample(policy_server, make_proxy, tokeniz
     assert first.loss_mask == [0] * len(first.loss_mask) and first.reward == 0.0  # no next state, no judge
 
 
-def test_streaming_forwards_tokens_and_usage(policy_server, make_proxy):
-    proxy, url = make_proxy(policy_server.url)
-    c = client(url)
-    stream = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello"}], stream=True,
-                                       stream_options={"include_usage": True}, extra_headers={"X-Session-Id": "st"})
-    chunks = list(stream)
+def test_streaming_forwards_tokens_and_usage(tokenizer, make_proxy):
+    # a model-paced policy (400 tokens/s): tokens that arrive together in one read are sent as one delta
+    with scripted_server(tokenizer, policy_reply, tokens_per_s=400) as paced:
+        proxy, url = make_proxy(paced.url)
+        c = client(url)
+        stream = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello"}], stream=True,
+                                           stream_options={"include_usage": True}, extra_headers={"X-Session-Id": "st"})
+        chunks = list(stream)
     content = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     assert content.startswith("Sure") and content.endswith("ok.")
     assert sum(1 for ch in chunks if ch.choices and ch.choices[0].delta.content) > 5  # real token streaming

@@ -100,13 +100,13 @@ def test_the_trainer_takes_no_step_on_a_wholly_stale_batch(tiny_model_dir):
     assert result.step == 3 and result.metrics["train/stale_samples_refused"] == 1
 
 
-def test_the_server_check_refuses_incremental_streaming_and_flags_fp16_serving(tiny_model_dir):
+def test_the_server_check_recommends_incremental_streaming_and_flags_fp16_serving(tiny_model_dir):
     from openclaw_rl.embedded.external import check_policy_server
 
-    with pytest.raises(ValueError, match="incremental"):
-        check_policy_server({"incremental_streaming_output": True}, str(tiny_model_dir))
+    assert check_policy_server({"dtype": "float32", "incremental_streaming_output": True}, str(tiny_model_dir)) == []
+    cumulative = check_policy_server({"dtype": "float32", "incremental_streaming_output": False}, str(tiny_model_dir))
+    assert len(cumulative) == 1 and "--incremental-streaming-output" in cumulative[0]
     assert check_policy_server({"dtype": "auto"}, str(tiny_model_dir))  # a float32 checkpoint served as fp16
-    assert check_policy_server({"dtype": "float32", "incremental_streaming_output": False}, str(tiny_model_dir)) == []
     assert check_policy_server({}, str(tiny_model_dir)) == []  # the embedded engine serves the checkpoint's dtype
 
 

@@ -97,6 +97,9 @@ class Run:
     def config(self) -> dict:
         return load_yaml(self.slime().flags["--custom-config-path"])
 
+    def config_text(self) -> str:
+        return Path(self.slime().flags["--custom-config-path"]).read_text()
+
 
 @pytest.fixture
 def launch(tmp_path):
@@ -483,7 +486,7 @@ fi
 exit 1
 """
 STUB_PYTHON = """#!/usr/bin/env bash
-if [[ "$1 $2" == "-m openclaw_rl.slime_hooks.features" ]]; then exec python3 "$@"; fi  # the real check
+if [[ "$1 $2" == "-m openclaw_rl.slime_hooks.features" || "$1 $2" == "-m openclaw_rl.launch" ]]; then exec python3 "$@"; fi  # the real check
 echo "$$ $CUDA_VISIBLE_DEVICES $*" > "$STUB_DIR/judge.start"
 [[ -z ${STUB_JUDGE_CRASH:-} ]] || { echo "CUDA out of memory"; exit 1; }
 exec sleep 300
@@ -574,3 +577,73 @@ def test_a_judge_that_dies_at_startup_is_reported_and_ray_is_stopped(stubbed):
 def test_a_failed_job_returns_its_status(stubbed):
     run = stubbed("rl", STUB_JOB_RC="3")
     assert run.rc == 3 and "ended with status 3" in run.err
+
+
+# --- every documented variable of the scripts has an effect ----------------------------------------------
+
+# (variable, value, variant, extra env): each changes the run config or the printed launch plan
+SCRIPT_VARIABLES = [
+    ("NUM_GPUS", "10", "rl", {}), ("ACTOR_GPUS", "2", "rl", {}), ("ROLLOUT_GPUS", "4", "rl", {"NUM_GPUS": "10"}),
+    ("PRM_GPUS", "1", "rl", {"PRM_TP": "1"}), ("TP", "1", "rl", {}), ("PRM_TP", "1", "rl", {}),
+    ("TRAIN_TP", "2", "rl", {}), ("REF_LOAD", "/ref", "rl", {}), ("SAVE_CKPT", "/ckpt2", "rl", {}),
+    ("PRM_URL", "http://judge:1", "rl", {}), ("PRM_PORT", "31111", "rl", {}), ("PRM_M", "5", "rl", {}),
+    ("PRM_TEMPERATURE", "0.3", "rl", {}), ("PRM_MAX_NEW_TOKENS", "1234", "rl", {}),
+    ("PRM_MEM_FRACTION", "0.5", "rl", {}), ("PROXY_HOST", "0.0.0.0", "rl", {"ALLOW_INSECURE_BIND": "1"}),
+    ("PORT", "30123", "rl", {}), ("SGLANG_API_KEY", "k", "rl", {}),
+    ("ALLOW_INSECURE_BIND", "1", "rl", {"PROXY_HOST": "0.0.0.0", "SGLANG_API_KEY": "k"}),
+    ("SERVED_MODEL_NAME", "m2", "rl", {}), ("TOOL_CALL_PARSER", "hermes", "rl", {}),
+    ("OPENCLAW_RECORD_ENABLED", "0", "rl", {}), ("ROLLOUT_TEMPERATURE", "0.9", "rl", {}),
+    ("OPENCLAW_EVAL_MODE", "0", "opd", {}), ("OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY", "7", "opd", {}),
+    ("OPENCLAW_COMBINE_W_RL", "0.5", "combine", {}), ("OPENCLAW_COMBINE_W_OPD", "0.25", "combine", {}),
+    ("ROLLOUT_BATCH_SIZE", "8", "rl", {}), ("LR", "2e-6", "rl", {}), ("SAVE_INTERVAL", "5", "rl", {}),
+    ("MEM_FRACTION_STATIC", "0.7", "rl", {}), ("MAX_TOKENS_PER_GPU", "1000", "rl", {}),
+    ("KL_LOSS_COEF", "0.01", "rl", {}), ("ROTARY_BASE", "1000000", "rl", {}), ("CONTEXT_LENGTH", "16384", "rl", {}),
+    ("LORA_RANK", "8", "rl_lora", {}), ("LORA_ALPHA", "16", "rl_lora", {}),
+    ("USE_WANDB", "1", "rl", {"WANDB_API_KEY": "w"}), ("WANDB_PROJECT", "p2", "rl", {"USE_WANDB": "1", "WANDB_KEY": "w"}),
+    ("WANDB_KEY", "w", "rl", {"USE_WANDB": "1"}), ("WANDB_API_KEY", "w", "rl", {"USE_WANDB": "1"}),
+    ("MASTER_ADDR", "10.0.0.1", "rl", {}), ("RAY_PORT", "6390", "rl", {}), ("RAY_DASHBOARD_PORT", "8290", "rl", {}),
+    ("RAY_TEMP_DIR", "/tmp/r2", "rl", {}), ("PYTHON", shutil.which("python3") or "python3", "rl", {}),
+    ("PYTHONPATH", "/extra", "rl", {}),
+    ("OPD_ADVANTAGE", "estimator", "opd", {"SKIP_SLIME_FEATURE_CHECK": "1"}),
+    ("SKIP_SLIME_FEATURE_CHECK", "1", "rl", {}), ("ALLOW_LORA_FALLBACK", "1", "combine_lora", {}),
+]
+# Documented variables that change what a real launch does but not the dry-run printout (fixture paths,
+# timeouts of the waits), or whose dry-run effect other tests check with their own files.
+NOT_IN_DRY_RUN = {"SLIME_DIR", "HF_CKPT", "PRM_MODEL_PATH", "RUN_DIR", "MEGATRON_DIR", "MODEL_ARGS_FILE",
+                  "OPENCLAW_CONFIG", "PRM_API_KEY", "JUDGE_STARTUP_TIMEOUT", "RAY_START_TIMEOUT"}
+
+
+def _documented_script_variables() -> set[str]:
+    header = COMMON.read_text().split("\nOC_LIB_DIR=")[0].split("# Environment (")[1]
+    names = set(re.findall(r"(?:^#\s+|\s)([A-Z][A-Z0-9_]{2,})(?= \[|\s|/|$)", header, re.M))
+    return {n for n in names if n not in {"PRM", "THUDM", "ACTOR", "ROLLOUT", "OPD", "DEF_"}}
+
+
+def test_every_documented_script_variable_is_tested():
+    tested = {v for v, *_ in SCRIPT_VARIABLES} | NOT_IN_DRY_RUN
+    assert _documented_script_variables() - tested == set()
+
+
+# By default only the variables resolved through openclaw_rl.launch (the run config) and the judge/proxy
+# ones; every variable with OPENCLAW_TEST_FULL=1 (scripts/run_full_tests.sh): two dry runs each.
+_CONFIG_VARIABLES = {"PRM_URL", "SGLANG_API_KEY", "OPENCLAW_RECORD_ENABLED", "PRM_M", "PRM_TEMPERATURE",
+                     "PRM_MAX_NEW_TOKENS", "PROXY_HOST", "PORT", "ALLOW_INSECURE_BIND", "SERVED_MODEL_NAME",
+                     "TOOL_CALL_PARSER", "ROLLOUT_TEMPERATURE", "OPENCLAW_EVAL_MODE",
+                     "OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY", "OPENCLAW_COMBINE_W_RL", "OPENCLAW_COMBINE_W_OPD"}
+_FULL = os.environ.get("OPENCLAW_TEST_FULL") == "1"
+
+
+@pytest.mark.parametrize(("var", "value", "variant", "extra"), [
+    pytest.param(*v, id=v[0], marks=() if v[0] in _CONFIG_VARIABLES or _FULL else pytest.mark.skip(
+        reason="shell-only variable: checked with OPENCLAW_TEST_FULL=1 (scripts/run_full_tests.sh)"))
+    for v in SCRIPT_VARIABLES])
+def test_each_documented_script_variable_changes_the_launch(launch, var, value, variant, extra):
+    before = launch(variant, **extra)
+    after = launch(variant, **extra, **{var: value})
+    assert after.rc == 0, after.err  # before may be a refusal (ALLOW_LORA_FALLBACK)
+
+    def seen(run: Run) -> str:  # status, plan, warnings and run config, without the per-run directory
+        config = run.config_text() if run.rc == 0 else ""
+        return f"{run.rc}{run.out}{run.err}{config}".replace(str(run.run_dir), "RUN")
+
+    assert seen(before) != seen(after), f"{var}={value} changed nothing"

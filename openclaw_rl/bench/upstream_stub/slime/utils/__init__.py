@@ -1,0 +1,1 @@
+"""Benchmark stub of ``slime.utils``."""

@@ -1,0 +1,51 @@
+"""The JSON codec of the hot paths: orjson when installed (3-10× faster than ``json``), ``json`` otherwise.
+
+Stage: shared by the routes (request bodies, replies), serving (SSE chunks) and the backend client
+(``/generate`` replies and stream chunks). Both produce compact UTF-8 JSON with non-ASCII kept. orjson
+is stricter than ``json`` on input (NaN, lone surrogates, ints beyond 64 bits are errors): such input is
+parsed again with ``json``, so both codecs accept exactly the same documents and the value checks
+downstream (400 for a request, ``backend_invalid_output`` for a backend answer) decide; on output, a value orjson refuses (a lone surrogate in a ``str``)
+falls back to ``json`` rather than failing the request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson is a declared dependency; the fallback keeps a bare env working
+    orjson = None  # type: ignore[assignment]
+if os.environ.get("OPENCLAW_RL_JSON") == "json":  # benchmarks measure what orjson buys by turning it off
+    orjson = None  # type: ignore[assignment]
+
+DecodeError: tuple[type[Exception], ...] = (ValueError,) if orjson is None else (ValueError, orjson.JSONDecodeError)
+"""What ``loads`` raises on bad input (orjson's error is a ValueError subclass too)."""
+
+
+def loads(data: bytes | bytearray | memoryview | str) -> Any:
+    if orjson is not None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            # json also reads NaN/Infinity (Python servers write them): the caller's range checks then say
+            # what is wrong with the value instead of calling the whole answer non-JSON. Only bad input
+            # pays for the second parse.
+            pass
+    return json.loads(bytes(data) if isinstance(data, memoryview) else data)
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact UTF-8 JSON bytes."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(obj)
+        except TypeError:  # lone surrogate, or a type orjson does not know: json has the final word
+            pass
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def backend_name() -> str:
+    return "orjson" if orjson is not None else "json"
