@@ -53,7 +53,8 @@ def hint_aware_scorer(tokenizer: Any) -> Callable[[Any, int], float]:
 
 
 @contextmanager
-def scripted_server(tokenizer: Any, reply: Callable[[str], str], **model_kw: Any) -> Iterator[Any]:
+def scripted_server(tokenizer: Any, reply: Callable[[str], str], *, port: int | None = None,
+                    **model_kw: Any) -> Iterator[Any]:
     from openclaw_rl.engine.scripted import ScriptedModel
     from openclaw_rl.engine.server import make_engine_app
     from openclaw_rl.servers import BackgroundServer
@@ -64,7 +65,7 @@ def scripted_server(tokenizer: Any, reply: Callable[[str], str], **model_kw: Any
     model_kw.setdefault("context_length", 65536)  # OpenClaw's prompts are ~25K tiny-tokenizer tokens
     model = ScriptedModel(tokenizer, responder=responder, **model_kw)
     app = make_engine_app(model, tokenizer, served_model_name="tiny", model_path="tiny")
-    with BackgroundServer(app) as server:
+    with BackgroundServer(app, port=port) as server:
         server.model, server.app = model, app
         yield server
 

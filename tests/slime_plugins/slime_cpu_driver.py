@@ -4,7 +4,13 @@
 
 1. The launch script's printed ``train_async.py`` command line (and its runtime env) through Slime's real
    ``parse_args`` (Megatron's parser and validation included).
-2. Our samples → Slime's ``RolloutManager._convert_samples_to_train_data`` and ``_split_train_data_by_dp``.
+2. Slime's real ``RolloutManager.generate`` (rank 0): it loads our rollout function from the parsed
+   ``--rollout-function-path`` and calls it; our function starts the project's proxy in-process against
+   the project's scripted SGLang policy and judge (``tests/support.py``), while this driver chats a few
+   sessions through the proxy so turns get next states and are judged. ``generate`` then runs Slime's
+   ``log_rollout_data``, ``_convert_samples_to_train_data`` and ``_split_train_data_by_dp``; the train
+   data goes to the other TP ranks by a gloo broadcast. The samples are checked token for token against
+   what the scripted policy sampled (and, for OPD, what the hint-aware teacher scored).
 3. Slime's ``MegatronTrainRayActor._get_rollout_data`` and ``train_actor`` (its own choice whether to
    recompute old log-probs, ``compute_advantages_and_returns`` with our advantage hook, the rollout-data
    postprocess hook, ``log_rollout_data``), with Megatron's ``parallel_state`` on gloo at TP = ``TP``.
@@ -13,7 +19,11 @@
    old log-probs from it, and Slime's ``get_batch`` + ``loss_function`` (our custom losses where the script
    names one) + backward train it.
 
-Stand-ins (see docs/deployment.md): ``ray.put``/``ray.get`` pass objects through (no cluster), the
+Stand-ins (see docs/deployment.md): ``ray.put``/``ray.get`` pass objects through (no cluster); the
+``RolloutManager`` is built without its ``__init__`` (which starts SGLang engines, a router and a Ray
+``Lock`` actor): its attributes are set as ``__init__`` sets them with ``--debug-train-only``-style empty
+``servers`` (the rollout function reaches the scripted engines through ``sglang_router_ip/port``, which
+Slime itself fills in once its router is up); the
 accelerator is a CPU backend given to Slime's ``set_accelerator``, Megatron's GPU-architecture query answers 9 (Hopper), the model is the
 table above, and SGLang / torch_memory_saver / wandb are import-only stubs (slime_cpu_stubs/).
 """
@@ -24,13 +34,14 @@ import json
 import os
 import shlex
 import sys
+import threading
 import types
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-VOCAB_SEED, SAMPLE_SEED = 1234, 99
+VOCAB_SEED = 1234
 
 
 def slime_argv(dry_run_output: str) -> tuple[list[str], dict[str, str]]:
@@ -56,28 +67,6 @@ def parse_slime_args(argv: list[str], env: dict[str, str]):
 
     sys.argv = ["train_async.py", *argv]
     return parse_args()
-
-
-def training_samples(mode: str, n: int, vocab: int):
-    from openclaw_rl.samples import TrainingSample
-
-    g = torch.Generator().manual_seed(SAMPLE_SEED)
-    samples = []
-    for i in range(n):
-        prompt, response = 3 + i % 3, 2 + (i * 5) % 7
-        rollout = (-torch.rand(response, generator=g)).tolist()
-        extra = {}
-        if mode in ("opd", "combine", "opd_topk"):
-            extra["teacher_log_probs"] = rollout if (mode == "combine" and i % 2) else (-torch.rand(response, generator=g)).tolist()
-        if mode == "opd_topk":
-            top = torch.log_softmax(torch.randn(response, vocab, generator=g), -1).topk(3)
-            extra["teacher_topk_log_probs"], extra["teacher_topk_indices"] = top.values.tolist(), top.indices.tolist()
-        samples.append(TrainingSample(
-            session_id=f"s{i}", turn=1, kind=mode if mode != "opd_topk" else "opd",
-            prompt_ids=torch.randint(0, vocab, (prompt,), generator=g).tolist(),
-            response_ids=torch.randint(0, vocab, (response,), generator=g).tolist(),
-            rollout_log_probs=rollout, loss_mask=[1] * response, reward=1.0 if i % 4 else -1.0, index=i, **extra))
-    return samples
 
 
 class TableModel:
@@ -114,6 +103,143 @@ def _cpu_accelerator(accelerator_module):
     return CPUAccelerator()
 
 
+FOLLOW_UPS = {  # the user's next message per session (i % 2): the next state the judge scores
+    "rl": ("thanks, that helps", "that is wrong"),
+    "opd": ("that is wrong, answer in french", "wrong again, in french please"),
+    "opd_topk": ("that is wrong, answer in french", "wrong again, in french please"),
+    "combine": ("thanks, that helps", "that is wrong, answer in french"),
+}
+MAX_SESSIONS = 24  # bounded: the batch needs ROLLOUT_BATCH_SIZE judged turns
+
+
+def chat_until_done(url: str, mode: str, done: threading.Event) -> list[str]:
+    """Chat sessions through the proxy until Slime's rollout returns; returns each session's follow-up."""
+    import httpx
+
+    follow_ups: list[str] = []
+    with httpx.Client(timeout=60, trust_env=False) as client:
+        for i in range(MAX_SESSIONS):
+            if done.is_set():
+                break
+            convo = [{"role": "user", "content": f"question {i}: hello there"}]
+            follow_ups.append(FOLLOW_UPS[mode][i % 2])
+            for next_user in (follow_ups[-1], "ok"):
+                r = client.post(f"{url}/v1/chat/completions", json={"messages": convo},
+                                headers={"X-Session-Id": f"session-{i}"})
+                if r.status_code == 503:  # the gate closed behind a full batch (it was open when we began)
+                    return follow_ups
+                r.raise_for_status()
+                convo += [r.json()["choices"][0]["message"], {"role": "user", "content": next_user}]
+    return follow_ups
+
+
+def rollout_through_slime(args, mode: str, slime_rollout, load_function):
+    """Slime's ``RolloutManager.generate(0)`` with our rollout function, against the scripted engines."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support.py's scripted engines
+    from support import hint_aware_scorer, judge_reply, policy_reply, scripted_server
+    from transformers import AutoTokenizer
+
+    from openclaw_rl.engine.scripted import hash_scorer
+    from openclaw_rl.slime_hooks.bridge import shutdown_runtimes
+
+    tok = AutoTokenizer.from_pretrained(args.hf_checkpoint)
+    report: dict = {}
+    # The judge listens where the launch script's run config (Slime's --custom-config-path, set on args by
+    # Slime's parse_args) says the PRM server is.
+    judge_port = int(args.openclaw_judge_url.rsplit(":", 1)[1])
+    with scripted_server(tok, policy_reply) as policy, \
+            scripted_server(tok, judge_reply, port=judge_port, scorer=hint_aware_scorer(tok)):
+        # Slime sets these once its SGLang router is up; the router here is the scripted policy engine.
+        args.sglang_router_ip, port = policy.url.removeprefix("http://").rsplit(":", 1)
+        args.sglang_router_port = int(port)
+
+        manager_cls = getattr(slime_rollout.RolloutManager, "__ray_actor_class__", slime_rollout.RolloutManager)
+        manager = object.__new__(manager_cls)  # __init__ would start SGLang engines and Ray actors
+        manager.args, manager.servers, manager._health_monitors, manager.rollout_id = args, {}, [], -1
+        manager.data_source = load_function(args.data_source_path)(args)
+        real_rollout = load_function(args.rollout_function_path)
+        returned: list = []
+
+        def rollout_spy(*a, **k):  # what our function handed to Slime, to check it after Slime's conversion
+            returned.append(real_rollout(*a, **k))
+            return returned[-1]
+
+        manager.generate_rollout = rollout_spy
+        manager.eval_generate_rollout = load_function(args.eval_function_path)
+        manager.custom_reward_post_process_func = (load_function(args.custom_reward_post_process_path)
+                                                   if args.custom_reward_post_process_path else None)
+        manager.custom_convert_samples_to_train_data_func = (
+            load_function(args.custom_convert_samples_to_train_data_path)
+            if args.custom_convert_samples_to_train_data_path else None)
+        manager.train_parallel_config = {"dp_size": 1, "cp_size": 1, "vpp_size": 1,
+                                         "microbatch_group_size_per_vp_stage": 1}
+        out: dict = {}
+        done = threading.Event()
+
+        def generate() -> None:
+            try:
+                out["refs"] = manager.generate(0)
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the main thread
+                out["error"] = exc
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=generate, daemon=True)
+        worker.start()
+        from openclaw_rl.slime_hooks.bridge import _RUNTIMES
+
+        runtime_mode = "opd" if mode == "opd_topk" else mode
+        for _ in range(1200):  # the proxy starts inside our rollout function, called by Slime
+            if done.is_set() or (runtime_mode in _RUNTIMES and _RUNTIMES[runtime_mode].proxy.gate.is_open):
+                break
+            done.wait(0.1)
+        follow_ups = [] if done.is_set() else chat_until_done(_RUNTIMES[runtime_mode].url, mode, done)
+        done.wait(120)
+        if "error" in out:
+            raise out["error"]
+        if "refs" not in out:
+            proxy = _RUNTIMES[runtime_mode].proxy
+            raise AssertionError(f"Slime's generate did not return: {proxy.spool.ready_count()} samples ready "
+                                 f"after {len(follow_ups)} sessions, {proxy.tracker.pending_turns} turns pending")
+        shutdown_runtimes()
+
+        samples = [s for group in returned[0].samples for s in group]
+        eos = min(policy.model.eos_token_ids)
+        checks = []
+        for s in samples:
+            prompt, response = s.tokens[: -s.response_length], s.tokens[-s.response_length :]
+            script = policy.model.encode_non_canonical(policy_reply(tok.decode(prompt, skip_special_tokens=False)))
+            lps = [hash_scorer(prompt + response[:j], t) for j, t in enumerate(response)]
+            session = int(s.metadata["session_id"].rsplit("-", 1)[1])
+            teacher = s.teacher_log_probs
+            if teacher is not None:
+                teacher = (teacher[:, 0] if teacher.dim() == 2 else teacher).tolist()
+            checks.append({
+                "session": session, "turn": s.metadata["turn"], "follow_up": follow_ups[session],
+                "tokens_exact": response in (script, script + [eos]),
+                "log_probs_exact": s.rollout_log_probs == pytest_approx_list(lps),
+                "reward": s.get_reward_value(args),
+                "teacher_is_hinted": teacher is not None and teacher == pytest_approx_list(
+                    [-((t % 7) + 1) / 10 for t in response]),
+                "teacher_is_rollout": teacher is not None and teacher == pytest_approx_list(s.rollout_log_probs),
+                "has_topk": hasattr(s, "teacher_topk_indices"),
+            })
+        report.update(n_samples=len(samples), sessions=len(follow_ups), checks=checks,
+                      policy_requests=len(follow_ups), metrics=returned[0].metrics)
+    return out["refs"], report
+
+
+def pytest_approx_list(values: list[float]) -> list:
+    """Float lists compared at float32 precision (the teacher rides as float32)."""
+    import math
+
+    class Close(float):
+        def __eq__(self, other):  # type: ignore[override]
+            return math.isclose(float(self), float(other), rel_tol=1e-6, abs_tol=1e-6)
+
+    return [Close(v) for v in values]
+
+
 def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     rank = int(os.environ.get("RANK", "0"))
     argv, env = slime_argv(Path(dry_run_output).read_text())
@@ -142,19 +268,14 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
 
     result["tp_group_size"] = 1 if active_tp_group() is None else dist.get_world_size(active_tp_group())
 
-    # --- rollout side: Slime's own conversion of what our rollout function returns ---------------------
-    from openclaw_rl.slime_hooks.samples import to_slime_groups
-
+    # --- rollout side: Slime's RolloutManager.generate calling our rollout function (rank 0) -------------
     vocab = int(args.vocab_size)
-    groups = to_slime_groups(training_samples(mode, int(args.rollout_batch_size), vocab))
-    manager_cls = getattr(slime_rollout.RolloutManager, "__ray_actor_class__", slime_rollout.RolloutManager)
-    manager = object.__new__(manager_cls)
-    manager.args = args
-    manager.custom_convert_samples_to_train_data_func = manager.custom_reward_post_process_func = None
-    manager.train_parallel_config = {"dp_size": 1, "cp_size": 1, "vpp_size": 1, "microbatch_group_size_per_vp_stage": 1}
-    train_data = manager._convert_samples_to_train_data([s for group in groups for s in group])
-    refs = manager._split_train_data_by_dp(train_data)
-    result["train_data_keys"] = sorted(train_data)
+    shared: list = [None]
+    if rank == 0:
+        refs, result["rollout"] = rollout_through_slime(args, mode, slime_rollout, load_function)
+        shared[0] = refs
+    dist.broadcast_object_list(shared, src=0)  # every TP rank trains on the same rollout
+    refs = shared[0]
 
     # --- actor side: Slime's train_actor with a table in place of the Megatron model ---------------------
     model = TableModel(vocab, tp, parallel_state.get_tensor_model_parallel_rank())
@@ -222,4 +343,7 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
 
 
 if __name__ == "__main__":
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
     main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])

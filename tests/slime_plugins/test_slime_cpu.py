@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from openclaw_rl.servers import free_port
+
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 STUBS = HERE / "slime_cpu_stubs"
@@ -60,7 +62,10 @@ def _run(variant: str, tp: int, tmp_path: Path, tiny_model_dir: Path, model_args
            "PYTHONPATH": str(STUBS), "RUN_DIR": str(tmp_path / "run"), "SAVE_CKPT": str(tmp_path / "ckpt"),
            "USE_WANDB": "0", "HF_CKPT": str(tiny_model_dir), "MODEL_ARGS_FILE": str(model_args),
            "ROTARY_BASE": "10000", "ROLLOUT_BATCH_SIZE": "4", "NUM_GPUS": str(tp + 2), "ACTOR_GPUS": str(tp),
-           "ROLLOUT_GPUS": "1", "PRM_GPUS": "1", "TP": "1", "TRAIN_TP": str(tp)}
+           "ROLLOUT_GPUS": "1", "PRM_GPUS": "1", "TP": "1", "TRAIN_TP": str(tp),
+           "PORT": str(free_port()), "PRM_PORT": str(free_port()),  # the driver's proxy and scripted judge
+           # 1.0: the teacher's log-probs are then not temperature-rescaled, so they can be checked exactly
+           "ROLLOUT_TEMPERATURE": "1.0"}
     dry = subprocess.run(["bash", str(REPO_ROOT / "scripts" / f"run_qwen3_4b_openclaw_{variant}.sh")], env=env,
                          capture_output=True, text=True, timeout=300, check=False)
     assert dry.returncode == 0, dry.stderr
@@ -86,10 +91,22 @@ EXPECTED = {  # what Slime itself decides for each script's flags
 PORTS = iter(range(29700, 29800))
 
 
+class _LazyRuns(dict):
+    """One TP=1 run per variant, started the first time a test asks for it (so ``-k opd`` runs one)."""
+
+    def __init__(self, make) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, variant: str) -> dict:
+        self[variant] = self._make(variant)
+        return self[variant]
+
+
 @pytest.fixture(scope="module")
 def results_tp1(tmp_path_factory, tiny_model_dir, tiny_model_args) -> dict[str, dict]:
-    return {v: _run(v, 1, tmp_path_factory.mktemp(f"{v}-tp1"), tiny_model_dir, tiny_model_args, next(PORTS))
-            for v in EXPECTED}
+    return _LazyRuns(lambda v: _run(v, 1, tmp_path_factory.mktemp(f"{v}-tp1"), tiny_model_dir, tiny_model_args,
+                                    next(PORTS)))
 
 
 @pytest.mark.parametrize("variant", list(EXPECTED))
@@ -101,6 +118,27 @@ def test_variant_trains_through_slimes_own_code_at_tp1(results_tp1, variant):
     assert got["grad_finite"] and got["grad_abs_sum"] > 0
     if variant != "rl":
         assert got["teacher_dims"] == [1], "Slime's rollout metrics must see per-token teacher log-probs"
+
+
+@pytest.mark.parametrize("variant", list(EXPECTED))
+def test_slimes_rollout_manager_gets_exact_judged_turns_from_our_rollout_function(results_tp1, variant):
+    """RolloutManager.generate → our --rollout-function-path → proxy → scripted policy and judge."""
+    rollout = results_tp1[variant]["rollout"]
+    checks = rollout["checks"]
+    assert rollout["n_samples"] == len(checks) == 4, rollout  # ROLLOUT_BATCH_SIZE
+    assert all(c["tokens_exact"] and c["log_probs_exact"] for c in checks), checks  # what the policy sampled
+    assert all(c["turn"] == 1 for c in checks), checks  # the turn the follow-up is the next state of
+    for c in checks:
+        happy = c["follow_up"].startswith("thanks")
+        if variant in ("rl", "combine"):
+            assert c["reward"] == (1.0 if happy else -1.0), c  # the judge's vote on the next state
+        if variant == "rl":
+            assert not (c["teacher_is_hinted"] or c["teacher_is_rollout"]), c
+        elif happy:  # combine without a hint: no distillation signal (teacher = old log-probs)
+            assert c["teacher_is_rollout"], c
+        else:  # the teacher scored the sampled tokens with the judge's hint in its prompt
+            assert c["teacher_is_hinted"], c
+        assert c["has_topk"] == (variant == "opd_topk"), c
 
 
 @pytest.mark.parametrize("variant", ["combine", "opd_topk"])
