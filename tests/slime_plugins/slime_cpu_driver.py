@@ -103,8 +103,9 @@ def _cpu_accelerator(accelerator_module):
     return CPUAccelerator()
 
 
-FOLLOW_UPS = {  # the user's next message per session (i % 2): the next state the judge scores
-    "rl": ("thanks, that helps", "that is wrong"),
+FOLLOW_UPS = {  # the user's next message per session (cycled): the next state the judge scores
+    # rl: 3 of 4 positive, so the (unnormalised) rewards do not cancel and the loss has a real gradient
+    "rl": ("thanks, that helps", "thanks, that helps", "that is wrong", "thanks, that helps"),
     "opd": ("that is wrong, answer in french", "wrong again, in french please"),
     "opd_topk": ("that is wrong, answer in french", "wrong again, in french please"),
     "combine": ("thanks, that helps", "that is wrong, answer in french"),
@@ -122,7 +123,7 @@ def chat_until_done(url: str, mode: str, done: threading.Event) -> list[str]:
             if done.is_set():
                 break
             convo = [{"role": "user", "content": f"question {i}: hello there"}]
-            follow_ups.append(FOLLOW_UPS[mode][i % 2])
+            follow_ups.append(FOLLOW_UPS[mode][i % len(FOLLOW_UPS[mode])])
             for next_user in (follow_ups[-1], "ok"):
                 r = client.post(f"{url}/v1/chat/completions", json={"messages": convo},
                                 headers={"X-Session-Id": f"session-{i}"})
