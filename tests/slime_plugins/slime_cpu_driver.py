@@ -54,7 +54,8 @@ def slime_argv(dry_run_output: str) -> tuple[list[str], dict[str, str]]:
             break
     words = shlex.split(" ".join(joined))
     env = json.loads(words[words.index("--runtime-env-json") + 1])["env_vars"]
-    return words[words.index("--") + 2 :], {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    # after "--": the python, train_async.py, then the flags
+    return words[words.index("--") + 3 :], {k: v for k, v in env.items() if k != "PYTHONPATH"}
 
 
 def parse_slime_args(argv: list[str], env: dict[str, str]):
