@@ -67,11 +67,12 @@ def settings_from_cli(ns: argparse.Namespace):
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
+    settings = settings_from_cli(ns)  # first: a configuration error costs no server import
+
     import uvicorn
 
     from .server import Proxy
 
-    settings = settings_from_cli(ns)
     proxy = Proxy.build(settings)
     p = settings.proxy
     logging.getLogger(__name__).info("openclaw-rl proxy (%s mode) on http://%s:%d/v1 → policy %s, spool %s",

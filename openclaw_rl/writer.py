@@ -71,15 +71,20 @@ class SampleWriter:
         return len(self.overflow) >= self.max_overflow
 
     def flush(self, timeout: float = 30.0) -> None:
-        """Wait until everything enqueued so far is persisted."""
+        """Wait until everything enqueued so far is persisted (at once when closed: nothing would answer)."""
+        if not self._thread.is_alive():
+            return
         done = threading.Event()
         self._queue.put(("flush", done, None))
         done.wait(timeout)
 
     def close(self) -> None:
-        self.flush()
-        self._queue.put(None)
-        self._thread.join(10)
+        """Persist what is enqueued and stop the thread; closing twice is a no-op (a runtime stopped by its
+        owner is stopped again at exit)."""
+        if self._thread.is_alive():
+            self.flush()
+            self._queue.put(None)
+            self._thread.join(10)
         for f in (self._records, self._prm_records):
             if f:
                 f.close()

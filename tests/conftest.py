@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ def tiny_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the session's tiny model lives. Building it (tokenizer + pre-training) is the suite's largest
     fixed cost, so it is kept in the repository's ignored ``.cache/`` under a key of its sources (every file
     of ``openclaw_rl/embedded``), library versions and thread count: any change rebuilds it. A private,
-    fresh build with ``OPENCLAW_TEST_FRESH_MODEL=1`` and in the full suite (``OPENCLAW_TEST_FULL=1``)."""
+    fresh build with ``OPENCLAW_TEST_FRESH_MODEL=1`` and in the full suite (``OPENCLAW_TEST_FULL=1``),
+    shared by the workers of one ``pytest -n`` run."""
     import hashlib
 
     import tokenizers
@@ -32,7 +34,8 @@ def tiny_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import openclaw_rl.embedded as embedded
 
     if os.environ.get("OPENCLAW_TEST_FRESH_MODEL") == "1" or os.environ.get("OPENCLAW_TEST_FULL") == "1":
-        return tmp_path_factory.mktemp("tiny-cache")
+        base = tmp_path_factory.getbasetemp()
+        return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "tiny-cache"
     key = hashlib.sha256()
     package = Path(embedded.__file__).parent
     for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
@@ -42,12 +45,26 @@ def tiny_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return REPO / ".cache" / "test-tiny-models" / key.hexdigest()[:16]
 
 
+@contextmanager
+def build_lock(cache: Path) -> Iterator[None]:
+    """One builder at a time per cache: with ``pytest -n``, the first worker builds (minutes of CPU) while
+    the others wait for it and then find the finished model, instead of each building its own copy."""
+    import fcntl
+
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache.with_name(cache.name + ".lock"), "w") as lock:  # beside it: the cache holds only models
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default (h128, seed 0) tiny model, built once (see ``tiny_model_cache``)."""
     from openclaw_rl.embedded.tiny_model import ensure_tiny_model
 
-    return ensure_tiny_model("h128", cache_dir=tiny_model_cache(tmp_path_factory))
+    cache = tiny_model_cache(tmp_path_factory)
+    with build_lock(cache):
+        return ensure_tiny_model("h128", cache_dir=cache)
 
 
 @pytest.fixture(scope="session")
@@ -89,8 +106,9 @@ def make_proxy(tmp_path: Path, tiny_model_dir: Path, tokenizer: Any) -> Iterator
         return proxy, server.url
 
     yield start
-    for _proxy, server in started:
+    for proxy, server in started:
         server.stop()
+        proxy.writer.close()  # its thread and record files end with the test, not at interpreter exit
 
 
 @pytest.fixture

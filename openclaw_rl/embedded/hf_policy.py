@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch is imported where it is used: the CLI imports this module to register `train`
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +35,15 @@ class PolicyLoadConfig:
     lora_targets: tuple[str, ...] = field(default=DEFAULT_LORA_TARGETS)
 
     def resolved_device(self) -> torch.device:
+        import torch
+
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)
 
     def resolved_dtype(self) -> torch.dtype:
+        import torch
+
         name = self.dtype
         if name == "auto":
             name = "bfloat16" if self.resolved_device().type == "cuda" and self.lora_rank > 0 else "float32"
@@ -50,6 +55,7 @@ class PolicyLoadConfig:
 
 def load_policy(model_path: str, cfg: PolicyLoadConfig) -> torch.nn.Module:
     """The trainable model: loaded in the chosen dtype on the chosen device, checkpointed, LoRA-wrapped."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     device, dtype = cfg.resolved_device(), cfg.resolved_dtype()

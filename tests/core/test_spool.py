@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from openclaw_rl.samples import TrainingSample
@@ -32,6 +34,20 @@ def test_unacknowledged_batch_is_redelivered_first_after_restart(tmp_path):
     assert reopened.release_leases() == 2
     _, again = reopened.lease(2)
     assert [s.sample_id for s in again] == [s.sample_id for s in first]
+
+
+def test_a_closed_writer_flushes_and_closes_again_at_once(tmp_path):
+    """A runtime stopped by its owner is stopped again at exit (atexit): its writer must not wait for
+    a flush its finished thread will never answer (that cost pytest 30 s per runtime at exit)."""
+    from openclaw_rl.metrics import ProxyMetrics
+    from openclaw_rl.writer import SampleWriter
+
+    writer = SampleWriter(Spool(tmp_path), ProxyMetrics())
+    writer.close()
+    again = threading.Thread(target=lambda: (writer.flush(timeout=3600), writer.close()), daemon=True)
+    again.start()
+    again.join(60)  # a hang detector, not a timing: an unanswered flush waits its full hour
+    assert not again.is_alive(), "flush/close of a closed writer waited for its finished thread"
 
 
 def test_put_is_idempotent_per_sample_id(tmp_path):

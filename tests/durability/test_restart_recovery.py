@@ -51,18 +51,25 @@ def test_sigkill_mid_traffic_loses_and_duplicates_nothing(policy_server, judge_s
     for sid in list(histories)[:3]:  # turn 2 for half: turn 1 gets judged, turn 2 waits
         assert turn(sid, "thanks again")
     # in-flight traffic at the moment of the kill (slow policy): those clients get errors, no samples
-    policy_server.model.ttft_s = 1.0
+    model, reply = policy_server.model, policy_server.model.responder
+    generating = threading.Semaphore(0)  # released as each request starts generating at the policy
+
+    def held_reply(prompt_ids: list[int]) -> str:
+        generating.release()
+        return reply(prompt_ids)
+
+    model.ttft_s, model.responder = 5.0, held_reply  # still generating when the proxy is killed
     inflight = [threading.Thread(target=turn, args=(sid, None)) for sid in ("late1", "late2")]
     for sid in ("late1", "late2"):
         histories[sid] = [{"role": "user", "content": "hello"}]
     for t in inflight:
         t.start()
-    time.sleep(0.3)
+    assert all(generating.acquire(timeout=60) for _ in inflight), "the late requests never reached the policy"
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     for t in inflight:
         t.join(10)
-    policy_server.model.ttft_s = 0.0
+    model.ttft_s, model.responder = 0.0, reply
 
     proc = start_proxy(policy_server.url, judge_server.url, str(tiny_model_dir), port, spool_dir)
     try:

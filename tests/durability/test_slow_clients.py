@@ -127,7 +127,10 @@ def test_connections_beyond_the_cap_are_closed_at_once():
         assert drops == ["connection_limit"] * 10
         for s in socks[:20]:  # those under the cap are served
             s.close()
-        time.sleep(0.2)
+        deadline = time.monotonic() + 10  # until the server has seen the closes: it is under its cap again
+        while server.server_state.connections and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not server.server_state.connections
         assert httpx.get(f"http://127.0.0.1:{port}/").text == "ok"
     finally:
         for s in socks:

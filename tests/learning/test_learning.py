@@ -22,7 +22,8 @@ SEEDS = (0, 1, 2) if FULL else (0,)
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("mode", list(MODES))
-def test_mode_lifts_the_preferred_rate(mode, seed, tmp_path):
+def test_mode_lifts_the_preferred_rate(mode, seed, tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("OPENCLAW_RL_CACHE", str(tiny_model_dir.parent))  # the session's model, not ~/.cache
     d = MODE_DEFAULTS[mode]
     cfg = LocalConfig(mode=mode, seed=seed, port=free_port(), out_dir=str(tmp_path / mode), simulate=True,
                       interactions=int(d["interactions"]), lr=d["lr"], kl_coef=d["kl_coef"],
