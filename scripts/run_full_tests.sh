@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole suite with the learning and load tests at full size (minutes, not seconds).
+# Workers as in scripts/run_tests.sh (OPENCLAW_TEST_WORKERS, default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-OPENCLAW_TEST_FULL=1 exec .venv/bin/python -m pytest "$@"
+OPENCLAW_TEST_FULL=1 exec .venv/bin/python -m pytest -n "${OPENCLAW_TEST_WORKERS:-2}" --dist worksteal "$@"
