@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole suite with the learning and load tests at full size (minutes, not seconds).
-# Workers as in scripts/run_tests.sh (OPENCLAW_TEST_WORKERS, default 2).
+# OPENCLAW_TEST_WORKERS as in scripts/run_tests.sh (default: one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-OPENCLAW_TEST_FULL=1 exec .venv/bin/python -m pytest -n "${OPENCLAW_TEST_WORKERS:-2}" --dist worksteal "$@"
+OPENCLAW_TEST_FULL=1 exec .venv/bin/python -m pytest -n "${OPENCLAW_TEST_WORKERS:-0}" "$@"
