@@ -210,7 +210,7 @@ class OpenClawPhase:
     tails_per_step: int = 4
     prefixes: int = 6
     min_sections: int = 8
-    max_sections: int = 130
+    max_sections: int = 150
     lr: float = 1.5e-3
     short_weight: float = 0.5  # the short task chats of phase one keep being trained, so nothing is forgotten
     short_batch: int = 16

@@ -112,7 +112,7 @@ def test_ensure_keeps_the_winner_when_it_loses_the_race(tiny_model_dir: Path, tm
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / f"tiny-h64-s0-v{tiny_model.FORMAT_VERSION}"
 
-    def slow_build(out_dir: Path, preset: str, seed: int) -> Path:
+    def slow_build(out_dir: Path, preset: str, seed: int, **_: object) -> Path:
         # While "we" build, another process finishes first and renames its copy into place.
         (out_dir / MARKER_FILE).write_text("loser")
         target.mkdir()
