@@ -26,7 +26,7 @@ from typing import Any
 
 from . import codec
 from .backend import GenerateResult, PolicyBackend, check_output_values
-from .chat import ChatRenderer, normalize_messages
+from .chat import ChatRenderer, normalize_messages, side_cache_key
 from .config import ProxySettings
 from .errors import (
     BackendUnavailable,
@@ -51,7 +51,29 @@ def sse(obj: Any) -> bytes:
     return b"data: " + codec.dumps(obj) + b"\n\n"
 
 
+class ChunkBytes:
+    """One reply's ``chat.completion.chunk`` events as SSE bytes. The fixed part of a content chunk
+    (id, model, created, the choice's frame) is serialised once; each delta costs one small dump.
+    The bytes are exactly ``sse(completion_chunk(...))``'s (checked by the tests)."""
+
+    def __init__(self, completion_id: str, model: str, created: int):
+        self.mk = dict(completion_id=completion_id, model=model, created=created)
+        head = sse(completion_chunk(**self.mk, delta={}))
+        cut = head.index(b'"delta":') + len(b'"delta":')
+        self._open, self._close = head[:cut], head[cut + 2:]  # around the empty delta "{}"
+
+    def role(self) -> bytes:
+        return self.chunk(delta={"role": "assistant", "content": ""})
+
+    def deltas(self, deltas: list[dict[str, Any]]) -> bytes:
+        return b"".join([self._open + codec.dumps(d) + self._close for d in deltas])
+
+    def chunk(self, **fields: Any) -> bytes:
+        return sse(completion_chunk(**self.mk, **fields))
+
+
 SSE_DONE = b"data: [DONE]\n\n"
+STREAM_FLUSH_S = 0.02  # streamed text is written at most this often (a held snapshot waits no longer)
 BULK_BYTES = 1 << 20  # request bodies above this render on their own thread, without the prefix cache
 DURABLE_WAIT_S = 30.0  # the longest a reply waits for its turn's commit (a broken spool is counted, not fatal)
 
@@ -143,8 +165,11 @@ class ChatService:
         await self.gate.admit()
         key = f"{namespace}\x1f{identity.session_id}"
         bulk = body_bytes > BULK_BYTES
+        # side turns (heartbeats, memory flushes: another conversation on the same session id) cache their
+        # prefix under their own key, so they never replace the main line's
+        cache_key = None if bulk else key if main else side_cache_key(key)
         messages, prompt_text, prompt_ids = await asyncio.get_running_loop().run_in_executor(
-            self._bulk_pool if bulk else self._render_pool, self._prepare, req, None if bulk else key)
+            self._bulk_pool if bulk else self._render_pool, self._prepare, req, cache_key)
         params, temperature = self._sampling_params(req, main, len(prompt_ids))
         payload = {"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}
         done = session_done(headers, req)
@@ -272,25 +297,51 @@ class _Reply:
         return self._events(first, chunks)
 
     async def _events(self, first: GenerateResult, chunks: AsyncIterator[GenerateResult]) -> AsyncIterator[bytes]:
+        """The client's SSE bytes. After a write, snapshots arriving within ``STREAM_FLUSH_S`` are held
+        and go out together (their text is cumulative, so only the newest one matters): one write per
+        interval instead of one per token, and a held snapshot never waits longer than the interval."""
         parser = self.svc.parser.streaming(self.tools_enabled, self.opens_thinking)
-        mk = dict(completion_id=self.id, model=self.model, created=self.created)
-        last = first
+        out = ChunkBytes(self.id, self.model, self.created)
+        loop = asyncio.get_running_loop()
+        last, held, next_write = first, False, 0.0
+        pending: asyncio.Future | None = None
         try:
-            yield sse(completion_chunk(**mk, delta={"role": "assistant", "content": ""}))
-            for delta in parser.feed(first.text):
-                yield sse(completion_chunk(**mk, delta=delta))
-            async for snap in chunks:
+            yield out.role() + out.deltas(parser.feed(first.text))
+            while True:
+                if held:  # wait for the next snapshot only until the interval is over, then write what is held
+                    pending = pending or asyncio.ensure_future(chunks.__anext__())
+                    done, _ = await asyncio.wait((pending,), timeout=max(0.0, next_write - loop.time()))
+                    if not done:
+                        held = False
+                        data = out.deltas(parser.feed(last.text))
+                        if data:
+                            next_write = loop.time() + STREAM_FLUSH_S
+                            yield data
+                        continue
+                try:
+                    snap = await (pending if pending is not None else chunks.__anext__())
+                except StopAsyncIteration:
+                    break
+                finally:
+                    pending = None
                 last = snap
-                for delta in parser.feed(snap.text):
-                    yield sse(completion_chunk(**mk, delta=delta))
+                if loop.time() < next_write:
+                    held = True
+                    continue
+                held = False
+                data = out.deltas(parser.feed(snap.text))
+                if data:  # the interval starts at a write: the first content is never held
+                    next_write = loop.time() + STREAM_FLUSH_S
+                    yield data
             self._check_values(last)
             self._settle(last)
-            for delta in parser.finish(last.text):
-                yield sse(completion_chunk(**mk, delta=delta))
+            tail = out.deltas(parser.finish(last.text))
             await self._wait_durable()
-            yield sse(completion_chunk(**mk, delta={}, finish_reason=self._finish_reason(last, bool(parser.tool_calls))))
+            tail += out.chunk(delta={}, finish_reason=self._finish_reason(last, bool(parser.tool_calls)))
             if self.req.stream_options and self.req.stream_options.include_usage:
-                yield sse(completion_chunk(**mk, delta=None, usage_=usage(self.prompt_tokens, len(last.output_ids))))
+                tail += out.chunk(delta=None, usage_=usage(self.prompt_tokens, len(last.output_ids)))
+            yield tail + SSE_DONE
+            return
         except OpenClawError as e:
             self._settle(None, DropReason.GENERATION_FAILED, e.message)
             yield sse(error_body(e))
@@ -301,4 +352,7 @@ class _Reply:
         except BaseException:
             self._settle(None, DropReason.CLIENT_DISCONNECTED)
             raise
+        finally:
+            if pending is not None:  # the client left while a snapshot was awaited: stop the backend stream
+                pending.cancel()
         yield SSE_DONE

@@ -84,7 +84,7 @@ class Compare:
         self.errors: dict[str, int] = {}
 
     def url_pid(self, target: str) -> tuple[str, int | None]:
-        return {"direct": (self.stack.policy_url, None), "ours": (self.stack.proxy_url, self.stack.proxy.pid),
+        return {"direct": (self.stack.policy_url, None), "ours": (self.stack.proxy_url, self.stack.proxy_pid),
                 "upstream": (self.upstream_url, self.upstream_pid)}[target]
 
     async def turn(self, http: httpx.AsyncClient, target: str, cfg: CompareConfig, case: mock.Case, sid: str,
