@@ -409,16 +409,19 @@ class PolicyBackend:
             raise BackendUnavailable("policy backend answered non-JSON") from e
         return parse_generate(data, final=True)
 
-    async def generate_stream(self, payload: dict[str, Any], routing_key: str | None = None
-                              ) -> AsyncIterator[GenerateResult]:
+    async def generate_stream(self, payload: dict[str, Any], routing_key: str | None = None,
+                              gather_s: float = 0.0) -> AsyncIterator[GenerateResult]:
         """Yield the growing result after each network read that completed events; the last has a finish_reason.
 
-        The events of one read become one snapshot: no latency is added, and when tokens arrive faster
-        than one per read the client gets far fewer SSE writes."""
+        The events of one read become one snapshot. With ``gather_s``, after a snapshot with text the
+        next one waits until ``gather_s`` has passed or the response is complete, and takes everything
+        that arrived meanwhile: one client write per interval instead of one per token, and from a
+        cumulative stream only the last of those events is decoded. The end of a reply is never held."""
         if self._probe is None:  # once, in the background: never delays a request
             self._probe = asyncio.get_running_loop().create_task(self.read_stream_mode())
         body = codec.dumps({**payload, "stream": True})
-        results = self._stream_raw(body, routing_key) if self.streams else self._stream_httpx(body, routing_key)
+        results = self._stream_raw(body, routing_key, gather_s) if self.streams else \
+            self._stream_httpx(body, routing_key)
         last = None
         try:
             async for last in results:
@@ -440,7 +443,8 @@ class PolicyBackend:
             last = assembler.feed(reader.buf, start, end)
         return last
 
-    async def _stream_raw(self, body: bytes, routing_key: str | None) -> AsyncIterator[GenerateResult]:
+    async def _stream_raw(self, body: bytes, routing_key: str | None, gather_s: float = 0.0
+                          ) -> AsyncIterator[GenerateResult]:
         assert self.streams is not None
         headers = {**self._headers(routing_key), "Accept": "text/event-stream"}
         try:
@@ -465,6 +469,8 @@ class PolicyBackend:
                 conn.maybe_resume(reader.pending)
                 if last is not None:
                     yield last
+                    if gather_s and last.text and not reader.done:
+                        await conn.wait_finished(gather_s)
                 if not reader.done and conn.finished and not conn.fresh:
                     if conn.error is not None or not conn.complete:
                         raise BackendUnavailable(f"policy backend stream failed: {conn.error!r}")

@@ -73,7 +73,7 @@ class ChunkBytes:
 
 
 SSE_DONE = b"data: [DONE]\n\n"
-STREAM_FLUSH_S = 0.02  # streamed text is written at most this often (a held snapshot waits no longer)
+STREAM_FLUSH_S = 0.02  # after a snapshot with text, the next one gathers the tokens of this long (one client write)
 BULK_BYTES = 1 << 20  # request bodies above this render on their own thread, without the prefix cache
 DURABLE_WAIT_S = 30.0  # the longest a reply waits for its turn's commit (a broken spool is counted, not fatal)
 
@@ -282,7 +282,7 @@ class _Reply:
                                    logprobs=self._logprobs(result), created=self.created)
 
     async def stream(self, payload: dict[str, Any]) -> AsyncIterator[bytes]:
-        chunks = self.svc.backend.generate_stream(payload, self.routing_key)
+        chunks = self.svc.backend.generate_stream(payload, self.routing_key, STREAM_FLUSH_S)
         try:
             first = await chunks.__anext__()  # errors before the first token still get a real HTTP status
         except StopAsyncIteration:
@@ -297,41 +297,17 @@ class _Reply:
         return self._events(first, chunks)
 
     async def _events(self, first: GenerateResult, chunks: AsyncIterator[GenerateResult]) -> AsyncIterator[bytes]:
-        """The client's SSE bytes. After a write, snapshots arriving within ``STREAM_FLUSH_S`` are held
-        and go out together (their text is cumulative, so only the newest one matters): one write per
-        interval instead of one per token, and a held snapshot never waits longer than the interval."""
+        """The client's SSE bytes: one write per backend snapshot (the backend coalesces the tokens that
+        arrive within ``STREAM_FLUSH_S`` of a snapshot into the next one), chunk bytes from templates."""
         parser = self.svc.parser.streaming(self.tools_enabled, self.opens_thinking)
         out = ChunkBytes(self.id, self.model, self.created)
-        loop = asyncio.get_running_loop()
-        last, held, next_write = first, False, 0.0
-        pending: asyncio.Future | None = None
+        last = first
         try:
             yield out.role() + out.deltas(parser.feed(first.text))
-            while True:
-                if held:  # wait for the next snapshot only until the interval is over, then write what is held
-                    pending = pending or asyncio.ensure_future(chunks.__anext__())
-                    done, _ = await asyncio.wait((pending,), timeout=max(0.0, next_write - loop.time()))
-                    if not done:
-                        held = False
-                        data = out.deltas(parser.feed(last.text))
-                        if data:
-                            next_write = loop.time() + STREAM_FLUSH_S
-                            yield data
-                        continue
-                try:
-                    snap = await (pending if pending is not None else chunks.__anext__())
-                except StopAsyncIteration:
-                    break
-                finally:
-                    pending = None
+            async for snap in chunks:
                 last = snap
-                if loop.time() < next_write:
-                    held = True
-                    continue
-                held = False
                 data = out.deltas(parser.feed(snap.text))
-                if data:  # the interval starts at a write: the first content is never held
-                    next_write = loop.time() + STREAM_FLUSH_S
+                if data:
                     yield data
             self._check_values(last)
             self._settle(last)
@@ -352,7 +328,4 @@ class _Reply:
         except BaseException:
             self._settle(None, DropReason.CLIENT_DISCONNECTED)
             raise
-        finally:
-            if pending is not None:  # the client left while a snapshot was awaited: stop the backend stream
-                pending.cancel()
         yield SSE_DONE
