@@ -385,6 +385,8 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare-upstream", default="", metavar="PATH",
                    help="run upstream's proxy from this Gen-Verse/OpenClaw-RL checkout side by side with this one")
     p.add_argument("--compare-reps", type=int, default=2, help="interleaved repetitions per configuration")
+    p.add_argument("--compare-configs", default="", metavar="NAMES",
+                   help='only these configurations, ";"-separated, e.g. "c=1 hist=1K plain reply=64"')
 
 
 def cmd_bench(ns: argparse.Namespace) -> int:
@@ -396,7 +398,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         from openclaw_rl.bench.compare import run_compare
 
         results = run_compare(ns.compare_upstream, ns.tokenizer, quick=ns.quick, reps=ns.compare_reps,
-                              proxy_port=ns.port, out=ns.out)
+                              proxy_port=ns.port, out=ns.out, only=ns.compare_configs)
         print(f"load average at start {results['load_average_start']}, end {results['load_average_end']}; "
               f"errors {results.get('errors')}")
         return 0
