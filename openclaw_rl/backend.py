@@ -127,6 +127,12 @@ class _Spans:
     text: tuple[int, int] | None  # interior of the text string (raw JSON), when the event starts with it
 
 
+def _find_hinted(buf: bytearray | bytes, pattern: bytes, start: int, hint: int, end: int) -> int:
+    """``pattern`` (unique in the event) searched from ``start + hint``, then, if not there, from ``start``."""
+    i = buf.find(pattern, start + hint, end)
+    return buf.find(pattern, start, end) if i < 0 and hint else i
+
+
 def _splice(buf: bytearray | bytes, start: int, end: int, text_hint: int = 0, ids_hint: int = 0) -> _Spans | None:
     """Locate the interiors of ``text``, ``output_ids`` and ``output_token_logprobs`` in the event
     ``buf[start:end]`` without reading them; None when the event does not have SGLang's layout (then it
@@ -142,9 +148,7 @@ def _splice(buf: bytearray | bytes, start: int, end: int, text_hint: int = 0, id
     text = None
     if buf.startswith(_TEXT_HEAD, start):
         t0 = start + len(_TEXT_HEAD)
-        i = buf.find(_TEXT_END, t0 + text_hint, end)
-        if i < 0 and text_hint:
-            i = buf.find(_TEXT_END, t0, end)
+        i = _find_hinted(buf, _TEXT_END, t0, text_hint, end)
         if i < 0:
             return None
         text, ids_start = (t0, i), i + len(_TEXT_END)
@@ -153,9 +157,7 @@ def _splice(buf: bytearray | bytes, start: int, end: int, text_hint: int = 0, id
         if i < 0:
             return None
         ids_start = i + len(_IDS_KEY)
-    ids_end = buf.find(_IDS_END, ids_start + ids_hint, end)
-    if ids_end < 0 and ids_hint:
-        ids_end = buf.find(_IDS_END, ids_start, end)
+    ids_end = _find_hinted(buf, _IDS_END, ids_start, ids_hint, end)
     if ids_end < 0:
         return None
     j = buf.find(_LOGPROBS_KEY, ids_end, end)  # past the short head of meta_info
