@@ -126,3 +126,15 @@ def test_dry_run_matches_the_recorded_launch(tmp_path: Path, name: str) -> None:
 
 def test_every_recorded_case_is_run() -> None:
     assert {p.stem for p in GOLDEN.glob("*.txt")} == set(CASES)
+
+
+def test_the_plan_is_read_back_by_bash_word_for_word() -> None:
+    """The script evals ``python -m openclaw_rl.launch plan``'s output: every word must come back unchanged."""
+    from openclaw_rl.launch.plan import shell_assignments
+
+    words = ["plain", "", "it's", "a b", "$HOME", "`id`", "$(id)", "line\nbreak", "back\\slash", '"dq"', "*", "ünï",
+             "--flag=a,b", "'", "''"]
+    text = shell_assignments({"OC_X": words, "OC_Y": "it's $x", "OC_Z": ""})
+    res = subprocess.run(["bash", "-c", text + '\nprintf "%s\\0" "${OC_X[@]}" "$OC_Y" "$OC_Z"'],
+                         capture_output=True, check=True)
+    assert res.stdout.decode().split("\0")[:-1] == [*words, "it's $x", ""]
