@@ -42,7 +42,7 @@ def settings_from_args(args: Any, mode: str):
 def get_runtime(args: Any, mode: str) -> ProxyRuntime:
     with _LOCK:
         runtime = _RUNTIMES.get(mode)
-        if runtime is None or not runtime.server._thread or not runtime.server._thread.is_alive():
+        if runtime is None or not runtime.server.running:
             runtime = _RUNTIMES[mode] = ProxyRuntime(settings_from_args(args, mode))
             atexit.register(runtime.stop)
         return runtime
