@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from . import run_config, script, slime_args
-from .run_config import LaunchError
 from .script import Console, ScriptSettings
 from .slime_args import Commands
 
 SAFE = re.compile(r"[A-Za-z0-9_./:=,@%+-]+")
-SECRETS = ("SGLANG_API_KEY", "PRM_API_KEY", "WANDB_API_KEY")
+SECRETS = ("SGLANG_API_KEY", "PRM_API_KEY", "WANDB_API_KEY")  # exported by the script, shown as "<set>" only
 
 
 def quote(word: str) -> str:
@@ -145,7 +144,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         values = make_plan(ns.variant, env, cwd=ns.cwd, repo_root=ns.repo_root, script_name=ns.script,
                            dry_run=ns.dry_run, extra=extra, console=Console(ns.dry_run))
-    except (LaunchError, ValueError) as e:
+    except ValueError as e:  # LaunchError, or an unknown variant
         print(f"[openclaw-rl] ERROR: {e}", file=sys.stderr)
         return 2
     print(json.dumps(values, indent=1) if ns.json else shell_assignments(values))

@@ -4,6 +4,13 @@ defaults (``modes.LaunchVariant``) and checked (GPU split, tensor-parallel divis
 Upstream's names and semantics: ``NAME=""`` counts as unset (Bash's ``${NAME:-default}``), relative paths
 are taken from the directory the script was started in, and a problem that only matters for a real launch
 (a missing checkpoint, no GPU) is a warning in a dry run (``Console.fail``).
+
+Differences from the Bash this replaced (scripts/lib/common.sh before #13; the recorded dry runs in
+tests/data/launch-golden/ are otherwise unchanged): integers are written in canonical form (``ACTOR_GPUS=04``
+gives ``4``, where Bash passed ``04`` on and read ``08`` as a bad octal number); ``USE_WANDB`` is truthy
+like every other switch (``true``/``yes``/``on`` enable W&B, not only ``1``); the Ray runtime-env JSON
+escapes control characters; a ``MODEL_ARGS_FILE`` is sourced by its own Bash, so only ``MODEL_ARGS`` comes
+back from it.
 """
 
 from __future__ import annotations
@@ -243,11 +250,12 @@ def check_paths(s: ScriptSettings, console: Console) -> None:
 
 
 def check_tools(s: ScriptSettings, console: Console, path: str) -> None:
-    if shutil.which("nvidia-smi", path=path) is None:
+    nvidia_smi = shutil.which("nvidia-smi", path=path)
+    if nvidia_smi is None:
         console.fail(f"nvidia-smi not found: this script needs {s.num_gpus} NVIDIA GPU(s). Without GPUs use the "
                      "embedded stack (bash scripts/run_local.sh)")
     else:
-        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
+        listing = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True, check=False).stdout
         count = sum(line.startswith("GPU ") for line in listing.splitlines())
         if count < s.num_gpus:
             console.fail(f"NUM_GPUS={s.num_gpus} but nvidia-smi lists {count} GPU(s); lower NUM_GPUS and the split "

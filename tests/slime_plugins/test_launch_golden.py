@@ -12,12 +12,14 @@ of what users launch).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from test_launch_scripts import fake_slime, script
+from test_launch_scripts import fake_slime, parse_submit, script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = REPO_ROOT / "tests" / "data" / "launch-golden"
@@ -87,7 +89,8 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict[str, str], str]] = {
 }
 
 
-def _run(tmp_path: Path, variant: str, args: tuple[str, ...], env: dict[str, str], flavour: str) -> str:
+def _env(tmp_path: Path, env: dict[str, str], flavour: str) -> dict[str, str]:
+    """Fake Slime checkouts, models and tools under ``tmp_path``; the environment of a dry run."""
     models = tmp_path / "models"
     (models / "Qwen3-4B").mkdir(parents=True)
     (models / "judge").mkdir()
@@ -107,8 +110,12 @@ def _run(tmp_path: Path, variant: str, args: tuple[str, ...], env: dict[str, str
             "SLIME_DIR": str(slime), "HF_CKPT": str(models / "Qwen3-4B"), "PRM_MODEL_PATH": str(models / "judge"),
             "SAVE_CKPT": str(tmp_path / "ckpt"), "RUN_DIR": str(tmp_path / "run"), "USE_WANDB": "0"}
     base.update({k: v.replace("<TMP>", str(tmp_path)) for k, v in env.items()})
-    res = subprocess.run(["bash", str(script(variant)), *args], env=base, cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120, check=False)
+    return base
+
+
+def _run(tmp_path: Path, variant: str, args: tuple[str, ...], env: dict[str, str], flavour: str) -> str:
+    res = subprocess.run(["bash", str(script(variant)), *args], env=_env(tmp_path, env, flavour), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, check=False)
     text = f"# status {res.returncode}\n# --- stdout\n{res.stdout}# --- stderr\n{res.stderr}"
     return text.replace(str(tmp_path), "<TMP>").replace(str(REPO_ROOT), "<REPO>")
 
@@ -138,3 +145,20 @@ def test_the_plan_is_read_back_by_bash_word_for_word() -> None:
     res = subprocess.run(["bash", "-c", text + '\nprintf "%s\\0" "${OC_X[@]}" "$OC_Y" "$OC_Z"'],
                          capture_output=True, check=True)
     assert res.stdout.decode().split("\0")[:-1] == [*words, "it's $x", ""]
+
+
+@pytest.mark.parametrize("name", ["rl", "rl_lora", "opd_thudm", "opd_topk", "combine", "rl_extra_args", "rl_quoting",
+                                  "rl_model_args_file"])
+def test_the_python_argv_is_the_recorded_argv(tmp_path: Path, name: str) -> None:
+    """``python -m openclaw_rl.launch plan --json`` (no Bash) gives the recorded ``ray job submit`` words."""
+    variant, args, env, flavour = CASES[name]
+    base = _env(tmp_path, env, flavour)
+    extra = list(args[1:] if args[:1] == ("--dry-run",) else args)
+    res = subprocess.run([sys.executable, "-m", "openclaw_rl.launch", "plan", variant, "--script", script(variant).name,
+                          "--repo-root", str(REPO_ROOT), "--cwd", str(tmp_path), "--dry-run", "--json", "--", *extra],
+                         env=base, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stderr
+    argv = [w.replace(str(tmp_path), "<TMP>").replace(str(REPO_ROOT), "<REPO>") for w in json.loads(res.stdout)["OC_TRAIN_CMD"]]
+    recorded = parse_submit((GOLDEN / f"{name}.txt").read_text().split("# --- stdout\n", 1)[1])
+    assert argv == [*recorded.submit, "--", *recorded.entry, *(w for pair in recorded.pairs for w in
+                                                                 ((pair[0],) if pair[1] is True else pair))]
