@@ -137,10 +137,14 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     c.add_argument("--script", required=True, help="the script's file name (messages, run config header)")
     c.add_argument("--repo-root", required=True, help="this repository, as the script sees it")
     c.add_argument("--cwd", required=True, help="where the script was started (relative paths)")
+    c.add_argument("--user-pythonpath", help="the PYTHONPATH the script was started with (default: this one's), "
+                   "appended to the Slime job's")
     c.add_argument("--dry-run", action="store_true", help="missing paths and GPUs are warnings; fill OC_PLAN")
     c.add_argument("--json", action="store_true", help="one JSON object instead of shell assignments")
     ns = p.parse_args(argv)
     env = os.environ if env is None else env
+    if ns.user_pythonpath is not None:
+        env = {**env, "PYTHONPATH": ns.user_pythonpath}
     try:
         values = make_plan(ns.variant, env, cwd=ns.cwd, repo_root=ns.repo_root, script_name=ns.script,
                            dry_run=ns.dry_run, extra=extra, console=Console(ns.dry_run))

@@ -66,8 +66,9 @@ oc_port_in_use() { (: <"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 oc_plan() {
   local out rc=0 cwd=${PWD} dry=()
   [[ ${DRY_RUN} == 0 ]] || dry=(--dry-run)
-  out=$(cd "${OC_REPO_ROOT}" && "${PYTHON:-python3}" -m openclaw_rl.launch plan "${VARIANT}" --script "${OC_SCRIPT_NAME}" \
-    --repo-root "${OC_REPO_ROOT}" --cwd "${cwd}" "${dry[@]}" -- "${OC_EXTRA_ARGS[@]}") || rc=$?
+  out=$(cd "${OC_REPO_ROOT}" && PYTHONPATH="${OC_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON:-python3}" \
+    -m openclaw_rl.launch plan "${VARIANT}" --script "${OC_SCRIPT_NAME}" --repo-root "${OC_REPO_ROOT}" --cwd "${cwd}" \
+    --user-pythonpath "${PYTHONPATH:-}" "${dry[@]}" -- "${OC_EXTRA_ARGS[@]}") || rc=$?
   ((rc == 0)) || exit "${rc}"
   eval "${out}"
 }
