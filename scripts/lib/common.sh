@@ -64,11 +64,11 @@ oc_port_in_use() { (: <"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # Steps 1-2 (see the top): the plan, as assignments quoted for a POSIX shell (openclaw_rl/launch/plan.py).
 oc_plan() {
-  local out rc=0 cwd=${PWD} dry=()
+  local out rc=0 cwd=${PWD} user_path=${PYTHONPATH:-} dry=()
   [[ ${DRY_RUN} == 0 ]] || dry=(--dry-run)
-  out=$(cd "${OC_REPO_ROOT}" && PYTHONPATH="${OC_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON:-python3}" \
+  out=$(cd "${OC_REPO_ROOT}" && PYTHONPATH="${OC_REPO_ROOT}${user_path:+:${user_path}}" "${PYTHON:-python3}" \
     -m openclaw_rl.launch plan "${VARIANT}" --script "${OC_SCRIPT_NAME}" --repo-root "${OC_REPO_ROOT}" --cwd "${cwd}" \
-    --user-pythonpath "${PYTHONPATH:-}" "${dry[@]}" -- "${OC_EXTRA_ARGS[@]}") || rc=$?
+    --user-pythonpath "${user_path}" "${dry[@]}" -- "${OC_EXTRA_ARGS[@]}") || rc=$?
   ((rc == 0)) || exit "${rc}"
   eval "${out}"
 }
