@@ -1,4 +1,8 @@
-"""Drive one launch variant through THUDM/slime's own code on CPU (run by test_slime_cpu.py, one process per rank).
+"""Drive one launch variant through a Slime's own code on CPU (run by test_slime_cpu.py, one process per rank).
+
+Works with THUDM/slime (checked at 624b824) and with the Slime bundled in Gen-Verse/OpenClaw-RL (0d034dd);
+where their internals differ (device API, ``RolloutManager`` attributes, the loss's signature, the timer's
+module), the driver asks the installed Slime which one it has.
 
     python slime_cpu_driver.py DRY_RUN_OUTPUT MODE TP RESULT_JSON
 
