@@ -6,7 +6,8 @@ or crash. The launch scripts run this module before anything starts:
 
     PYTHONPATH=<repo>:<megatron>:<slime> python -m openclaw_rl.slime_hooks.features <variant>
 
-It imports Slime's own argument provider (every flag and choice Slime accepts), and asks Slime's own
+It imports Slime's own argument provider (every flag and choice Slime accepts; with an FSDP backend, also
+the flags its ``FSDPArgs`` add), and asks Slime's own
 ``RolloutManager._convert_samples_to_train_data`` whether a ``Sample`` carrying ``teacher_log_probs``
 reaches the train data (current Slime has a ``Sample`` field for it; the Slime bundled in OpenClaw-RL
 has no field but forwards the attribute when it is set). It prints ``key=value`` lines for the script
@@ -28,7 +29,7 @@ BUNDLED_SLIME = "the Slime bundled in Gen-Verse/OpenClaw-RL 0d034dd (its slime/ 
 
 @dataclass(frozen=True)
 class SlimeFeatures:
-    flags: frozenset[str]  # every option string Slime's argument provider adds
+    flags: frozenset[str]  # every option string of Slime's argument provider and of its FSDP backend's FSDPArgs
     advantage_estimators: frozenset[str]
     train_backends: frozenset[str]
     forwarded: frozenset[str]  # teacher attributes of a Sample that Slime's conversion puts in the train data
