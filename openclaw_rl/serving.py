@@ -15,12 +15,13 @@ before the last byte of its reply is sent (the final chunk, or the whole non-str
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import time
 import uuid
 from array import array
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -226,6 +227,21 @@ class _Reply:
             if self.end_key:
                 self.svc.tracker.end_session(self.end_key)
 
+    def _settle_failed(self, error: BaseException) -> None:
+        """Drop the turn of a request that failed before its answer: the backend's error, or the client gone."""
+        if isinstance(error, OpenClawError):
+            self._settle(None, DropReason.GENERATION_FAILED, error.message)
+        else:
+            self._settle(None, DropReason.CLIENT_DISCONNECTED)
+
+    @contextlib.contextmanager
+    def _settled_on_error(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException as e:
+            self._settle_failed(e)
+            raise
+
     def _check_values(self, result: GenerateResult) -> None:
         """A final answer with untrainable values: the turn is dropped and the client gets a 502."""
         problem = check_output_values(result, self.svc.renderer.vocab_size)
@@ -258,14 +274,8 @@ class _Reply:
                              "top_logprobs": []} for i, lp in zip(result.output_ids, result.logprobs)]}
 
     async def once(self, payload: dict[str, Any]) -> dict[str, Any]:
-        try:
+        with self._settled_on_error():
             result = await self.svc.backend.generate(payload, self.routing_key)
-        except OpenClawError as e:
-            self._settle(None, DropReason.GENERATION_FAILED, e.message)
-            raise
-        except BaseException:
-            self._settle(None, DropReason.CLIENT_DISCONNECTED)
-            raise
         self._check_values(result)
         self._settle(result)
         await self._wait_durable()
@@ -283,17 +293,11 @@ class _Reply:
 
     async def stream(self, payload: dict[str, Any]) -> AsyncIterator[bytes]:
         chunks = self.svc.backend.generate_stream(payload, self.routing_key, STREAM_FLUSH_S)
-        try:
-            first = await chunks.__anext__()  # errors before the first token still get a real HTTP status
-        except StopAsyncIteration:
+        with self._settled_on_error():  # errors before the first token still get a real HTTP status
+            first = await anext(chunks, None)
+        if first is None:
             self._settle(None, DropReason.GENERATION_FAILED, "empty stream")
-            raise BadRequest("policy backend returned an empty stream") from None
-        except OpenClawError as e:
-            self._settle(None, DropReason.GENERATION_FAILED, e.message)
-            raise
-        except BaseException:
-            self._settle(None, DropReason.CLIENT_DISCONNECTED)
-            raise
+            raise BadRequest("policy backend returned an empty stream")
         return self._events(first, chunks)
 
     async def _events(self, first: GenerateResult, chunks: AsyncIterator[GenerateResult]) -> AsyncIterator[bytes]:
@@ -319,13 +323,13 @@ class _Reply:
             yield tail + SSE_DONE
             return
         except OpenClawError as e:
-            self._settle(None, DropReason.GENERATION_FAILED, e.message)
+            self._settle_failed(e)
             yield sse(error_body(e))
         except Exception as e:  # a bug: the stream still ends properly (error event + [DONE])
             log.exception("streaming a reply failed")
             self._settle(None, DropReason.SETTLE_FAILED, repr(e))
             yield sse(internal_error_body())
-        except BaseException:
-            self._settle(None, DropReason.CLIENT_DISCONNECTED)
+        except BaseException as e:
+            self._settle_failed(e)
             raise
         yield SSE_DONE
