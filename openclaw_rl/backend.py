@@ -10,8 +10,11 @@ Streaming works in both of SGLang's modes, at a cost linear in the reply length:
 
 - default (``incremental_streaming_output=false``): every chunk repeats all ids and log-prob triples so
   far, so a client that decodes each chunk in full does quadratic work (1.8 s of CPU for a 2,048-token
-  reply). ``StreamAssembler`` cuts the two big arrays out of the chunk's bytes (C-speed ``find``),
-  decodes the small rest, and decodes only the array tails it has not seen yet.
+  reply). ``StreamAssembler`` cuts the text and the two big arrays out of the chunk's bytes (C-speed
+  ``find``, started where the previous chunk's parts ended), decodes the small rest, and decodes only
+  the text and array tails it has not seen yet; of several chunks that one read (or one gathering
+  interval) completed, only the last is decoded. What stays proportional to the bytes is receiving
+  them and finding the event ends (kernel copy, one ``memcpy``, one ``memchr``).
 - ``--incremental-streaming-output``: each chunk carries only the new text, ids and triples; they are
   appended. (Treating those chunks as cumulative is how a 1-token "response" got trained before.)
 
@@ -108,28 +111,59 @@ def parse_generate(data: Any, *, final: bool) -> GenerateResult:
         raise BackendUnavailable(f"policy backend answered malformed /generate output: {e!r}") from e
 
 
+_TEXT_HEAD = b'{"text":"'  # SGLang puts text first: {"text":…,"output_ids":[…],"meta_info":{…}}
+_TEXT_END = b'","output_ids":['
 _LP_END = b']],"output_token_logprobs_length":'  # SGLang sets the two keys one after the other
 _IDS_END = b'],"meta_info":'
 
 
-def _splice(buf: bytearray | bytes, start: int, end: int) -> tuple[bytes, int, int, int, int] | None:
-    """Locate the interiors of ``output_ids`` and ``output_token_logprobs`` in the event ``buf[start:end]``.
+@dataclass(slots=True)
+class _Spans:
+    """Where one event's big parts lie in its buffer; ``light`` is the event with all three emptied."""
 
-    Returns (the event's JSON with both arrays emptied, ids start, ids end, triples start, triples end),
-    or None when the event does not have SGLang's layout (then it is decoded whole). Nothing is copied
-    but the small rest, and the big arrays are not scanned: long keys are found with skipping search,
-    the arrays' ends from their known successors backwards. The key patterns cannot occur inside a
-    JSON string (their closing quote would be escaped there), and the arrays hold only numbers and
-    nulls (the proxy never asks for ``return_text_in_logprobs``), so ``]`` / ``]]`` end them.
+    light: bytes
+    ids: tuple[int, int]  # interior of output_ids
+    triples: tuple[int, int]  # interior of output_token_logprobs
+    text: tuple[int, int] | None  # interior of the text string (raw JSON), when the event starts with it
+
+
+def _find_hinted(buf: bytearray | bytes, pattern: bytes, start: int, hint: int, end: int) -> int:
+    """``pattern`` (unique in the event) searched from ``start + hint``, then, if not there, from ``start``."""
+    i = buf.find(pattern, start + hint, end)
+    return buf.find(pattern, start, end) if i < 0 and hint else i
+
+
+def _splice(buf: bytearray | bytes, start: int, end: int, text_hint: int = 0, ids_hint: int = 0) -> _Spans | None:
+    """Locate the interiors of ``text``, ``output_ids`` and ``output_token_logprobs`` in the event
+    ``buf[start:end]`` without reading them; None when the event does not have SGLang's layout (then it
+    is decoded whole).
+
+    Searches start where the previous cumulative event's parts ended (``text_hint``, ``ids_hint``: the
+    byte lengths of its text and ids interiors), so a chunk costs what is new in it, not what it repeats.
+    A hint that overshoots (the event is not cumulative) finds nothing, and the search is redone from
+    the part's start. The key patterns cannot occur inside a JSON string (their quotes would be escaped
+    there), and the arrays hold only numbers and nulls (the proxy never asks for
+    ``return_text_in_logprobs``), so ``]`` / ``]]`` end them.
     """
-    j = buf.find(_LOGPROBS_KEY, start, end)
-    i = buf.find(_IDS_KEY, start, j) if j >= 0 else -1
-    if i < 0:
-        return None
-    ids_start, lp_start = i + len(_IDS_KEY), j + len(_LOGPROBS_KEY)
-    ids_end = buf.rfind(_IDS_END, ids_start, j)
+    text = None
+    if buf.startswith(_TEXT_HEAD, start):
+        t0 = start + len(_TEXT_HEAD)
+        i = _find_hinted(buf, _TEXT_END, t0, text_hint, end)
+        if i < 0:
+            return None
+        text, ids_start = (t0, i), i + len(_TEXT_END)
+    else:  # e.g. --skip-tokenizer-init (no text)
+        i = buf.find(_IDS_KEY, start, end)
+        if i < 0:
+            return None
+        ids_start = i + len(_IDS_KEY)
+    ids_end = _find_hinted(buf, _IDS_END, ids_start, ids_hint, end)
     if ids_end < 0:
         return None
+    j = buf.find(_LOGPROBS_KEY, ids_end, end)  # past the short head of meta_info
+    if j < 0:
+        return None
+    lp_start = j + len(_LOGPROBS_KEY)
     if buf[lp_start] == 0x5D:  # "]": no triples
         lp_end = lp_start
     else:
@@ -139,8 +173,9 @@ def _splice(buf: bytearray | bytes, start: int, end: int) -> tuple[bytes, int, i
         if lp_end < 0 or not buf.endswith(b"null", lp_start, lp_end):
             return None
         lp_end += 1
-    light = b"".join((buf[start:ids_start], buf[ids_end:lp_start], buf[lp_end:end]))
-    return light, ids_start, ids_end, lp_start, lp_end
+    head = (buf[start:text[0]], buf[text[1]:ids_start]) if text else (buf[start:ids_start],)
+    light = b"".join((*head, buf[ids_end:lp_start], buf[lp_end:end]))
+    return _Spans(light, (ids_start, ids_end), (lp_start, lp_end), text)
 
 
 def _tail(buf: bytearray | bytes, start: int, end: int, count: int, sep: bytes) -> bytes:
@@ -153,11 +188,21 @@ def _tail(buf: bytearray | bytes, start: int, end: int, count: int, sep: bytes) 
     return bytes(buf[pos + len(sep) - (1 if sep == b"],[" else 0):end])
 
 
+def _json_string(raw: bytes | bytearray | memoryview) -> str:
+    """A JSON string interior (raw bytes between the quotes) as text."""
+    value = codec.loads(b'"' + bytes(raw) + b'"')
+    if not isinstance(value, str):  # pragma: no cover - quotes around an interior always make a string
+        raise ValueError("not a JSON string")
+    return value
+
+
 class StreamAssembler:
     """One streamed generation, assembled from SGLang's chunks in either streaming mode (see module doc).
 
     ``feed(buf, start, end)`` takes one event's JSON (a span of a buffer, so a large cumulative event is
-    never copied) and returns the growing result; its lists are extended in place, never rebuilt."""
+    never copied) and returns the growing result; its lists are extended in place, never rebuilt. In the
+    cumulative mode the text is decoded only past the previous chunk's (whose raw bytes it must repeat,
+    checked with one ``memcmp``), and the arrays only past their previous lengths."""
 
     def __init__(self) -> None:
         self.ids: list[int] = []
@@ -166,6 +211,7 @@ class StreamAssembler:
         self.mode: str | None = None  # "cumulative" | "incremental", once a chunk has told them apart
         self.chunks = 0
         self._ids_bytes = 0  # length of the previous spliced chunk's ids interior
+        self._text_raw = b""  # raw JSON interior that decodes to self.text (cumulative text), when known
 
     def _count_ids(self, buf: bytearray | bytes, start: int, end: int) -> int:
         """Ids in an ``output_ids`` interior. A cumulative chunk repeats the previous one's ids, so once
@@ -176,15 +222,36 @@ class StreamAssembler:
             return len(self.ids) + buf.count(b",", start + prev, end)
         return buf.count(b",", start, end) + 1 if end > start else 0
 
+    def _spliced_text(self, buf: bytearray | bytes, span: tuple[int, int], cumulative: bool) -> str:
+        """The text after a spliced chunk. Cumulative: the previous text plus the decoded new bytes when
+        the chunk's raw text starts with the previous chunk's (it always does from SGLang), else all of it."""
+        t0, t1 = span
+        known = self._text_raw
+        if cumulative and known and t1 - t0 >= len(known) and buf.startswith(known, t0):
+            piece = _json_string(buf[t0 + len(known):t1])
+            # a surrogate pair split by the boundary (\\ud83d|\\ude42) decodes differently in two parts
+            if not (piece and 0xDC00 <= ord(piece[0]) <= 0xDFFF):
+                self._text_raw = bytes(buf[t0:t1])
+                return self.text + piece
+        raw = bytes(buf[t0:t1])
+        text = _json_string(raw)
+        self._text_raw = raw if cumulative else b""
+        return text if cumulative else self.text + text
+
     def feed(self, buf: bytearray | bytes, start: int = 0, end: int | None = None) -> GenerateResult:
         end = len(buf) if end is None else end
         self.chunks += 1
         try:
-            spliced = _splice(buf, start, end) if end - start >= _SPLICE_MIN_BYTES else None
-            data = _check_error(codec.loads(spliced[0] if spliced else bytes(buf[start:end])))
+            spliced = None
+            if end - start >= _SPLICE_MIN_BYTES:
+                hinted = self.mode == "cumulative"
+                spliced = _splice(buf, start, end, len(self._text_raw) if hinted else 0,
+                                  self._ids_bytes if hinted else 0)
+            data = _check_error(codec.loads(spliced.light if spliced else bytes(buf[start:end])))
             meta = data["meta_info"]
             if spliced:
-                _, ids_start, ids_end, lp_start, lp_end = spliced
+                ids_start, ids_end = spliced.ids
+                lp_start, lp_end = spliced.triples
                 count = self._count_ids(buf, ids_start, ids_end)
             else:
                 ids_list, triples = data["output_ids"], meta.get("output_token_logprobs") or []
@@ -219,9 +286,14 @@ class StreamAssembler:
                 raise BackendUnavailable(f"policy backend reports {n} completion tokens but {declared} log-probs")
             self.logprobs += _aligned_logprobs(new_ids, new_triples)
             self.ids += new_ids
-            text = data.get("text")  # absent with --skip-tokenizer-init
-            if text is not None:
-                self.text = text if mode == "cumulative" else self.text + text
+            cumulative = mode == "cumulative" or not seen  # a first chunk is both
+            if spliced and spliced.text is not None:
+                self.text = self._spliced_text(buf, spliced.text, cumulative)
+            else:
+                text = data.get("text")  # absent with --skip-tokenizer-init
+                self._text_raw = b""
+                if text is not None:
+                    self.text = text if cumulative else self.text + text
             finish, version = _finish_and_version(meta)
             return GenerateResult(self.text, self.ids, self.logprobs, finish, int(meta.get("prompt_tokens", 0)),
                                   version)
@@ -342,16 +414,19 @@ class PolicyBackend:
             raise BackendUnavailable("policy backend answered non-JSON") from e
         return parse_generate(data, final=True)
 
-    async def generate_stream(self, payload: dict[str, Any], routing_key: str | None = None
-                              ) -> AsyncIterator[GenerateResult]:
+    async def generate_stream(self, payload: dict[str, Any], routing_key: str | None = None,
+                              gather_s: float = 0.0) -> AsyncIterator[GenerateResult]:
         """Yield the growing result after each network read that completed events; the last has a finish_reason.
 
-        The events of one read become one snapshot: no latency is added, and when tokens arrive faster
-        than one per read the client gets far fewer SSE writes."""
+        The events of one read become one snapshot. With ``gather_s``, after a snapshot with text the
+        next one waits until ``gather_s`` has passed or the response is complete, and takes everything
+        that arrived meanwhile: one client write per interval instead of one per token, and from a
+        cumulative stream only the last of those events is decoded. The end of a reply is never held."""
         if self._probe is None:  # once, in the background: never delays a request
             self._probe = asyncio.get_running_loop().create_task(self.read_stream_mode())
         body = codec.dumps({**payload, "stream": True})
-        results = self._stream_raw(body, routing_key) if self.streams else self._stream_httpx(body, routing_key)
+        results = self._stream_raw(body, routing_key, gather_s) if self.streams else \
+            self._stream_httpx(body, routing_key)
         last = None
         try:
             async for last in results:
@@ -363,12 +438,18 @@ class PolicyBackend:
 
     @staticmethod
     def _feed(reader: SSEReader, assembler: StreamAssembler, piece: bytes = b"") -> GenerateResult | None:
+        """The events completed by one read, as one snapshot. Once the stream is known to be cumulative,
+        only the read's last event is decoded: it repeats everything the earlier ones hold."""
         last = None
-        for start, end in reader.push(piece):
+        spans = reader.push(piece)
+        if assembler.mode == "cumulative":
+            spans = spans[-1:]
+        for start, end in spans:
             last = assembler.feed(reader.buf, start, end)
         return last
 
-    async def _stream_raw(self, body: bytes, routing_key: str | None) -> AsyncIterator[GenerateResult]:
+    async def _stream_raw(self, body: bytes, routing_key: str | None, gather_s: float = 0.0
+                          ) -> AsyncIterator[GenerateResult]:
         assert self.streams is not None
         headers = {**self._headers(routing_key), "Accept": "text/event-stream"}
         try:
@@ -393,6 +474,8 @@ class PolicyBackend:
                 conn.maybe_resume(reader.pending)
                 if last is not None:
                     yield last
+                    if gather_s and last.text and not reader.done:
+                        await conn.wait_finished(gather_s)
                 if not reader.done and conn.finished and not conn.fresh:
                     if conn.error is not None or not conn.complete:
                         raise BackendUnavailable(f"policy backend stream failed: {conn.error!r}")

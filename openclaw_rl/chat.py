@@ -50,6 +50,11 @@ def _arguments(arguments: str | dict[str, Any]) -> dict[str, Any] | str:
     return value if isinstance(value, dict) else arguments
 
 
+def side_cache_key(session_key: str) -> str:
+    """The prefix-cache key of a session's side turns: apart from its main line's, freed with it."""
+    return f"{session_key}\x1fside"
+
+
 @dataclass(slots=True)
 class _Prefix:
     chars: int  # length of the cached text prefix (it ends right before a turn-start special token)
@@ -155,8 +160,9 @@ class ChatRenderer:
         return ids
 
     def forget(self, key: str) -> None:
-        """Drop a session's cached prefix (its session ended or was evicted)."""
+        """Drop a session's cached prefixes, main line and side turns (its session ended or was evicted)."""
         self._cache.pop(key, None)
+        self._cache.pop(side_cache_key(key), None)
 
     def encode(self, text: str) -> list[int]:
         """Tokenise text the *proxy* wrote (templates, hints), never sampled text."""

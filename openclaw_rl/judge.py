@@ -225,12 +225,23 @@ class JudgeClient:
                              f"{self.context_length} tokens")
         return min(self.max_new_tokens, room)
 
+    async def max_new_tokens_async(self, prompt: str) -> int:
+        """``max_new_tokens_for`` without tokenising on the event loop: a prompt of B UTF-8 bytes has at
+        most B + 1 tokens (byte-level BPE: at most one per byte; SentencePiece: one per character plus a
+        leading space), so when that bound leaves the whole budget, nothing is counted; otherwise the
+        count runs on a worker thread."""
+        if not self.context_length or self.tokenizer is None:
+            return self.max_new_tokens
+        if len(prompt.encode("utf-8", "surrogatepass")) + 1 + self.max_new_tokens <= self.context_length:
+            return self.max_new_tokens
+        return await asyncio.to_thread(self.max_new_tokens_for, prompt)
+
     async def _votes(self, system: str, user: str) -> list[str | None]:
         """m votes: one SGLang request with ``n = m`` (one prompt to render, one HTTP round trip), or m
         concurrent chat requests for an OpenAI-compatible judge. A failed request fails its votes."""
         try:
             prompt = self.render(system, user)
-            max_new = self.max_new_tokens_for(prompt)
+            max_new = await self.max_new_tokens_async(prompt)
             if self.api == "openai":
                 outs = await asyncio.gather(*(self._post("/v1/chat/completions", {
                     "model": self.model, "temperature": self.temperature, "max_tokens": max_new,

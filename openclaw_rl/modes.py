@@ -51,6 +51,49 @@ class LocalDefaults:
 
 
 @dataclass(frozen=True, slots=True)
+class LaunchVariant:
+    """One Slime launch script, ``scripts/run_qwen3_4b_openclaw_<name>.sh``, and its defaults (upstream's
+    per-script values; every one can be overridden by the environment variable named in the comment).
+    ``python -m openclaw_rl.launch plan <name>`` turns this entry, the environment and the mode's
+    ``SlimeHooks`` into the checked ``ray job submit`` command line (``openclaw_rl/launch/``)."""
+
+    name: str  # the script's VARIANT, and the run name qwen3-4b-openclaw-<name with - for _>
+    trains: str  # what a run of it trains, in one line (the dry run's first line)
+    # Slime's loss/advantage flags (launch/slime_args.py): "grpo" (GRPO, plus the mode's custom loss on
+    # Megatron), "opd_token" (A = teacher - old: estimator or custom advantage hook), "opd_topk" (the
+    # mode's top-K loss) or "none" (a script that always refuses)
+    algorithm: str
+    lora: bool = False  # Slime's FSDP backend with LoRA adapters instead of full-parameter Megatron
+    num_gpus: int = 8  # NUM_GPUS
+    actor_gpus: int = 4  # ACTOR_GPUS
+    rollout_gpus: int = 2  # ROLLOUT_GPUS
+    prm_gpus: int = 2  # PRM_GPUS (the judge/teacher server)
+    tp: int = 2  # TP (SGLang rollout engines; PRM_TP defaults to it)
+    prm_m: int = 3  # PRM_M (judge votes per turn)
+    prm_max_new_tokens: int = 4096  # PRM_MAX_NEW_TOKENS
+    mem_fraction: str = "0.85"  # MEM_FRACTION_STATIC (verbatim on the command line, like the next ones)
+    rollout_batch_size: int = 16  # ROLLOUT_BATCH_SIZE
+    lr: str = "1e-5"  # LR
+    save_interval: int = 100  # SAVE_INTERVAL
+    eval_mode: bool = False  # OPENCLAW_EVAL_MODE (modes with a teacher)
+    teacher_concurrency: int = 3  # OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY (modes with a teacher)
+    distill_topk: int = 0  # openclaw_opd_distill_topk (modes with a teacher)
+
+    @property
+    def run_name(self) -> str:
+        return "qwen3-4b-openclaw-" + self.name.replace("_", "-")
+
+
+ALGORITHMS = ("grpo", "opd_token", "opd_topk", "none")  # LaunchVariant.algorithm
+
+# Upstream's LoRA scripts: 4 GPUs (2 FSDP actors, 1 rollout engine, 1 judge), a checkpoint every step
+_LORA = dict(lora=True, num_gpus=4, actor_gpus=2, rollout_gpus=1, prm_gpus=1, tp=1, save_interval=1)
+# Upstream's token-level OPD and combine scripts: one judge vote, long judge outputs, PRM eval votes on,
+# one teacher call at a time
+_TEACHER = dict(prm_m=1, prm_max_new_tokens=8192, mem_fraction="0.8", eval_mode=True, teacher_concurrency=1)
+
+
+@dataclass(frozen=True, slots=True)
 class Mode:
     name: str  # `--mode`, `mode:` in a config, the settings section (openclaw_<name>_*), the sample kind
     summary: str
@@ -61,6 +104,7 @@ class Mode:
     needs_teacher: bool = False  # teacher log-probs: the judge must be an SGLang server (api sglang)
     local: LocalDefaults = field(default_factory=LocalDefaults)
     cli_flags: tuple[tuple[str, str, dict[str, Any]], ...] = ()  # (flag, settings key, argparse kwargs)
+    launch: tuple[LaunchVariant, ...] = ()  # its Slime launch scripts (scripts/run_qwen3_4b_openclaw_*.sh)
 
     def paths(self) -> dict[str, str]:
         """Every dotted path this entry names (each must import: tests/core/test_modes.py)."""
@@ -83,6 +127,10 @@ MODES: dict[str, Mode] = {m.name: m for m in (
         embedded_loss="openclaw_rl.losses.policy_loss.policy_loss_function",
         slime=SlimeHooks(rollout="openclaw_rl.rollout.generate_rollout_openclaw"),
         local=LocalDefaults(batch_size=8, interactions=400),
+        launch=(
+            LaunchVariant("rl", "GRPO on the judge's +1/-1 score (Megatron, full parameters)", "grpo"),
+            LaunchVariant("rl_lora", "GRPO on the judge's +1/-1 score (FSDP, LoRA adapters)", "grpo", **_LORA),
+        ),
     ),
     Mode(
         name="opd",
@@ -100,6 +148,15 @@ MODES: dict[str, Mode] = {m.name: m for m in (
             ("--eval-mode", "opd_eval_mode", {"action": "store_const", "const": True,
                                               "help": "OPD: also run PRM votes for rollout/prm_eval_score"}),
         ),
+        launch=(
+            LaunchVariant("opd", "token-level OPD, A = teacher - old (Megatron, full parameters)", "opd_token",
+                          **_TEACHER),
+            LaunchVariant("opd_topk", "top-K (K=50) reverse-KL distillation to the hinted teacher (Megatron, "
+                          "full parameters)", "opd_topk", prm_max_new_tokens=8192, rollout_batch_size=4,
+                          lr="1e-6", distill_topk=50),
+            LaunchVariant("opd_topk_lora", "(refused)", "none", **_LORA, rollout_batch_size=4, lr="1e-6",
+                          distill_topk=50),
+        ),
     ),
     Mode(
         name="combine",
@@ -114,6 +171,12 @@ MODES: dict[str, Mode] = {m.name: m for m in (
         cli_flags=(
             ("--w-rl", "combine_w_rl", {"type": float, "help": "combine: weight of the RL advantage"}),
             ("--w-opd", "combine_w_opd", {"type": float, "help": "combine: weight of the OPD advantage"}),
+        ),
+        launch=(
+            LaunchVariant("combine", "PPO on w_opd*(teacher - old) + w_rl*r (Megatron, full parameters)", "grpo",
+                          **_TEACHER),
+            LaunchVariant("combine_lora", "FALLBACK: the RL half of combine only, A = w_rl*r with w_opd = 0 (FSDP, "
+                          "LoRA adapters)", "grpo", **_LORA, prm_m=1, eval_mode=True, teacher_concurrency=1),
         ),
     ),
 )}
@@ -134,6 +197,16 @@ def get_mode(name: str) -> Mode:
         raise ValueError(f"unknown mode {name!r}; modes: {', '.join(MODES)}") from None
 
 
+def launch_variant(name: str) -> tuple[Mode, LaunchVariant]:
+    """The mode and entry of the launch script ``run_qwen3_4b_openclaw_<name>.sh``."""
+    for m in MODES.values():
+        for v in m.launch:
+            if v.name == name:
+                return m, v
+    names = [v.name for m in MODES.values() for v in m.launch]
+    raise ValueError(f"unknown launch variant {name!r}; variants: {', '.join(names)}")
+
+
 def resolve(path: str) -> Any:
     """Import ``package.module.attribute`` (Slime's dotted-path form)."""
     module, _, attr = path.rpartition(".")
@@ -147,6 +220,7 @@ def check_registry(modes: dict[str, Mode] | None = None) -> None:
     """Raise ValueError on an entry the rest of the code could not use (names, duplicate flags)."""
     modes = MODES if modes is None else modes
     flags: set[str] = set()
+    variants: set[str] = set()
     for key, m in modes.items():
         if key != m.name or not _NAME.match(m.name) or m.name in _RESERVED:
             raise ValueError(f"mode {m.name!r}: names are lowercase letters and digits, unique, and not "
@@ -155,6 +229,11 @@ def check_registry(modes: dict[str, Mode] | None = None) -> None:
             if flag in flags or not setting.startswith(m.name + "_"):
                 raise ValueError(f"mode {m.name!r}: flag {flag} is taken or sets another mode's key {setting!r}")
             flags.add(flag)
+        for v in m.launch:
+            if v.name in variants or v.algorithm not in ALGORITHMS:
+                raise ValueError(f"mode {m.name!r}: launch variant {v.name!r} is taken or has an unknown algorithm "
+                                 f"{v.algorithm!r} (one of {ALGORITHMS})")
+            variants.add(v.name)
 
 
 def _describe(m: Mode) -> dict[str, Any]:

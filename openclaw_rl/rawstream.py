@@ -50,6 +50,7 @@ class StreamConnection(asyncio.BufferedProtocol):
         self._line = bytearray()
         self._paused = False
         self._waiter: asyncio.Future | None = None
+        self._end_waiter: asyncio.Future | None = None
 
     # --- asyncio protocol ------------------------------------------------------------------------
 
@@ -100,6 +101,18 @@ class StreamConnection(asyncio.BufferedProtocol):
         finally:
             self._waiter = None
 
+    async def wait_finished(self, timeout: float) -> None:
+        """Until the response is complete (or failed), or ``timeout`` has passed: no wake-up per read."""
+        if self.finished:
+            return
+        self._end_waiter = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(self._end_waiter, timeout)
+        except (TimeoutError, asyncio.TimeoutError):
+            pass
+        finally:
+            self._end_waiter = None
+
     def maybe_resume(self, pending: int) -> None:
         """Call after consuming from ``body``: reading resumes once the backlog is small again."""
         if self._paused and pending < _PAUSE_AT // 2 and self.transport is not None:
@@ -116,6 +129,8 @@ class StreamConnection(asyncio.BufferedProtocol):
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+        if self._end_waiter is not None and self.finished and not self._end_waiter.done():
+            self._end_waiter.set_result(None)
 
     def _parse(self, buf: bytes | bytearray, data: memoryview, n: int) -> None:
         """Consume ``buf[:n]`` (``data`` is a view of ``buf``): head, then the body, de-chunked into ``body``."""

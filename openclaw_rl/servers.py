@@ -44,6 +44,11 @@ class BackgroundServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def running(self) -> bool:
+        """Started and its thread not exited (uvicorn stops the thread when it shuts down or crashes)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def _run(self) -> None:
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)

@@ -15,18 +15,19 @@ before the last byte of its reply is sent (the final chunk, or the whole non-str
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import time
 import uuid
 from array import array
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from . import codec
 from .backend import GenerateResult, PolicyBackend, check_output_values
-from .chat import ChatRenderer, normalize_messages
+from .chat import ChatRenderer, normalize_messages, side_cache_key
 from .config import ProxySettings
 from .errors import (
     BackendUnavailable,
@@ -51,7 +52,29 @@ def sse(obj: Any) -> bytes:
     return b"data: " + codec.dumps(obj) + b"\n\n"
 
 
+class ChunkBytes:
+    """One reply's ``chat.completion.chunk`` events as SSE bytes. The fixed part of a content chunk
+    (id, model, created, the choice's frame) is serialised once; each delta costs one small dump.
+    The bytes are exactly ``sse(completion_chunk(...))``'s (checked by the tests)."""
+
+    def __init__(self, completion_id: str, model: str, created: int):
+        self.mk = dict(completion_id=completion_id, model=model, created=created)
+        head = sse(completion_chunk(**self.mk, delta={}))
+        cut = head.index(b'"delta":') + len(b'"delta":')
+        self._open, self._close = head[:cut], head[cut + 2:]  # around the empty delta "{}"
+
+    def role(self) -> bytes:
+        return self.chunk(delta={"role": "assistant", "content": ""})
+
+    def deltas(self, deltas: list[dict[str, Any]]) -> bytes:
+        return b"".join([self._open + codec.dumps(d) + self._close for d in deltas])
+
+    def chunk(self, **fields: Any) -> bytes:
+        return sse(completion_chunk(**self.mk, **fields))
+
+
 SSE_DONE = b"data: [DONE]\n\n"
+STREAM_FLUSH_S = 0.02  # after a snapshot with text, the next one gathers the tokens of this long (one client write)
 BULK_BYTES = 1 << 20  # request bodies above this render on their own thread, without the prefix cache
 DURABLE_WAIT_S = 30.0  # the longest a reply waits for its turn's commit (a broken spool is counted, not fatal)
 
@@ -143,8 +166,11 @@ class ChatService:
         await self.gate.admit()
         key = f"{namespace}\x1f{identity.session_id}"
         bulk = body_bytes > BULK_BYTES
+        # side turns (heartbeats, memory flushes: another conversation on the same session id) cache their
+        # prefix under their own key, so they never replace the main line's
+        cache_key = None if bulk else key if main else side_cache_key(key)
         messages, prompt_text, prompt_ids = await asyncio.get_running_loop().run_in_executor(
-            self._bulk_pool if bulk else self._render_pool, self._prepare, req, None if bulk else key)
+            self._bulk_pool if bulk else self._render_pool, self._prepare, req, cache_key)
         params, temperature = self._sampling_params(req, main, len(prompt_ids))
         payload = {"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}
         done = session_done(headers, req)
@@ -201,6 +227,21 @@ class _Reply:
             if self.end_key:
                 self.svc.tracker.end_session(self.end_key)
 
+    def _settle_failed(self, error: BaseException) -> None:
+        """Drop the turn of a request that failed before its answer: the backend's error, or the client gone."""
+        if isinstance(error, OpenClawError):
+            self._settle(None, DropReason.GENERATION_FAILED, error.message)
+        else:
+            self._settle(None, DropReason.CLIENT_DISCONNECTED)
+
+    @contextlib.contextmanager
+    def _settled_on_error(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException as e:
+            self._settle_failed(e)
+            raise
+
     def _check_values(self, result: GenerateResult) -> None:
         """A final answer with untrainable values: the turn is dropped and the client gets a 502."""
         problem = check_output_values(result, self.svc.renderer.vocab_size)
@@ -233,14 +274,8 @@ class _Reply:
                              "top_logprobs": []} for i, lp in zip(result.output_ids, result.logprobs)]}
 
     async def once(self, payload: dict[str, Any]) -> dict[str, Any]:
-        try:
+        with self._settled_on_error():
             result = await self.svc.backend.generate(payload, self.routing_key)
-        except OpenClawError as e:
-            self._settle(None, DropReason.GENERATION_FAILED, e.message)
-            raise
-        except BaseException:
-            self._settle(None, DropReason.CLIENT_DISCONNECTED)
-            raise
         self._check_values(result)
         self._settle(result)
         await self._wait_durable()
@@ -257,48 +292,44 @@ class _Reply:
                                    logprobs=self._logprobs(result), created=self.created)
 
     async def stream(self, payload: dict[str, Any]) -> AsyncIterator[bytes]:
-        chunks = self.svc.backend.generate_stream(payload, self.routing_key)
-        try:
-            first = await chunks.__anext__()  # errors before the first token still get a real HTTP status
-        except StopAsyncIteration:
+        chunks = self.svc.backend.generate_stream(payload, self.routing_key, STREAM_FLUSH_S)
+        with self._settled_on_error():  # errors before the first token still get a real HTTP status
+            first = await anext(chunks, None)
+        if first is None:
             self._settle(None, DropReason.GENERATION_FAILED, "empty stream")
-            raise BadRequest("policy backend returned an empty stream") from None
-        except OpenClawError as e:
-            self._settle(None, DropReason.GENERATION_FAILED, e.message)
-            raise
-        except BaseException:
-            self._settle(None, DropReason.CLIENT_DISCONNECTED)
-            raise
+            raise BadRequest("policy backend returned an empty stream")
         return self._events(first, chunks)
 
     async def _events(self, first: GenerateResult, chunks: AsyncIterator[GenerateResult]) -> AsyncIterator[bytes]:
+        """The client's SSE bytes: one write per backend snapshot (the backend coalesces the tokens that
+        arrive within ``STREAM_FLUSH_S`` of a snapshot into the next one), chunk bytes from templates."""
         parser = self.svc.parser.streaming(self.tools_enabled, self.opens_thinking)
-        mk = dict(completion_id=self.id, model=self.model, created=self.created)
+        out = ChunkBytes(self.id, self.model, self.created)
         last = first
         try:
-            yield sse(completion_chunk(**mk, delta={"role": "assistant", "content": ""}))
-            for delta in parser.feed(first.text):
-                yield sse(completion_chunk(**mk, delta=delta))
+            yield out.role() + out.deltas(parser.feed(first.text))
             async for snap in chunks:
                 last = snap
-                for delta in parser.feed(snap.text):
-                    yield sse(completion_chunk(**mk, delta=delta))
+                data = out.deltas(parser.feed(snap.text))
+                if data:
+                    yield data
             self._check_values(last)
             self._settle(last)
-            for delta in parser.finish(last.text):
-                yield sse(completion_chunk(**mk, delta=delta))
+            tail = out.deltas(parser.finish(last.text))
             await self._wait_durable()
-            yield sse(completion_chunk(**mk, delta={}, finish_reason=self._finish_reason(last, bool(parser.tool_calls))))
+            tail += out.chunk(delta={}, finish_reason=self._finish_reason(last, bool(parser.tool_calls)))
             if self.req.stream_options and self.req.stream_options.include_usage:
-                yield sse(completion_chunk(**mk, delta=None, usage_=usage(self.prompt_tokens, len(last.output_ids))))
+                tail += out.chunk(delta=None, usage_=usage(self.prompt_tokens, len(last.output_ids)))
+            yield tail + SSE_DONE
+            return
         except OpenClawError as e:
-            self._settle(None, DropReason.GENERATION_FAILED, e.message)
+            self._settle_failed(e)
             yield sse(error_body(e))
         except Exception as e:  # a bug: the stream still ends properly (error event + [DONE])
             log.exception("streaming a reply failed")
             self._settle(None, DropReason.SETTLE_FAILED, repr(e))
             yield sse(internal_error_body())
-        except BaseException:
-            self._settle(None, DropReason.CLIENT_DISCONNECTED)
+        except BaseException as e:
+            self._settle_failed(e)
             raise
         yield SSE_DONE

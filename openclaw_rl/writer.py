@@ -25,6 +25,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from . import codec
 from .metrics import ProxyMetrics, log_safe
 from .samples import TrainingSample
 from .scoring import Outcome
@@ -48,8 +49,8 @@ class SampleWriter:
         self._records = self._prm_records = None
         if record_dir:
             Path(record_dir).mkdir(parents=True, exist_ok=True)
-            self._records = open(Path(record_dir) / "conversations.jsonl", "a", encoding="utf-8")  # noqa: SIM115
-            self._prm_records = open(Path(record_dir) / "judge.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+            self._records = open(Path(record_dir) / "conversations.jsonl", "ab")  # noqa: SIM115
+            self._prm_records = open(Path(record_dir) / "judge.jsonl", "ab")  # noqa: SIM115
         self._thread = threading.Thread(target=self._run, name="openclaw-writer", daemon=True)
         self._thread.start()
         self._last_full_log = 0.0
@@ -177,9 +178,14 @@ class SampleWriter:
             "response_text": gen.text if gen else None, "next_state": turn.next_state,
             "samples": [s.sample_id for s in outcome.samples], "dropped": outcome.drop.value if outcome.drop else None,
         }
-        self._records.write(json.dumps(line, ensure_ascii=False) + "\n")  # type: ignore[union-attr]
+        self._records.write(_record_line(line))  # type: ignore[union-attr]
         self._records.flush()  # type: ignore[union-attr]
         if outcome.record:
             judge_line = {"session_id": turn.session_id, "turn": turn.index, **outcome.record}
-            self._prm_records.write(json.dumps(judge_line, ensure_ascii=False) + "\n")  # type: ignore[union-attr]
+            self._prm_records.write(_record_line(judge_line))  # type: ignore[union-attr]
             self._prm_records.flush()  # type: ignore[union-attr]
+
+
+def _record_line(obj: dict[str, Any]) -> bytes:
+    """One JSONL record line, UTF-8 (orjson on the writer thread: a record holds the whole conversation)."""
+    return codec.dumps(obj) + b"\n"

@@ -1,8 +1,10 @@
 """What the tiny model answers to the recorded OpenClaw prompts (tests/data/openclaw-golden, held out).
 
-    python scripts/eval_openclaw_replies.py [--n 16] [--preset h128]
+    python scripts/eval_openclaw_replies.py [--n 16] [--preset h128] [--model openclaw|plain]
 
-Prints, per recorded request, the prompt's token count and the style of n sampled replies.
+Prints, per recorded request, the prompt's token count and the style of n sampled replies, then the
+totals: replies with visible text in one of the task's styles (what OpenClaw shows instead of "Agent
+couldn't generate a response") and the share of each style (untrained: about 1/K each).
 """
 
 from __future__ import annotations
@@ -28,23 +30,31 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--n", type=int, default=16)
     p.add_argument("--preset", default="h128")
+    p.add_argument("--model", choices=("openclaw", "plain"), default="openclaw",
+                   help="the tiny-model variant (openclaw: pre-trained on OpenClaw-shaped prompts too)")
     p.add_argument("--model-dir", default="")
     p.add_argument("--max-prompts", type=int, default=0, help="stop after this many recorded requests (0: all)")
     ns = p.parse_args()
     torch.set_num_threads(1)
-    model_dir = ns.model_dir or ensure_tiny_model(ns.preset)
+    model_dir = ns.model_dir or ensure_tiny_model(ns.preset, openclaw=ns.model == "openclaw", log=print)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     bodies = [(path.name, i, json.loads(line)["body"]) for path in sorted(GOLDEN.glob("conversation_*.jsonl"))
               for i, line in enumerate(path.read_text().splitlines())]
+    total: Counter[str | None] = Counter()
     for name, line_no, body in bodies[:ns.max_prompts or None]:
         ids = golden_prompt_ids(tok, body)
         t0 = time.perf_counter()
         rows = sample_continuations(model, ids, ns.n, seed=line_no, stop_ids=(tok.eos_token_id,))
         texts = [tok.decode(r, skip_special_tokens=True) for r in rows]
         styles = Counter(task.detect_style(t) for t in texts)
+        total.update(styles)
         print(f"{name}#{line_no}: {len(ids)} prompt tokens, {time.perf_counter() - t0:.1f}s, styles {dict(styles)}")
         print("   e.g.", repr(texts[0][:120]))
+    n = sum(total.values())
+    styled = n - total[None]
+    shares = ", ".join(f"{s} {total[s] / n:.0%}" for s in task.STYLE_NAMES)
+    print(f"total: {styled}/{n} replies styled ({styled / n:.0%}); {shares}; no style {total[None] / n:.0%}")
 
 if __name__ == "__main__":
     main()

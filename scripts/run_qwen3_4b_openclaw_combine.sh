@@ -11,18 +11,7 @@
 #   DRY_RUN=1 bash .../run_qwen3_4b_openclaw_combine.sh   # or --dry-run
 set -euo pipefail
 
-VARIANT=combine MODE=combine LORA=0
-OC_TRAINS="PPO on w_opd*(teacher - old) + w_rl*r (Megatron, full parameters)"
-DEF_NUM_GPUS=8 DEF_ACTOR_GPUS=4 DEF_ROLLOUT_GPUS=2 DEF_PRM_GPUS=2 DEF_TP=2
-DEF_PRM_M=1 DEF_PRM_MAX_NEW_TOKENS=8192 DEF_MEM_FRACTION=0.8
-DEF_ROLLOUT_BATCH_SIZE=16 DEF_LR=1e-5 DEF_SAVE_INTERVAL=100
-DEF_EVAL_MODE=1 DEF_TEACHER_CONCURRENCY=1 DEF_DISTILL_TOPK=0
-WANDB_GROUP=qwen3-4b-openclaw-combine
-
-oc_algorithm_args() {  # upstream's COMBINE_ARGS
-  oc_grpo_args
-  ALGO_ARGS+=(--loss-type custom_loss --custom-loss-function-path openclaw_combine.loss.combine_loss_function)
-}
+VARIANT=combine  # mode, defaults and Slime flags: its LaunchVariant in openclaw_rl/modes.py
 
 # shellcheck source=lib/common.sh
 source "$(dirname -- "${BASH_SOURCE[0]}")/lib/common.sh"

@@ -15,13 +15,7 @@
 #   ALLOW_LORA_FALLBACK=1 bash /path/to/openclaw-rl/scripts/run_qwen3_4b_openclaw_combine_lora.sh
 set -euo pipefail
 
-VARIANT=combine_lora MODE=combine LORA=1
-OC_TRAINS="FALLBACK: the RL half of combine only, A = w_rl*r with w_opd = 0 (FSDP, LoRA adapters)"
-DEF_NUM_GPUS=4 DEF_ACTOR_GPUS=2 DEF_ROLLOUT_GPUS=1 DEF_PRM_GPUS=1 DEF_TP=1
-DEF_PRM_M=1 DEF_PRM_MAX_NEW_TOKENS=4096 DEF_MEM_FRACTION=0.85
-DEF_ROLLOUT_BATCH_SIZE=16 DEF_LR=1e-5 DEF_SAVE_INTERVAL=1
-DEF_EVAL_MODE=1 DEF_TEACHER_CONCURRENCY=1 DEF_DISTILL_TOPK=0
-WANDB_GROUP=qwen3-4b-openclaw-combine-lora
+VARIANT=combine_lora  # mode, defaults and Slime flags: its LaunchVariant in openclaw_rl/modes.py
 
 oc_variant_checks() {
   if ! oc_truthy "${ALLOW_LORA_FALLBACK:-0}"; then
@@ -44,10 +38,6 @@ oc_variant_checks() {
     oc_die "ALLOW_LORA_FALLBACK=1: the FSDP backend trains A = r, so OPENCLAW_COMBINE_W_RL must be 1 (got ${w_rl}); scale LR instead"
   export OPENCLAW_COMBINE_W_OPD=0.0 OPENCLAW_COMBINE_W_RL=1.0  # read by openclaw_rl.launch
   oc_warn "ALLOW_LORA_FALLBACK=1: training the RL half of combine ONLY (w_opd = 0, A = r) with LoRA on FSDP. Teacher log-probs are collected but not trained on. For real combine use run_qwen3_4b_openclaw_combine.sh."
-}
-
-oc_algorithm_args() {  # GRPO: what FSDP runs, and what combine's loss is with w_opd = 0
-  oc_grpo_args
 }
 
 # shellcheck source=lib/common.sh

@@ -16,28 +16,7 @@
 #   DRY_RUN=1 bash .../run_qwen3_4b_openclaw_opd.sh     # or --dry-run
 set -euo pipefail
 
-VARIANT=opd MODE=opd LORA=0
-OC_TRAINS="token-level OPD, A = teacher - old (Megatron, full parameters)"
-DEF_NUM_GPUS=8 DEF_ACTOR_GPUS=4 DEF_ROLLOUT_GPUS=2 DEF_PRM_GPUS=2 DEF_TP=2
-DEF_PRM_M=1 DEF_PRM_MAX_NEW_TOKENS=8192 DEF_MEM_FRACTION=0.8
-DEF_ROLLOUT_BATCH_SIZE=16 DEF_LR=1e-5 DEF_SAVE_INTERVAL=100
-DEF_EVAL_MODE=1 DEF_TEACHER_CONCURRENCY=1 DEF_DISTILL_TOPK=0
-WANDB_GROUP=qwen3-4b-openclaw-opd
-
-oc_algorithm_args() {  # upstream's OPD_ARGS
-  if [[ ${OPD_ADVANTAGE} == estimator ]]; then
-    ALGO_ARGS=(--advantage-estimator on_policy_distillation)
-  else
-    # The hook replaces Slime's advantage computation; rewards (the eval score) are not used.
-    ALGO_ARGS=(
-      --advantage-estimator grpo
-      --disable-rewards-normalization
-      --custom-advantage-function-path openclaw_opd.loss.on_policy_distillation_advantages
-    )
-  fi
-  ALGO_ARGS+=(--entropy-coef 0.00)
-  oc_add_kl_args
-}
+VARIANT=opd  # mode, defaults and Slime flags: its LaunchVariant in openclaw_rl/modes.py
 
 # shellcheck source=lib/common.sh
 source "$(dirname -- "${BASH_SOURCE[0]}")/lib/common.sh"

@@ -16,24 +16,7 @@
 #   DRY_RUN=1 bash .../run_qwen3_4b_openclaw_opd_topk.sh   # or --dry-run
 set -euo pipefail
 
-VARIANT=opd_topk MODE=opd LORA=0
-OC_TRAINS="top-K (K=50) reverse-KL distillation to the hinted teacher (Megatron, full parameters)"
-DEF_NUM_GPUS=8 DEF_ACTOR_GPUS=4 DEF_ROLLOUT_GPUS=2 DEF_PRM_GPUS=2 DEF_TP=2
-DEF_PRM_M=3 DEF_PRM_MAX_NEW_TOKENS=8192 DEF_MEM_FRACTION=0.85
-DEF_ROLLOUT_BATCH_SIZE=4 DEF_LR=1e-6 DEF_SAVE_INTERVAL=100
-DEF_EVAL_MODE=0 DEF_TEACHER_CONCURRENCY=3 DEF_DISTILL_TOPK=50
-WANDB_GROUP=qwen3-4b-openclaw-opd-topk
-
-oc_algorithm_args() {  # upstream's OPD_ARGS (the teacher's K comes from openclaw_opd_distill_topk)
-  ALGO_ARGS=(
-    --loss-type custom_loss
-    --custom-loss-function-path openclaw_opd.loss.topk_distillation_loss_function
-    --rollout-data-postprocess-path openclaw_rl.slime_hooks.topk.unpack_teacher_topk
-    --disable-compute-advantages-and-returns
-    --disable-rewards-normalization
-    --entropy-coef 0.00
-  )
-}
+VARIANT=opd_topk  # mode, defaults and Slime flags: its LaunchVariant in openclaw_rl/modes.py
 
 # shellcheck source=lib/common.sh
 source "$(dirname -- "${BASH_SOURCE[0]}")/lib/common.sh"

@@ -10,13 +10,7 @@
 # The alternatives are printed when the script is run.
 set -euo pipefail
 
-VARIANT=opd_topk_lora MODE=opd LORA=1
-OC_TRAINS="(refused)"
-DEF_NUM_GPUS=4 DEF_ACTOR_GPUS=2 DEF_ROLLOUT_GPUS=1 DEF_PRM_GPUS=1 DEF_TP=1
-DEF_PRM_M=3 DEF_PRM_MAX_NEW_TOKENS=4096 DEF_MEM_FRACTION=0.85
-DEF_ROLLOUT_BATCH_SIZE=4 DEF_LR=1e-6 DEF_SAVE_INTERVAL=1
-DEF_EVAL_MODE=0 DEF_TEACHER_CONCURRENCY=3 DEF_DISTILL_TOPK=50
-WANDB_GROUP=qwen3-4b-openclaw-opd-topk-lora
+VARIANT=opd_topk_lora  # mode, defaults and Slime flags: its LaunchVariant in openclaw_rl/modes.py
 
 oc_variant_checks() {
   oc_die "run_qwen3_4b_openclaw_opd_topk_lora.sh refuses to run: it would not train top-K distillation.
@@ -32,8 +26,6 @@ oc_variant_checks() {
     - scripts/run_qwen3_4b_openclaw_rl_lora.sh: LoRA with a method the FSDP backend implements (binary RL).
   See docs/deployment.md (LoRA)."
 }
-
-oc_algorithm_args() { ALGO_ARGS=(); }
 
 # shellcheck source=lib/common.sh
 source "$(dirname -- "${BASH_SOURCE[0]}")/lib/common.sh"

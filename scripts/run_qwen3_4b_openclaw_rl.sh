@@ -12,16 +12,7 @@
 # Settings are environment variables (HF_CKPT, PRM_URL, SGLANG_API_KEY, ...): scripts/lib/common.sh.
 set -euo pipefail
 
-VARIANT=rl MODE=rl LORA=0
-OC_TRAINS="GRPO on the judge's +1/-1 score (Megatron, full parameters)"
-DEF_NUM_GPUS=8 DEF_ACTOR_GPUS=4 DEF_ROLLOUT_GPUS=2 DEF_PRM_GPUS=2 DEF_TP=2
-DEF_PRM_M=3 DEF_PRM_MAX_NEW_TOKENS=4096 DEF_MEM_FRACTION=0.85
-DEF_ROLLOUT_BATCH_SIZE=16 DEF_LR=1e-5 DEF_SAVE_INTERVAL=100
-WANDB_GROUP=qwen3-4b-openclaw-rl
-
-oc_algorithm_args() {  # upstream's GRPO_ARGS
-  oc_grpo_args
-}
+VARIANT=rl  # mode, defaults and Slime flags: its LaunchVariant in openclaw_rl/modes.py
 
 # shellcheck source=lib/common.sh
 source "$(dirname -- "${BASH_SOURCE[0]}")/lib/common.sh"

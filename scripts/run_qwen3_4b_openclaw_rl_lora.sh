@@ -13,16 +13,7 @@
 #   DRY_RUN=1 bash .../run_qwen3_4b_openclaw_rl_lora.sh  # or --dry-run
 set -euo pipefail
 
-VARIANT=rl_lora MODE=rl LORA=1
-OC_TRAINS="GRPO on the judge's +1/-1 score (FSDP, LoRA adapters)"
-DEF_NUM_GPUS=4 DEF_ACTOR_GPUS=2 DEF_ROLLOUT_GPUS=1 DEF_PRM_GPUS=1 DEF_TP=1
-DEF_PRM_M=3 DEF_PRM_MAX_NEW_TOKENS=4096 DEF_MEM_FRACTION=0.85
-DEF_ROLLOUT_BATCH_SIZE=16 DEF_LR=1e-5 DEF_SAVE_INTERVAL=1
-WANDB_GROUP=qwen3-4b-openclaw-rl-lora
-
-oc_algorithm_args() {  # upstream's GRPO_ARGS
-  oc_grpo_args
-}
+VARIANT=rl_lora  # mode, defaults and Slime flags: its LaunchVariant in openclaw_rl/modes.py
 
 # shellcheck source=lib/common.sh
 source "$(dirname -- "${BASH_SOURCE[0]}")/lib/common.sh"

@@ -84,7 +84,7 @@ class Compare:
         self.errors: dict[str, int] = {}
 
     def url_pid(self, target: str) -> tuple[str, int | None]:
-        return {"direct": (self.stack.policy_url, None), "ours": (self.stack.proxy_url, self.stack.proxy.pid),
+        return {"direct": (self.stack.policy_url, None), "ours": (self.stack.proxy_url, self.stack.proxy_pid),
                 "upstream": (self.upstream_url, self.upstream_pid)}[target]
 
     async def turn(self, http: httpx.AsyncClient, target: str, cfg: CompareConfig, case: mock.Case, sid: str,
@@ -244,13 +244,18 @@ def format_row(row: dict[str, Any]) -> str:
 
 
 def run_compare(checkout: str, tokenizer_dir: str, *, quick: bool = False, reps: int = 2,
-                proxy_port: int | None = None, out: str = "") -> dict[str, Any]:
+                proxy_port: int | None = None, out: str = "", only: str = "") -> dict[str, Any]:
     if not (Path(checkout) / "openclaw-rl" / "openclaw_api_server.py").is_file():
         raise SystemExit(f"{checkout} is not a Gen-Verse/OpenClaw-RL checkout (no openclaw-rl/openclaw_api_server.py)")
     with tempfile.TemporaryDirectory(prefix="openclaw-compare-") as tmp:
         (Path(tmp) / "upstream").mkdir()
-        results = asyncio.run(_run(os.path.abspath(checkout), tokenizer_dir, Path(tmp), all_configs(quick), reps,
-                                   proxy_port))
+        configs = all_configs(quick)
+        if only:  # e.g. "c=1 hist=1K plain reply=64;c=16 hist=8K stream reply=1024"
+            wanted = {name.strip() for name in only.split(";") if name.strip()}
+            configs = [c for c in configs if c.name in wanted]
+            if len(configs) != len(wanted):
+                raise SystemExit(f"unknown configurations in {only!r}; known: {[c.name for c in all_configs()]}")
+        results = asyncio.run(_run(os.path.abspath(checkout), tokenizer_dir, Path(tmp), configs, reps, proxy_port))
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(results, indent=2) + "\n")

@@ -217,6 +217,7 @@ class Stack:
         self.judge_votes, self.profile_proxy = judge_votes, profile_proxy
         self.incremental, self.proxy_env, self.proxy_args = incremental, proxy_env or {}, proxy_args or []
         self.procs: list[subprocess.Popen] = []
+        self.proxy_pid = 0  # the proxy's process (under py-spy: py-spy's child)
         self.logs: list[Any] = []
         ports = [free_port(HOST) for _ in range(2)] + [proxy_port or free_port(HOST)]
         self.policy_url, self.judge_url, self.proxy_url = (f"http://{HOST}:{p}" for p in ports)
@@ -241,7 +242,10 @@ class Stack:
         for name, url, extra in mocks:
             self._spawn(name, [*cli, "mock-sglang", "--tokenizer", self.tokenizer_dir, "--port", port(url),
                                "--reply-tokens", str(self.reply_tokens), *extra])
-        if self.profile_proxy:
+        if self.profile_proxy.endswith(".folded"):  # py-spy (sampling; C time shows): collapsed stacks
+            spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+            cli = [spy, "record", "--nonblocking", "--rate", "250", "-f", "raw", "-o", self.profile_proxy, "--", *cli]
+        elif self.profile_proxy:
             cli = [sys.executable, "-m", "cProfile", "-o", self.profile_proxy, *cli[1:]]
         judge = ["--judge-url", self.judge_url, "--prm-m", str(self.judge_votes)] if self.judge_votes else []
         self.proxy = self._spawn("proxy", [*cli, "serve", "--mode", "rl", "--policy-url", self.policy_url, *judge,
@@ -260,10 +264,14 @@ class Stack:
                 except httpx.HTTPError:
                     pass
                 await asyncio.sleep(0.1)
+        self.proxy_pid = self.proxy.pid
+        if self.profile_proxy.endswith(".folded"):  # measure the proxy, not py-spy around it
+            children = Path(f"/proc/{self.proxy.pid}/task/{self.proxy.pid}/children").read_text().split()
+            self.proxy_pid = int(children[0]) if children else self.proxy.pid
 
     async def settle(self, quiet_s: float = 0.3, timeout_s: float = 20.0, pid: int | None = None) -> None:
         """Wait until the proxy's CPU stops moving: judge votes and spool writes outlive the responses."""
-        pid = self.proxy.pid if pid is None else pid
+        pid = self.proxy_pid if pid is None else pid
         start = time.monotonic()
         last, quiet_since = cpu_seconds_fine(pid), time.monotonic()
         while time.monotonic() - start < timeout_s and time.monotonic() - quiet_since < quiet_s:

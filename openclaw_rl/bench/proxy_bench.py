@@ -264,7 +264,7 @@ class Bench:
                 self.stack = self.new_stack(first=phases[0][0] == "a")
                 try:
                     await self.stack.start(http)
-                    self.pid = self.stack.proxy.pid
+                    self.pid = self.stack.proxy_pid
                     for s in range(min(2, len(cases))):  # warm-up: template compile, pools, first calls
                         for t in range(min(2, c.turns)):
                             await self.post(http, cases[s][t], None)
@@ -371,7 +371,8 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
     for name in ("sessions", "turns", "concurrency", "max_history_tokens", "reply_tokens", "stream_pairs",
                  "idle_sessions", "live_sessions", "seed"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=f"default {getattr(d, name)}")
-    p.add_argument("--profile-proxy", default="", help="run the proxy under cProfile and write its stats here")
+    p.add_argument("--profile-proxy", default="", help="run the proxy under cProfile and write its stats here (a path ending in .folded: under py-spy, "
+                        "collapsed stacks; --stream-cost writes one file per mode)")
     p.add_argument("--port", type=int, default=None, help="the proxy's port on 127.0.0.1 (default: a free one)")
     p.add_argument("--stream-cost", action="store_true",
                    help="only measure CPU per streamed turn at 64-8,192-token replies in both SGLang stream modes")
@@ -384,6 +385,8 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare-upstream", default="", metavar="PATH",
                    help="run upstream's proxy from this Gen-Verse/OpenClaw-RL checkout side by side with this one")
     p.add_argument("--compare-reps", type=int, default=2, help="interleaved repetitions per configuration")
+    p.add_argument("--compare-configs", default="", metavar="NAMES",
+                   help='only these configurations, ";"-separated, e.g. "c=1 hist=1K plain reply=64"')
 
 
 def cmd_bench(ns: argparse.Namespace) -> int:
@@ -395,7 +398,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         from openclaw_rl.bench.compare import run_compare
 
         results = run_compare(ns.compare_upstream, ns.tokenizer, quick=ns.quick, reps=ns.compare_reps,
-                              proxy_port=ns.port, out=ns.out)
+                              proxy_port=ns.port, out=ns.out, only=ns.compare_configs)
         print(f"load average at start {results['load_average_start']}, end {results['load_average_end']}; "
               f"errors {results.get('errors')}")
         return 0
@@ -405,7 +408,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         lengths = tuple(int(x) for x in ns.stream_lengths.split(","))
         results = run_stream_cost(ns.tokenizer, lengths=lengths, scale=0.25 if ns.quick else ns.stream_scale,
                                   proxy_port=ns.port, modes=tuple(ns.stream_modes.split(",")),
-                                  proxy_env=dict(kv.split("=", 1) for kv in ns.proxy_env))
+                                  proxy_env=dict(kv.split("=", 1) for kv in ns.proxy_env),
+                                  profile=ns.profile_proxy and os.path.abspath(ns.profile_proxy))
         results["load_average"] = os.getloadavg()
         print_stream_cost(results)
         print(f"load average: {results['load_average']}")

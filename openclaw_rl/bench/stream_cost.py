@@ -64,7 +64,7 @@ async def measure_mode(tokenizer: Any, tokenizer_dir: str, mode: str, lengths: t
     async with httpx.AsyncClient(timeout=600, trust_env=False) as http:
         try:
             await stack.start(http)
-            pid = stack.proxy.pid
+            pid = stack.proxy_pid
             for length in lengths:
                 # the scripted reply is length - 1 byte tokens, then eos: ``length`` tokens in all, within
                 # the proxy's default cap of 8,192 new tokens
@@ -91,9 +91,17 @@ async def measure_mode(tokenizer: Any, tokenizer_dir: str, mode: str, lengths: t
     return rows
 
 
+def _per_mode(path: str, mode: str) -> str:
+    """One profile file per mode: ``out.folded`` → ``out.cumulative.folded``."""
+    if not path:
+        return ""
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}.{mode}.{ext}" if dot else f"{path}.{mode}"
+
+
 def run_stream_cost(tokenizer_dir: str, *, lengths: tuple[int, ...] = LENGTHS, modes: tuple[str, ...] = MODES,
                     scale: float = 1.0, proxy_port: int | None = None,
-                    proxy_env: dict[str, str] | None = None) -> dict[str, Any]:
+                    proxy_env: dict[str, str] | None = None, profile: str = "") -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -101,7 +109,8 @@ def run_stream_cost(tokenizer_dir: str, *, lengths: tuple[int, ...] = LENGTHS, m
     with tempfile.TemporaryDirectory(prefix="openclaw-stream-bench-") as tmp:
         for mode in modes:
             rows += asyncio.run(measure_mode(tokenizer, tokenizer_dir, mode, lengths, scale,
-                                             Path(tempfile.mkdtemp(dir=tmp)), proxy_port, proxy_env=proxy_env))
+                                             Path(tempfile.mkdtemp(dir=tmp)), proxy_port,
+                                             profile=_per_mode(profile, mode), proxy_env=proxy_env))
     ratios = {}
     for mode in modes:
         per = {r["reply_tokens"]: r["proxy_cpu_us_per_token"] for r in rows if r["mode"] == mode}

@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ class LocalConfig:
     preferred_style: str = ""  # empty: the task's default preference
     max_new_tokens: int = 64
     session_ttl_s: float = 900.0  # as `serve`: a person (or a 4-minute OpenClaw turn) may answer late
+    openclaw_model: bool = False  # serve the variant pre-trained on OpenClaw-shaped prompts (the CLI's default)
 
 
 @dataclass
@@ -101,7 +103,8 @@ class LocalStack:
         self.cfg = cfg
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        model_dir = ensure_tiny_model(cfg.preset, seed=cfg.seed)
+        model_dir = ensure_tiny_model(cfg.preset, seed=cfg.seed, openclaw=cfg.openclaw_model,
+                                      log=lambda line: print(line, flush=True))
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.servers: list[Any] = []
         self.policy = TorchModel.from_pretrained(str(model_dir), seed=cfg.seed)
@@ -214,7 +217,16 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise _Terminated()
 
 
-def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
+Users = Callable[[str, threading.Event, dict[str, Any]], None]
+"""Drives the proxy at a URL until done (see ``simulate.drive_simulation`` for the `out` protocol)."""
+
+
+def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = None) -> LocalReport:
+    """Serve and train until `cfg.max_steps`, the users' end, or Ctrl-C / SIGTERM.
+
+    `users` replaces the simulated users of ``cfg.simulate`` (e.g. the OpenClaw replay of
+    ``openclaw_replay``); it runs in a background thread.
+    """
     started = time.monotonic()
     stack = LocalStack(cfg)
     report = LocalReport(cfg.mode, 0, 0, metrics_path=stack.metrics_path)
@@ -226,8 +238,10 @@ def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
     sim_result: dict[str, Any] = {}
     sim_thread = None
     report.preferred_prob_before = _preferred_probability(stack, cfg)
-    if cfg.simulate:
-        sim_thread = threading.Thread(target=_simulate, args=(stack, cfg, sim_result, progress), daemon=True)
+    if users is None and cfg.simulate:
+        users = lambda url, stop, out: _simulate(stack, cfg, out, progress)  # noqa: E731
+    if users is not None:
+        sim_thread = threading.Thread(target=users, args=(stack.url, stack.stop_event, sim_result), daemon=True)
         sim_thread.start()
     pool = ThreadPoolExecutor(1, thread_name_prefix="collect")
     bar = make_progress(progress)
@@ -251,7 +265,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True) -> LocalReport:
             current = nxt
             if cfg.max_steps and result.step >= cfg.max_steps:
                 break
-            if cfg.simulate and sim_result.get("done"):
+            if users is not None and sim_result.get("done"):
                 break
     except KeyboardInterrupt as exc:
         why = "SIGTERM" if isinstance(exc, _Terminated) else "Ctrl-C"
@@ -340,6 +354,10 @@ def register_local_command(sub: Any) -> None:
     p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (resumes from the latest)")
     p.add_argument("--preset", default="h128", help="tiny model size: h64, h128, h256")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", choices=("openclaw", "plain"), default=None,
+                   help="openclaw: the tiny model also pre-trained on OpenClaw-shaped 4-15K-token prompts, so it "
+                        "answers OpenClaw (built once, ~10 min, then cached); plain: the seconds-long build that "
+                        "knows only short chats (default: openclaw, plain with --simulate)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000, help="proxy port")
     p.add_argument("--session-ttl", type=float, default=LocalConfig.session_ttl_s,
@@ -354,6 +372,11 @@ def configure_local_logging() -> None:
     logging.getLogger("openclaw_rl.drops").setLevel(logging.INFO)
 
 
+def wants_openclaw_model(ns: Any) -> bool:
+    """`--model`, else the OpenClaw variant, except for --simulate (its users send short chats only)."""
+    return (ns.model or ("plain" if ns.simulate else "openclaw")) == "openclaw"
+
+
 def _cmd_local(ns: Any) -> int:
     configure_local_logging()
     cfg = LocalConfig(mode=ns.mode, preset=ns.preset, seed=ns.seed, host=ns.host, port=ns.port,
@@ -364,7 +387,8 @@ def _cmd_local(ns: Any) -> int:
                       distill_topk=ns.distill_topk, max_steps=ns.max_steps, save_every=ns.save_every,
                       simulate=ns.simulate, concurrency=ns.concurrency,
                       interactions=ns.interactions or int(MODE_DEFAULTS[ns.mode]["interactions"]),
-                      preferred_style=ns.preferred_style, session_ttl_s=ns.session_ttl)
+                      preferred_style=ns.preferred_style, session_ttl_s=ns.session_ttl,
+                      openclaw_model=wants_openclaw_model(ns))
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         report = run_local(cfg)

@@ -198,3 +198,54 @@ def corpus_document(rng: random.Random) -> str:
     if kind < 0.8:
         return json.dumps(tools(rng, rng.randint(1, 3)), ensure_ascii=False) + "\n"
     return f"{user_message(rng, _sentence(rng), 's' + str(rng.randint(0, 99)))['content']}\n{INTERNAL_CONTEXT}\n"
+
+
+# --- pre-training conversations in OpenClaw's shape ----------------------------------------------------
+
+_OFF_TASK = ("What is {a}+{b}?", "what is {a} times {b}?", "thanks! and {a} minus {b}?", "please show the files in {d}",
+             "Can you check the {w} status?", "read {f} and tell me what it says", "what time is it in {z}?",
+             "summarize the {w} notes for me", "is the {w} running?", "remind me about the {w} later")
+
+
+def off_task_request(rng: random.Random) -> str:
+    """A request outside the task's pool (arithmetic, files, status): OpenClaw users ask anything, and
+    the model must still answer in one of the task's styles instead of babbling."""
+    return rng.choice(_OFF_TASK).format(a=rng.randint(0, 20), b=rng.randint(0, 20), w=rng.choice(_WORDS),
+                                        d=rng.choice(("the current directory", "the workspace", "src", "~/notes")),
+                                        f=rng.choice(_WORKSPACE_FILES),
+                                        z=rng.choice(("UTC", "Berlin", "Tokyo", "New York")))
+
+
+def _tool_round_trip(rng: random.Random, tool_names: list[str]) -> list[dict[str, Any]]:
+    """An assistant tool call and its result, as OpenClaw replays them before asking for the answer."""
+    call_id = f"call_{rng.randrange(16**8):08x}"
+    name = rng.choice(tool_names) if tool_names else _name(rng)
+    listing = "\n".join(f'"{rng.choice(_WORKSPACE_FILES + (".git/", "notes/", "src/"))}"' for _ in range(rng.randint(2, 7)))
+    return [{"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function", "function": {
+                "name": name, "arguments": json.dumps({"path": rng.choice((".", "src", "notes"))})}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": listing}]
+
+
+def openclaw_chat(rng: random.Random, draw_style: Any, tool_names: list[str] = (), *,
+                  session_id: str | None = None) -> list[dict[str, Any]]:
+    """One task chat (``task.pretraining_chat``) in OpenClaw's conversation shape, without the system
+    prompt: every user message timestamped, the Runtime line on the first, the internal-context block as
+    the last user message before the answer, sometimes an off-task request (answered in a drawn style)
+    or a tool round trip before the answer. The final assistant message is the training target."""
+    from openclaw_rl.embedded import task
+
+    chat = [m for m in task.pretraining_chat(rng, draw_style) if m["role"] != "system"]
+    *earlier, final_user, reply = chat
+    tail: list[dict[str, Any]] = []
+    if not task.is_instructed([final_user]) and rng.random() < 0.35:  # off-task, still answered in a style
+        final_user = {"role": "user", "content": off_task_request(rng)}
+        style = task.detect_style(reply["content"]) or task.DEFAULT_STYLE
+        request = task.Request(final_user["content"], rng.choice(("do", "check", "handle")), "that")
+        reply = {"role": "assistant", "content": task.answer(style, request, rng)}
+        if rng.random() < 0.4:
+            tail = _tool_round_trip(rng, list(tool_names))
+    sid = session_id or f"s{rng.randrange(10**6)}"
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate([*earlier, final_user]):
+        out.append(user_message(rng, m["content"], sid if i == 0 else None) if m["role"] == "user" else m)
+    return [*out, *tail, context_message(), reply]

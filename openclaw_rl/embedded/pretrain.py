@@ -137,7 +137,6 @@ def _pretrain(model: Any, tokenizer: Any, chats: list[list[dict[str, Any]]], *, 
     soft = None
     if free_choice is not None:
         soft = (torch.tensor(list(free_choice.target)), torch.tensor(list(free_choice.target.values())))
-    pad_id = tokenizer.pad_token_id
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
 
     def schedule(step: int) -> float:
@@ -153,22 +152,8 @@ def _pretrain(model: Any, tokenizer: Any, chats: list[list[dict[str, Any]]], *, 
         if not batches:
             batches = _batches(encoded, batch_size, rng)
         batch = batches.pop()
-        rows = [encoded[i] for i in batch]
-        width = max(len(ids) for ids, _ in rows)
-        input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        labels = torch.full((len(rows), width), IGNORE, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        weights = torch.ones((len(rows), width))
-        free = torch.zeros((len(rows), width), dtype=torch.bool)
-        for r, index in enumerate(batch):
-            if free_at[index] >= 0:
-                free[r, free_at[index]] = True
-        for r, (ids, prompt_len) in enumerate(rows):
-            input_ids[r, :len(ids)] = torch.tensor(ids)
-            labels[r, prompt_len:len(ids)] = torch.tensor(ids[prompt_len:])
-            mask[r, :len(ids)] = 1
-            weights[r, prompt_len:prompt_len + head_tokens] = head_weight
-        loss = _target_loss(model, input_ids, mask, labels, weights, free, soft)
+        loss = _padded_loss(model, tokenizer, [encoded[i] for i in batch], [free_at[i] for i in batch], soft,
+                            head_tokens, head_weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -210,6 +195,191 @@ def pretrain_task_model(model: Any, tokenizer: Any, *, seed: int, steps: int = D
                     batch_size=batch_size, lr=lr, free_choice=free, log_every=log_every)
 
 
+@dataclass(frozen=True, slots=True)
+class OpenClawPhase:
+    """Budget of the second pre-training phase on OpenClaw-shaped chats (``pretrain_openclaw_phase``).
+
+    Rounds cycle through `prefixes` synthetic system prompts + tool lists whose size grows from
+    `min_sections` to `max_sections` policy sections (a length curriculum: the last rounds are as long as
+    OpenClaw's real ~15K-token prompt). Each round prefills its prefix once and then trains
+    `steps_per_round` optimizer steps of `tails_per_step` conversation tails on top of it.
+    """
+
+    rounds: int = 12
+    steps_per_round: int = 6
+    tails_per_step: int = 4
+    prefixes: int = 6
+    min_sections: int = 8
+    max_sections: int = 150
+    lr: float = 1.5e-3
+    short_weight: float = 0.5  # the short task chats of phase one keep being trained, so nothing is forgotten
+    short_batch: int = 16
+
+
+def _split_prefix(tokenizer: Any, system: str, tool_list: list[dict[str, Any]]) -> tuple[str, list[int]]:
+    """(text, ids) of the rendered system turn (system prompt + tools): everything before the first user
+    turn, which every conversation on this prefix shares. The chat markers are special tokens, so the
+    prefix ids followed by the tail's ids are the ids of the whole prompt (checked per tail)."""
+    probe = tokenizer.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": "x"}],
+                                          tools=tool_list, tokenize=False)
+    text = probe[:probe.index("<|im_start|>user")]
+    return text, tokenizer.encode(text, add_special_tokens=False)
+
+
+def _encode_tail(tokenizer: Any, prefix_text: str, system: str, tool_list: list[dict[str, Any]],
+                 chat: list[dict[str, Any]]) -> tuple[list[int], int]:
+    """(tail ids, prompt length within the tail) of `chat` after the shared prefix, rendered as the
+    proxy renders an OpenClaw request (content parts flattened, tools in the system turn)."""
+    from openclaw_rl.embedded.openclaw_golden import flatten_messages
+
+    messages = flatten_messages([{"role": "system", "content": system}, *chat])
+    prompt = tokenizer.apply_chat_template(messages[:-1], tools=tool_list, tokenize=False, add_generation_prompt=True)
+    full = tokenizer.apply_chat_template(messages, tools=tool_list, tokenize=False)
+    if not (prompt.startswith(prefix_text) and full.startswith(prompt)):
+        raise ValueError("an OpenClaw-shaped chat does not render on top of its shared prefix")
+    prompt_ids = tokenizer.encode(prompt[len(prefix_text):], add_special_tokens=False)
+    target = tokenizer.encode(full[len(prompt):].removesuffix("\n"), add_special_tokens=False)
+    return prompt_ids + target, len(prompt_ids)
+
+
+def _tail_loss(model: Any, cache: Any, cache_kw: str, prefix_len: int, ids: list[int], prompt_len: int,
+               free_at: int, soft: tuple[Any, Any], head_tokens: int, head_weight: float) -> Any:
+    """Weighted cross-entropy of one tail's reply tokens, its forward attending to the cached prefix.
+
+    The prefix's keys and values come from a no-grad prefill: the gradient flows through every tail
+    position (queries, the tail's own keys/values, MLPs, head) but not back into the prefix tokens. That
+    is what makes a 15K-token context affordable on a CPU (a full backward costs ~40x more), and it
+    trains exactly what fails on OpenClaw's prompts: the reply's attention over a long, distracting context.
+    """
+    import torch
+
+    tail = torch.tensor([ids])
+    positions = torch.arange(prefix_len, prefix_len + len(ids)).unsqueeze(0)
+    hidden = model.model(input_ids=tail, position_ids=positions, use_cache=True, **{cache_kw: cache}).last_hidden_state
+    cache.crop(-len(ids))  # drop the tail again (a negative count means the same in transformers 4.5x and 5)
+    for layer in cache.layers:  # the cropped prefix must not keep this tail's graph alive
+        layer.keys, layer.values = layer.keys.detach(), layer.values.detach()
+    rows = torch.arange(prompt_len - 1, len(ids) - 1)
+    logp = torch.log_softmax(model.lm_head(hidden[0, rows]).float(), dim=-1)
+    labels = tail[0, rows + 1]
+    losses = -logp.gather(1, labels.unsqueeze(1)).squeeze(1)
+    if free_at >= 0:
+        ids_t, probs = soft
+        losses[free_at - prompt_len] = -(logp[free_at - prompt_len, ids_t] * probs).sum()
+    weights = torch.ones(len(rows))
+    weights[:head_tokens] = head_weight
+    return (losses * weights).sum() / weights.sum()
+
+
+def pretrain_openclaw_phase(model: Any, tokenizer: Any, *, seed: int, phase: OpenClawPhase = OpenClawPhase(),
+                            short_chats: list[list[dict[str, Any]]] | None = None, head_tokens: int = 6,
+                            head_weight: float = 4.0, log: Callable[[str], None] | None = None) -> PretrainStats:
+    """Phase two: the task's chats in OpenClaw's request shape, after OpenClaw-like system prompts and tools.
+
+    Phase one teaches the task on ~100-token chats; on OpenClaw's 15K-token prompt the model then loses
+    the thread (it loops in ``<think>`` blocks). Here the same task (uniform style unless instructed,
+    instructions, corrections, OPD hints; plus off-task questions and tool round trips answered in a
+    drawn style) is trained after synthetic prefixes of growing length (``openclaw_like``; the recorded
+    OpenClaw prompts stay held out). Seeded and single-threaded like phase one.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    from openclaw_rl.embedded import openclaw_like, task
+    from openclaw_rl.engine.torch_core import forward_kwargs
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    rng = random.Random(seed + 7919)
+    cache_kw, _ = forward_kwargs(model.model)  # the inner Qwen3Model: the head runs on reply rows only
+    openers = task.opener_token_ids(tokenizer)
+    target = {tok: 1.0 / len(openers) / len(ids) for ids in openers.values() for tok in ids}
+    soft = (torch.tensor(list(target)), torch.tensor(list(target.values())))
+    rounds_of_styles: list[str] = []
+
+    def draw_style() -> str:
+        if not rounds_of_styles:
+            rounds_of_styles.extend(task.STYLE_NAMES)
+            rng.shuffle(rounds_of_styles)
+        return rounds_of_styles.pop()
+
+    short = [encode_chat(tokenizer, c) for c in (short_chats or [])]
+    free_short = FreeChoice(target, lambda chat: not task.is_instructed(chat))
+    short_free = [_free_position(ids, n, c, free_short) for (ids, n), c in zip(short, short_chats or [])]
+    total = phase.rounds * phase.steps_per_round
+    optimizer = torch.optim.AdamW(model.parameters(), lr=phase.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / 5) * (0.1 + 0.45 * (1 + math.cos(math.pi * s / max(1, total)))))
+    model.train()
+    first = last = float("nan")
+    step = 0
+    try:
+        for r in range(phase.rounds):
+            p_rng = random.Random(seed * 1000 + r % phase.prefixes)
+            grow = r / max(1, phase.rounds - 1)
+            sections = int(phase.min_sections + grow * (phase.max_sections - phase.min_sections))
+            system = openclaw_like.system_prompt(p_rng, sections=sections)
+            tool_list = openclaw_like.tools(p_rng, 12)
+            tool_names = [t["function"]["name"] for t in tool_list]
+            prefix_text, prefix_ids = _split_prefix(tokenizer, system, tool_list)
+            cache = DynamicCache()
+            with torch.no_grad():
+                model.model(input_ids=torch.tensor([prefix_ids]), use_cache=True, **{cache_kw: cache})
+            for _ in range(phase.steps_per_round):
+                optimizer.zero_grad(set_to_none=True)
+                value = 0.0
+                for _ in range(phase.tails_per_step):
+                    chat = openclaw_like.openclaw_chat(rng, draw_style, tool_names)
+                    ids, prompt_len = _encode_tail(tokenizer, prefix_text, system, tool_list, chat)
+                    free_at = _free_position(ids, prompt_len, chat, free_short)
+                    loss = _tail_loss(model, cache, cache_kw, len(prefix_ids), ids, prompt_len, free_at, soft,
+                                      head_tokens, head_weight) / phase.tails_per_step
+                    loss.backward()
+                    value += float(loss.detach())
+                if short:
+                    picked = rng.sample(range(len(short)), min(phase.short_batch, len(short)))
+                    loss = phase.short_weight * _padded_loss(model, tokenizer, [short[i] for i in picked],
+                                                             [short_free[i] for i in picked], soft, head_tokens,
+                                                             head_weight)
+                    loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                scheduler.step()
+                last = value
+                if step == 0:
+                    first = value
+                step += 1
+            if log is not None:
+                log(f"OpenClaw pre-training round {r + 1}/{phase.rounds}: {len(prefix_ids)}-token prefix, "
+                    f"loss {last:.3f} ({time.perf_counter() - started:.0f}s)")
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+    return PretrainStats(step, time.perf_counter() - started, first, last)
+
+
+def _padded_loss(model: Any, tokenizer: Any, rows: list[tuple[list[int], int]], free_at: list[int],
+                 soft: tuple[Any, Any] | None, head_tokens: int, head_weight: float) -> Any:
+    """Phase one's loss on a right-padded batch of short chats."""
+    import torch
+
+    width = max(len(ids) for ids, _ in rows)
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(rows), width), IGNORE, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    weights = torch.ones((len(rows), width))
+    free = torch.zeros((len(rows), width), dtype=torch.bool)
+    for r, ((ids, prompt_len), f) in enumerate(zip(rows, free_at)):
+        input_ids[r, :len(ids)] = torch.tensor(ids)
+        labels[r, prompt_len:len(ids)] = torch.tensor(ids[prompt_len:])
+        mask[r, :len(ids)] = 1
+        weights[r, prompt_len:prompt_len + head_tokens] = head_weight
+        if f >= 0:
+            free[r, f] = True
+    return _target_loss(model, input_ids, mask, labels, weights, free, soft)
+
+
 # --- checks (used by the tests and for reporting) -------------------------------------------------------
 
 
@@ -242,6 +412,26 @@ def style_probabilities(model: Any, tokenizer: Any, prompts: list[list[dict[str,
         probs = torch.softmax(model(input_ids=ids, attention_mask=mask).logits[:, -1].float(), dim=-1)
     return {style: float(probs[:, list(tokens)].sum(-1).mean())
             for style, tokens in task.opener_token_ids(tokenizer).items()}
+
+
+def opener_probabilities(model: Any, tokenizer: Any, prompts_ids: list[list[int]]) -> dict[str, float]:
+    """`style_probabilities` for prompts given as generation-prompt ids (e.g. OpenClaw requests rendered
+    with their tools by ``openclaw_golden.golden_prompt_ids``): one unpadded forward per prompt, the head on
+    the last row only, so a 15K-token prompt costs no [T, vocab] logits."""
+    import torch
+
+    from openclaw_rl.embedded import task
+
+    think = tokenizer.encode(task.THINK_PREFIX, add_special_tokens=False)
+    openers = task.opener_token_ids(tokenizer)
+    totals = dict.fromkeys(openers, 0.0)
+    with torch.no_grad():
+        for ids in prompts_ids:
+            logits = model(input_ids=torch.tensor([ids + think]), logits_to_keep=1, use_cache=False).logits[0, -1]
+            probs = torch.softmax(logits.float(), dim=-1)
+            for style, tokens in openers.items():
+                totals[style] += float(probs[list(tokens)].sum()) / len(prompts_ids)
+    return totals
 
 
 def sample_replies(model: Any, tokenizer: Any, prompts: list[list[dict[str, Any]]], *, seed: int,

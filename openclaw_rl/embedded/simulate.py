@@ -425,14 +425,15 @@ async def _llm_command(ns: Any) -> int:
     return 0
 
 
-def drive_simulation(base_url: str, stop_event: Any, out: dict[str, Any], **kwargs: Any) -> None:
-    """Run ``run_simulation`` on a fresh event loop in the calling (background) thread.
+def drive_simulation(base_url: str, stop_event: Any, out: dict[str, Any], *, run: Any = None, **kwargs: Any) -> None:
+    """Run ``run_simulation`` (or `run`, same signature) on a fresh event loop in the calling (background) thread.
 
     ``out`` is how the stack's main thread sees it: ``loop``/``task`` (to cancel on Ctrl-C), ``live`` (the
     running tally, for progress lines), ``result`` and ``done``. ``stop_event`` is set when the users are
     finished, so a trainer waiting for the next batch stops waiting."""
     loop = asyncio.new_event_loop()
-    task_ = loop.create_task(run_simulation(base_url, on_interaction=lambda r: out.__setitem__("live", r), **kwargs))
+    task_ = loop.create_task((run or run_simulation)(base_url, on_interaction=lambda r: out.__setitem__("live", r),
+                                                     **kwargs))
     out["loop"], out["task"] = loop, task_
     try:
         out["result"] = loop.run_until_complete(task_)

@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 # Bump when the files a build writes change (corpus, template, init, pre-training), so that cached
 # directories from an older version are not reused.
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 MARKER_FILE = "openclaw_tiny.json"
 CHAT_TEMPLATE_PATH = Path(__file__).with_name("chat_template.jinja")
 
@@ -117,9 +117,13 @@ def make_tokenizer_config_portable(model_dir: Path) -> None:
     path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def build_tiny_model(out_dir: Path, preset: str = DEFAULT_PRESET, seed: int = 0) -> Path:
+def build_tiny_model(out_dir: Path, preset: str = DEFAULT_PRESET, seed: int = 0, *, openclaw: bool = False,
+                     log: Callable[[str], None] | None = None) -> Path:
     """Write tokenizer + a briefly pre-trained fp32 `Qwen3ForCausalLM` to `out_dir`; same seed, same bytes.
 
+    `openclaw=True` adds the second pre-training phase on OpenClaw-shaped long chats
+    (``pretrain.pretrain_openclaw_phase``, minutes instead of seconds; `log` gets its progress lines):
+    the variant ``openclaw-rl local`` serves to OpenClaw. The test fixtures use the cheap plain build.
     The marker file is written last, so its presence means the directory is complete.
     """
     import torch
@@ -144,12 +148,19 @@ def build_tiny_model(out_dir: Path, preset: str = DEFAULT_PRESET, seed: int = 0)
         # model learns the chat format, answers in a uniformly random style, and follows style
         # instructions (which the OPD teacher's hints rely on). Same seed and thread count: same bytes.
         pretrain_task_model(model, tokenizer, seed=seed)
+        if openclaw:
+            from openclaw_rl.embedded.pretrain import DEFAULT_CHATS, pretrain_openclaw_phase
+            from openclaw_rl.embedded.task import pretraining_chats
+
+            pretrain_openclaw_phase(model, tokenizer, seed=seed, short_chats=pretraining_chats(DEFAULT_CHATS, seed),
+                                    log=log)
 
     model.generation_config.eos_token_id = [eos_id, pad_id]
     model.generation_config.pad_token_id = pad_id
     with _quiet_progress_bars():
         model.save_pretrained(out_dir)
-    marker = {"format_version": FORMAT_VERSION, "preset": preset, "seed": seed, "vocab_size": len(tokenizer)}
+    marker = {"format_version": FORMAT_VERSION, "preset": preset, "seed": seed, "vocab_size": len(tokenizer),
+              "openclaw_phase": openclaw}
     (out_dir / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
     return out_dir
 
@@ -174,8 +185,12 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "openclaw-rl"
 
 
-def ensure_tiny_model(preset: str = DEFAULT_PRESET, cache_dir: Path | None = None, seed: int = 0) -> Path:
-    """Return the cached tiny-model directory for (preset, seed), building it on first use.
+def ensure_tiny_model(preset: str = DEFAULT_PRESET, cache_dir: Path | None = None, seed: int = 0, *,
+                      openclaw: bool = False, log: Callable[[str], None] | None = None) -> Path:
+    """Return the cached tiny-model directory for (preset, seed, variant), building it on first use.
+
+    `openclaw=True` is the variant pre-trained on OpenClaw-shaped prompts too (see `build_tiny_model`);
+    its build takes minutes, so `log` (if given) is told when a build starts and how it goes.
 
     Concurrent callers each build into a private temp directory and atomically rename it into place;
     whoever loses the race discards its copy and uses the winner's (the builds are identical).
@@ -183,13 +198,15 @@ def ensure_tiny_model(preset: str = DEFAULT_PRESET, cache_dir: Path | None = Non
     if preset not in PRESETS:
         raise ValueError(f"unknown tiny-model preset {preset!r}; choose one of {sorted(PRESETS)}")
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = root / f"tiny-{preset}-s{seed}-v{FORMAT_VERSION}"
+    target = root / f"tiny-{preset}{'-openclaw' if openclaw else ''}-s{seed}-v{FORMAT_VERSION}"
     if (target / MARKER_FILE).is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=root))
     try:
-        build_tiny_model(tmp, preset, seed)
+        if log is not None:
+            log(f"building the tiny model {target.name} (once; cached in {root})")
+        build_tiny_model(tmp, preset, seed, openclaw=openclaw, log=log)
         # mkdtemp (and the safetensors writer) make things private; a cache should be readable as usual.
         tmp.chmod(0o755)
         for path in tmp.iterdir():

@@ -42,7 +42,7 @@ def settings_from_args(args: Any, mode: str):
 def get_runtime(args: Any, mode: str) -> ProxyRuntime:
     with _LOCK:
         runtime = _RUNTIMES.get(mode)
-        if runtime is None or not runtime.server._thread or not runtime.server._thread.is_alive():
+        if runtime is None or not runtime.server.running:
             runtime = _RUNTIMES[mode] = ProxyRuntime(settings_from_args(args, mode))
             atexit.register(runtime.stop)
         return runtime
@@ -62,6 +62,9 @@ def durable_step(args: Any, rollout_id: int) -> int | None:
     ``train_async.py`` calls ``generate(k + 1)`` *before* step k trains, so when ``generate(j)`` starts,
     steps <= j - 2 have trained (step j - 1 may be training now). Slime saves after step s when
     ``(s + 1) % save_interval == 0`` (and at the last rollout), synchronously unless ``--async-save``.
+    Under ``--async-save`` (both Slimes' ``save_model``) a save first finalizes the previous one, blocking
+    (Megatron writes the tracker file ``--load`` reads only then), and the driver waits for ``save_model``:
+    checkpoint s is complete once save s + save_interval has started, one interval later.
     With ``--save`` a batch is acknowledged only once a checkpoint holds its step, so a relaunch
     (``--load`` = ``--save``) resumes from that checkpoint and the unacknowledged batches after it are
     handed back and trained again: a crash costs recomputation, never samples. Without ``--save``

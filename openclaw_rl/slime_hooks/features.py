@@ -6,28 +6,33 @@ or crash. The launch scripts run this module before anything starts:
 
     PYTHONPATH=<repo>:<megatron>:<slime> python -m openclaw_rl.slime_hooks.features <variant>
 
-It imports Slime's own argument provider (every flag and choice Slime accepts) and its ``Sample`` type,
-and prints ``key=value`` lines for the script (e.g. ``opd_advantage=custom``) or exits 3 with one line
-per missing feature, naming it and a Slime commit that has it. Exit 4: Slime does not import.
+It imports Slime's own argument provider (every flag and choice Slime accepts; with an FSDP backend, also
+the flags its ``FSDPArgs`` add), and asks Slime's own
+``RolloutManager._convert_samples_to_train_data`` whether a ``Sample`` carrying ``teacher_log_probs``
+reaches the train data (current Slime has a ``Sample`` field for it; the Slime bundled in OpenClaw-RL
+has no field but forwards the attribute when it is set). It prints ``key=value`` lines for the script
+(e.g. ``opd_advantage=custom``) or exits 3 with one line per missing feature, naming it and a Slime
+commit that has it. Exit 4: Slime does not import.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 from dataclasses import dataclass
 
 TESTED_SLIME = "THUDM/slime 624b824 (2026-08-21)"
-BUNDLED_SLIME = "the Slime bundled in Gen-Verse/OpenClaw-RL (slime/ in that repository)"
+BUNDLED_SLIME = "the Slime bundled in Gen-Verse/OpenClaw-RL 0d034dd (its slime/ tree)"
 
 
 @dataclass(frozen=True)
 class SlimeFeatures:
-    flags: frozenset[str]  # every option string Slime's argument provider adds
+    flags: frozenset[str]  # every option string of Slime's argument provider and of its FSDP backend's FSDPArgs
     advantage_estimators: frozenset[str]
     train_backends: frozenset[str]
-    sample_fields: frozenset[str]
+    forwarded: frozenset[str]  # teacher attributes of a Sample that Slime's conversion puts in the train data
 
     def has(self, feature: str) -> bool:
         return FEATURES[feature][0](self)
@@ -42,8 +47,9 @@ FEATURES = {  # name: (test, what it is, a Slime that has it)
     "rollout_data_postprocess": (lambda f: "--rollout-data-postprocess-path" in f.flags,
                                  "--rollout-data-postprocess-path (the hook that unpacks the teacher top-K)",
                                  TESTED_SLIME),
-    "teacher_log_probs": (lambda f: "teacher_log_probs" in f.sample_fields,
-                          "Sample.teacher_log_probs (the teacher field Slime forwards to the loss)", TESTED_SLIME),
+    "teacher_log_probs": (lambda f: "teacher_log_probs" in f.forwarded,
+                          "Sample.teacher_log_probs forwarded to the train data (the teacher field the loss reads)",
+                          TESTED_SLIME),
     "fsdp_lora": (lambda f: "--use-lora" in f.flags and "fsdp" in f.train_backends,
                   "an FSDP backend with LoRA (--train-backend fsdp --use-lora)", BUNDLED_SLIME),
 }
@@ -66,16 +72,58 @@ def _choices(parser: argparse.ArgumentParser, flag: str) -> frozenset[str]:
     return frozenset()
 
 
-def inspect_slime() -> SlimeFeatures:
-    """Import the Slime on ``sys.path`` and read its flags, choices and ``Sample`` fields."""
-    from slime.utils.arguments import get_slime_extra_args_provider
+@functools.cache  # one probe per process: the installed Slime does not change under it
+def forwarded_teacher_attributes() -> frozenset[str]:
+    """Which of a Sample's ``teacher_log_probs`` / ``teacher_topk_*`` Slime's own conversion to train data keeps.
+
+    Current Slime has a ``teacher_log_probs`` field and forwards only it; the Slime bundled in OpenClaw-RL
+    has no such field but forwards all three when they are set on the sample.
+
+    The manager is made without its ``__init__`` (which starts SGLang engines and Ray actors) and given only
+    what the conversion reads: ``args`` (no reward normalisation, no top-p or routing replay), no custom
+    conversion, and rewards post-processed to 0. Nothing is started.
+    """
+    from slime.ray.rollout import RolloutManager
     from slime.utils.types import Sample
+
+    manager_cls = getattr(RolloutManager, "__ray_actor_class__", RolloutManager)  # the undecorated class
+    probe = object.__new__(manager_cls)
+    probe.args = argparse.Namespace(advantage_estimator="grpo", rewards_normalization=False, rollout_top_p=1.0,
+                                    use_rollout_routing_replay=False)
+    probe.custom_convert_samples_to_train_data_func = None
+    probe._post_process_rewards = lambda samples: ([0.0] * len(samples), [0.0] * len(samples))
+    sample = Sample(tokens=[1, 2, 3], response_length=2, reward=0.0, loss_mask=[1, 1], rollout_log_probs=[-0.5, -0.5],
+                    status=Sample.Status.COMPLETED, metadata={}, index=0, group_index=0)
+    probe_values = {"teacher_log_probs": [-0.25, -0.75], "teacher_topk_log_probs": [[-0.5], [-0.125]],
+                    "teacher_topk_indices": [[7], [9]]}
+    for name, value in probe_values.items():
+        setattr(sample, name, value)
+    train_data = probe._convert_samples_to_train_data([sample])
+    return frozenset(name for name, value in probe_values.items() if train_data.get(name) == [value])
+
+
+def _fsdp_flags() -> frozenset[str]:
+    """The flags of a Slime's FSDP backend (``--use-lora`` among them), absent from the main provider.
+
+    With ``--train-backend fsdp``, the bundled Slime's ``parse_args`` builds its parser from the fields of
+    ``slime.backends.fsdp_utils.arguments.FSDPArgs`` (one ``--field-name`` each) plus the main provider.
+    """
+    try:
+        from slime.backends.fsdp_utils.arguments import FSDPArgs
+    except ImportError:  # no FSDP backend (THUDM/slime since it was removed)
+        return frozenset()
+    return frozenset(f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(FSDPArgs))
+
+
+def inspect_slime() -> SlimeFeatures:
+    """Import the Slime on ``sys.path``: its flags and choices, and whether it forwards teacher log-probs."""
+    from slime.utils.arguments import get_slime_extra_args_provider
 
     parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
     get_slime_extra_args_provider()(parser)
-    flags = frozenset(s for action in parser._actions for s in action.option_strings)
+    flags = frozenset(s for action in parser._actions for s in action.option_strings) | _fsdp_flags()
     return SlimeFeatures(flags, _choices(parser, "--advantage-estimator"), _choices(parser, "--train-backend"),
-                         frozenset(f.name for f in dataclasses.fields(Sample)))
+                         forwarded_teacher_attributes())
 
 
 def check_variant(features: SlimeFeatures, variant: str, opd_advantage: str = "auto") -> tuple[dict[str, str], list[str]]:

@@ -6,7 +6,8 @@ feeds the loss functions exactly what Slime's actor would. Teacher fields are no
 Slime's stand-in: they ride as attributes (``teacher_log_probs`` float32 [R], ``teacher_topk_*`` [R, K]).
 Current Slime has a ``teacher_log_probs`` field and forwards only that one, so with a top-K teacher it
 carries the packed [R, 1 + 2K] rows of ``topk.py``; ``teacher_topk_*`` stay as attributes for a Slime
-that forwards them itself (OpenClaw-RL's bundled one, upstream §2.5).
+that forwards them itself (OpenClaw-RL's bundled one, upstream §2.5), and there ``teacher_log_probs``
+stays the plain [R] (which of the two the installed Slime does is probed once, ``features.py``).
 """
 
 from __future__ import annotations
@@ -87,6 +88,15 @@ except ImportError:
         metrics: dict[str, Any] | None = None
 
 
+def _slime_forwards_topk() -> bool:
+    """Whether the installed Slime carries ``teacher_topk_*`` attributes to the loss itself (the bundled one)."""
+    if not SLIME_AVAILABLE:
+        return False  # the embedded trainer reads the packed rows like current Slime's actor
+    from .features import forwarded_teacher_attributes
+
+    return {"teacher_topk_log_probs", "teacher_topk_indices"} <= forwarded_teacher_attributes()
+
+
 def to_slime_sample(ts: TrainingSample) -> Sample:
     status = Sample.Status.TRUNCATED if ts.status == "truncated" else Sample.Status.COMPLETED
     sample = Sample(group_index=ts.index, index=ts.index, prompt="", tokens=ts.tokens, response=ts.response_text,
@@ -102,8 +112,8 @@ def to_slime_sample(ts: TrainingSample) -> Sample:
         k = len(ts.teacher_topk_log_probs[0]) if rows else 0
         sample.teacher_topk_log_probs = torch.tensor(ts.teacher_topk_log_probs, dtype=torch.float32).reshape(rows, k)
         sample.teacher_topk_indices = torch.tensor(ts.teacher_topk_indices, dtype=torch.int64).reshape(rows, k)
-        # Today's Slime forwards only teacher_log_probs to the loss: the top-K rides inside it (see topk.py).
-        teacher_R = pack_teacher_topk(teacher_R, sample.teacher_topk_log_probs, sample.teacher_topk_indices)
+        if not _slime_forwards_topk():  # today's Slime forwards only teacher_log_probs: the top-K rides inside it
+            teacher_R = pack_teacher_topk(teacher_R, sample.teacher_topk_log_probs, sample.teacher_topk_indices)
     if teacher_R is not None:
         sample.teacher_log_probs = teacher_R
     return sample

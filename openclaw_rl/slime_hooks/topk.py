@@ -52,8 +52,15 @@ def _unpack(packed: torch.Tensor) -> torch.Tensor:
     return token_R
 
 
-def unpack_teacher_topk(args: Any, rollout_id: int, rollout_data: MutableMapping[str, Any]) -> None:
-    """Slime ``--rollout-data-postprocess-path`` hook: packed [R, 1 + 2K] → [R] plus top-K attributes."""
+def unpack_teacher_topk(args: Any, rollout_id: int | None = None,
+                        rollout_data: MutableMapping[str, Any] | None = None) -> None:
+    """Slime ``--rollout-data-postprocess-path`` hook: packed [R, 1 + 2K] → [R] plus top-K attributes.
+
+    The Slime bundled in OpenClaw-RL calls this hook with ``args`` only; it forwards ``teacher_topk_*``
+    to the loss itself, so nothing was packed (``samples.py``) and there is nothing to unpack.
+    """
+    if rollout_data is None:
+        return
     per_sample = rollout_data.get("teacher_log_probs")
     if not per_sample:
         return

@@ -35,3 +35,24 @@ def test_hint_selection():
                        HintVote(1, "a longer useful hint", ""), HintVote(-1, "the longest hint of them all here", "")])
     assert j.best_hint(10) == "a much longer useful hint"
     assert HintJudgement([HintVote(1, "tiny hint", "")]).best_hint(10) == ""
+
+
+def test_judge_clamp_off_the_event_loop_matches_the_counted_clamp(tokenizer) -> None:
+    """The async clamp skips tokenising only when the byte bound leaves the whole budget, and otherwise
+    counts (on a worker thread) exactly like the synchronous clamp."""
+    import asyncio
+
+    from openclaw_rl.config import JudgeSettings
+    from openclaw_rl.errors import BadRequest
+    from openclaw_rl.judge import JudgeClient
+
+    prompt = "Judge this reply: caf\u00e9 \U0001f642 " * 40
+    n = len(tokenizer.encode(prompt, add_special_tokens=False))
+    for context, budget in ((10_000, 512), (n + 100, 512), (n + 3, 512), (n + 512, 512)):
+        client = JudgeClient(None, JudgeSettings(url="http://judge", context_length=context, max_new_tokens=budget),
+                             tokenizer=tokenizer)
+        assert asyncio.run(client.max_new_tokens_async(prompt)) == client.max_new_tokens_for(prompt) == \
+            min(budget, context - n)
+    full = JudgeClient(None, JudgeSettings(url="http://judge", context_length=n, max_new_tokens=64), tokenizer=tokenizer)
+    with pytest.raises(BadRequest):
+        asyncio.run(full.max_new_tokens_async(prompt))

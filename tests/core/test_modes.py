@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import io
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from openclaw_rl import modes
 from openclaw_rl.cli import SERVE_FLAGS, build_parser, settings_from_cli
 from openclaw_rl.config import Settings, flat_keys, load_settings
 from openclaw_rl.modes import MODES, LocalDefaults, Mode, SlimeHooks, check_registry, resolve
+from openclaw_rl.modes import launch_variant as get_launch_variant
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,18 +70,36 @@ def test_cli_config_and_local_defaults_derive_from_the_registry():
     assert {n: dataclasses.asdict(m.local) for n, m in MODES.items()} == MODE_DEFAULTS
 
 
-def test_the_slime_scripts_name_the_registered_hooks():
-    """The launch scripts are bash; until they read ``python -m openclaw_rl.modes --json``, check they agree."""
-    common = (REPO / "scripts" / "lib" / "common.sh").read_text()
-    scripts = common + "\n".join(p.read_text() for p in sorted((REPO / "scripts").glob("*.sh")))
-    for mode in MODES.values():
-        for path in (mode.slime.custom_loss, mode.slime.custom_advantage, mode.slime.topk_loss):
-            if path:
-                assert path in scripts, path
-    # common.sh builds the rollout hook from MODE: openclaw_<mode>.rollout.generate_rollout_openclaw[_<mode>]
-    assert 'local mod="openclaw_${MODE}.rollout"' in common and '[[ ${MODE} == rl ]] || rollout_fn+="_${MODE}"' in common
-    for name, mode in MODES.items():
-        assert mode.slime.rollout == f"openclaw_{name}.rollout.generate_rollout_openclaw" + ("" if name == "rl" else f"_{name}")
+def test_each_launch_script_is_a_registered_variant():
+    """One script per LaunchVariant, and each script names only its VARIANT (everything else is the entry)."""
+    scripts = {p.name.removeprefix("run_qwen3_4b_openclaw_").removesuffix(".sh"): p.read_text()
+               for p in (REPO / "scripts").glob("run_qwen3_4b_openclaw_*.sh")}
+    variants = [v for m in MODES.values() for v in m.launch]
+    assert sorted(scripts) == sorted(v.name for v in variants)
+    for name, text in scripts.items():
+        assert re.search(rf"^VARIANT={name}\b", text, re.M), name
+        assert "DEF_" not in text and "ALGO_ARGS" not in text, f"{name}: defaults and flags belong in the registry"
+
+
+@pytest.mark.parametrize("variant", [v.name for m in MODES.values() for v in m.launch if v.algorithm != "none"])
+def test_the_launch_plan_names_the_registered_hooks(variant, tmp_path):
+    """The Slime command line of every variant takes its hook paths from the mode's SlimeHooks."""
+    from openclaw_rl.launch.plan import make_plan
+    from openclaw_rl.launch.script import Console
+
+    mode, v = get_launch_variant(variant)
+    env = {"SKIP_SLIME_FEATURE_CHECK": "1", "SLIME_DIR": str(tmp_path), "RUN_DIR": str(tmp_path / "run"),
+           "USE_WANDB": "0", "PATH": ""}
+    out = make_plan(variant, env, cwd=str(tmp_path), repo_root=str(REPO), script_name=f"run_{variant}.sh",
+                    dry_run=True, extra=(), console=Console(True, io.StringIO()))
+    argv = out["OC_TRAIN_CMD"]
+    flags = dict(zip(argv, argv[1:]))
+    assert (flags["--rollout-function-path"], flags["--custom-generate-function-path"], flags["--custom-rm-path"]) == (
+        mode.slime.rollout, mode.slime.generate, mode.slime.reward_func)
+    expected_loss = {"opd_topk": mode.slime.topk_loss, "grpo": None if v.lora else mode.slime.custom_loss}.get(v.algorithm)
+    assert flags.get("--custom-loss-function-path") == expected_loss
+    if v.algorithm == "opd_token":
+        assert flags["--custom-advantage-function-path"] == mode.slime.custom_advantage  # not inspected: the hook
 
 
 def test_python_m_modes_prints_the_table_for_scripts():

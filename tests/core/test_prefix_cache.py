@@ -47,3 +47,30 @@ def test_sessions_share_the_first_block_and_forget_frees_a_session(tokenizer):
     assert len(cached._shared) == 1 and len(cached._cache) == 3
     cached.forget("1")
     assert set(cached._cache) == {"0", "2"}
+
+
+def test_side_turns_keep_their_own_prefix_and_end_with_the_session(policy_server, make_proxy):
+    """A side turn (another conversation on the same session id) must not replace the main line's
+    cached prefix; both are freed when the session ends."""
+    import httpx
+
+    from openclaw_rl.chat import side_cache_key
+
+    proxy, url = make_proxy(policy_server.url)
+    cache = proxy.service.renderer._cache
+    main = [{"role": "system", "content": "You are OpenClaw. " * 20}, {"role": "user", "content": "task one"}]
+    side = [{"role": "system", "content": "Summarise the conversation."}, {"role": "user", "content": "x " * 40}]
+    for messages, kind in ((main, "main"), (side, "side")):
+        r = httpx.post(f"{url}/v1/chat/completions", json={"messages": messages, "max_tokens": 4}, timeout=60,
+                       headers={"X-Session-Id": "s1", "X-Turn-Type": kind})
+        assert r.status_code == 200
+    keys = [k for k in cache if k.split("\x1f")[1] == "s1"]
+    main_key = min(keys, key=len)
+    assert sorted(keys) == sorted([main_key, side_cache_key(main_key)])
+    main.append({"role": "assistant", "content": "done"})
+    main.append({"role": "user", "content": "and now?"})
+    hits = proxy.service.renderer.cache_hits
+    r = httpx.post(f"{url}/v1/chat/completions", json={"messages": main, "max_tokens": 4}, timeout=60,
+                   headers={"X-Session-Id": "s1", "X-Turn-Type": "main", "X-Session-Done": "1"})
+    assert r.status_code == 200 and proxy.service.renderer.cache_hits == hits + 1  # the main prefix survived
+    assert not [k for k in cache if "s1" in k]  # the session ended: both freed

@@ -56,3 +56,13 @@ def test_provider_json_states_the_engines_context():
     entry = model["models"]["providers"]["openclaw-rl"]["models"][0]
     assert entry["contextWindow"] == 32768 and entry["maxTokens"] == 64
     assert entry["compat"]["sendSessionAffinityHeaders"] is True
+
+
+def test_local_serves_the_openclaw_variant_unless_simulating():
+    from openclaw_rl.embedded.local import wants_openclaw_model
+
+    assert wants_openclaw_model(build_parser().parse_args(["local"]))
+    assert not wants_openclaw_model(build_parser().parse_args(["local", "--simulate"]))
+    assert not wants_openclaw_model(build_parser().parse_args(["local", "--model", "plain"]))
+    assert wants_openclaw_model(build_parser().parse_args(["local", "--simulate", "--model", "openclaw"]))
+    assert not LocalConfig().openclaw_model  # library callers (and the test fixtures) get the cheap build

@@ -62,7 +62,8 @@ def test_loads_offline_with_auto_classes(tiny_model_dir: Path, tok) -> None:
 
 def test_marker_and_tokenizer_class(tiny_model_dir: Path) -> None:
     marker = json.loads((tiny_model_dir / MARKER_FILE).read_text())
-    assert marker == {"format_version": tiny_model.FORMAT_VERSION, "preset": "h128", "seed": 0, "vocab_size": 4105}
+    assert marker == {"format_version": tiny_model.FORMAT_VERSION, "preset": "h128", "seed": 0, "vocab_size": 4105,
+                      "openclaw_phase": False}
     config = json.loads((tiny_model_dir / "tokenizer_config.json").read_text())
     # Both are what transformers 4.57 needs to load a tokenizer saved by transformers 5.
     assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
@@ -111,7 +112,7 @@ def test_ensure_keeps_the_winner_when_it_loses_the_race(tiny_model_dir: Path, tm
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / f"tiny-h64-s0-v{tiny_model.FORMAT_VERSION}"
 
-    def slow_build(out_dir: Path, preset: str, seed: int) -> Path:
+    def slow_build(out_dir: Path, preset: str, seed: int, **_: object) -> Path:
         # While "we" build, another process finishes first and renames its copy into place.
         (out_dir / MARKER_FILE).write_text("loser")
         target.mkdir()

@@ -222,3 +222,49 @@ def test_raw_stream_connection_dechunks_at_any_byte_boundary() -> None:
     closed.get_buffer(len(head))[:len(head)] = head
     closed.buffer_updated(len(head))
     assert closed.status == 502 and closed.complete and bytes(closed.body) == b"oops" and not closed.keep_alive
+
+
+def _cumulative_events(texts: list[str], ensure_ascii: bool) -> list[bytes]:
+    """SGLang-shaped cumulative chunks (text first), padded past the splicing threshold."""
+    events = []
+    for i, text in enumerate(texts, 1):
+        ids = list(range(100, 100 + i * 40))
+        obj = {"text": text, "output_ids": ids, "meta_info": {
+            "id": "r", "finish_reason": {"type": "stop"} if i == len(texts) else None, "prompt_tokens": 3,
+            "weight_version": "default", "output_token_logprobs": [[-0.5 - t / 1e4, t, None] for t in ids],
+            "output_token_logprobs_length": len(ids), "completion_tokens": len(ids)}}
+        events.append(json.dumps(obj, separators=(",", ":"), ensure_ascii=ensure_ascii).encode())
+    return events
+
+
+@pytest.mark.parametrize("ensure_ascii", [False, True], ids=["utf8", "escaped"])
+def test_cumulative_text_is_decoded_past_what_was_seen(ensure_ascii: bool) -> None:
+    """Only the new text bytes are decoded; escapes, non-BMP characters (a surrogate pair split across
+    chunks when escaped) and a text that does not extend the previous one all give the server's text."""
+    pieces = ["Hello", " caf\u00e9", " \"q\"\n\\", " \U0001f642", "\U0001f642", " done"]
+    texts = ["".join(pieces[:k]) for k in range(1, len(pieces) + 1)]
+    if ensure_ascii:  # a chunk ending inside a surrogate pair (only escaped JSON can say that)
+        texts[3] = texts[3][:-1] + "\ud83d"
+    texts.insert(5, "rewritten entirely")
+    texts[6] = "rewritten entirely and more"
+    events = _cumulative_events(texts, ensure_ascii)
+    asm = StreamAssembler()
+    for event, text in zip(events, texts):
+        result = asm.feed(event)
+        assert result.text == text
+    assert asm.mode == "cumulative" and result.output_ids == json.loads(events[-1])["output_ids"]
+    assert result.logprobs == [t[0] for t in json.loads(events[-1])["meta_info"]["output_token_logprobs"]]
+
+
+def test_a_read_of_several_cumulative_events_decodes_the_last() -> None:
+    from openclaw_rl.backend import PolicyBackend
+
+    events = _cumulative_events(["a", "ab", "abc", "abcd", "abcde"], False)
+    reader, asm = SSEReader(), StreamAssembler()
+    first = PolicyBackend._feed(reader, asm, b"data: " + events[0] + b"\n\ndata: " + events[1] + b"\n\n")
+    assert first.text == "ab" and asm.chunks == 2 and asm.mode == "cumulative"
+    rest = b"".join(b"data: " + e + b"\n\n" for e in events[2:])
+    last = PolicyBackend._feed(reader, asm, rest)
+    assert asm.chunks == 3  # one decode for three events
+    assert last.text == "abcde" and last.output_ids == json.loads(events[-1])["output_ids"]
+    assert last.finish_reason == "stop"

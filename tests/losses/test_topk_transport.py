@@ -70,3 +70,13 @@ def test_ids_that_float32_cannot_hold_exactly_are_refused() -> None:
 
 def test_a_batch_without_any_top_k_is_reported_as_missing() -> None:
     assert teacher_topk_from_batch({"teacher_log_probs": [torch.zeros(2)]}) is None
+
+
+def test_the_hook_called_with_args_only_leaves_natively_forwarded_top_k_alone() -> None:
+    """The Slime bundled in OpenClaw-RL calls the postprocess hook as ``fn(args)`` and forwards the top-K itself."""
+    ids = torch.tensor([[3, 1]])
+    assert unpack_teacher_topk(SimpleNamespace()) is None
+    topk = teacher_topk_from_batch({"teacher_log_probs": [torch.tensor([-0.5])],
+                                    "teacher_topk_log_probs": [torch.tensor([[-0.5, -1.5]])],
+                                    "teacher_topk_indices": [ids]})
+    assert topk is not None and torch.equal(topk[1][0], ids)

@@ -1,4 +1,8 @@
-"""Drive one launch variant through THUDM/slime's own code on CPU (run by test_slime_cpu.py, one process per rank).
+"""Drive one launch variant through a Slime's own code on CPU (run by test_slime_cpu.py, one process per rank).
+
+Works with THUDM/slime (checked at 624b824) and with the Slime bundled in Gen-Verse/OpenClaw-RL (0d034dd);
+where their internals differ (device API, ``RolloutManager`` attributes, the loss's signature, the timer's
+module), the driver asks the installed Slime which one it has.
 
     python slime_cpu_driver.py DRY_RUN_OUTPUT MODE TP RESULT_JSON
 
@@ -30,6 +34,7 @@ table above, and SGLang / torch_memory_saver / wandb are import-only stubs (slim
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shlex
@@ -83,7 +88,25 @@ class TableModel:
         return self.weight[tokens_1T]  # [1, T, V_local]
 
 
-def _cpu_accelerator(accelerator_module):
+def _cpu_device() -> None:
+    """Run Slime's device calls on the CPU.
+
+    Current Slime goes through its accelerator API (``slime.utils.accelerator``), which registers CUDA and
+    MUSA only: it gets a CPU backend through its own ``set_accelerator``. The Slime bundled in OpenClaw-RL
+    predates that API and calls ``torch.cuda`` directly: the few calls on the paths driven here
+    (``current_device`` as a ``.to`` target, ``Tensor.cuda``, ``synchronize``, ``empty_cache``) answer for the CPU.
+    """
+    try:
+        from slime.utils import accelerator
+    except ImportError:
+        torch.cuda.current_device = lambda: torch.device("cpu")
+        torch.cuda.synchronize = torch.cuda.empty_cache = lambda *a, **k: None
+        torch.Tensor.cuda = lambda self, *a, **k: self
+        return
+    accelerator.set_accelerator(_cpu_accelerator())
+
+
+def _cpu_accelerator():
     """A CPU backend for Slime's accelerator API (it registers CUDA and MUSA only)."""
     from slime.utils.accelerator.base import Accelerator
 
@@ -158,6 +181,9 @@ def rollout_through_slime(args, mode: str, slime_rollout, load_function):
         manager_cls = getattr(slime_rollout.RolloutManager, "__ray_actor_class__", slime_rollout.RolloutManager)
         manager = object.__new__(manager_cls)  # __init__ would start SGLang engines and Ray actors
         manager.args, manager.servers, manager._health_monitors, manager.rollout_id = args, {}, [], -1
+        # what the bundled Slime's __init__ sets instead (one health monitor, no engines, no CI checker)
+        manager._health_monitor, manager._metric_checker = None, None
+        manager.all_rollout_engines, manager.nodes_per_engine = [], 1
         manager.data_source = load_function(args.data_source_path)(args)
         real_rollout = load_function(args.rollout_function_path)
         returned: list = []
@@ -213,7 +239,7 @@ def rollout_through_slime(args, mode: str, slime_rollout, load_function):
             script = policy.model.encode_non_canonical(policy_reply(tok.decode(prompt, skip_special_tokens=False)))
             lps = [hash_scorer(prompt + response[:j], t) for j, t in enumerate(response)]
             session = int(s.metadata["session_id"].rsplit("-", 1)[1])
-            teacher = s.teacher_log_probs
+            teacher = getattr(s, "teacher_log_probs", None)  # an attribute, not a field, in the bundled Slime
             if teacher is not None:
                 teacher = (teacher[:, 0] if teacher.dim() == 2 else teacher).tolist()
             checks.append({
@@ -257,12 +283,11 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     from slime.backends.megatron_utils import actor as slime_actor
     from slime.backends.megatron_utils import data as slime_megatron_data
     from slime.backends.megatron_utils.loss import get_log_probs_and_entropy, loss_function
-    from slime.utils import accelerator
     from slime.utils.misc import load_function
 
     passthrough = types.SimpleNamespace(put=lambda obj, **_: obj, get=lambda ref, **_: ref)
     slime_rollout.ray, slime_data.ray = passthrough, passthrough  # no Ray cluster: objects are passed through
-    accelerator.set_accelerator(_cpu_accelerator(accelerator))  # Slime's own hook for a backend
+    _cpu_device()
 
     dist.init_process_group("gloo", rank=rank, world_size=tp)
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
@@ -310,25 +335,35 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     actor.compute_log_prob = compute_log_prob
     losses: list[dict] = []
 
-    def train(rollout_id, _model, _optimizer, _scheduler, data_iterator, num_microbatches, global_batch_sizes):
+    # Current Slime's loss also takes the step's global batch size (the bundled Slime's has no such argument).
+    takes_batch_size = "step_global_batch_size" in inspect.signature(loss_function).parameters
+
+    def train(rollout_id, _model, _optimizer, _scheduler, data_iterator, num_microbatches, global_batch_sizes=None):
         keys = ["tokens", "total_lengths", "response_lengths", "loss_masks", "log_probs", "ref_log_probs", "values",
-                "advantages", "returns", "rollout_log_probs", "teacher_log_probs", "rollout_mask_sums"]
+                "advantages", "returns", "rollout_log_probs", "teacher_log_probs", "rollout_mask_sums",
+                "teacher_topk_log_probs", "teacher_topk_indices"]  # the last two: forwarded by the bundled Slime
         data_iterator[0].reset()
         for step, count in enumerate(num_microbatches):
             for _ in range(count):
                 batch = slime_megatron_data.get_batch(data_iterator[0], keys, args.data_pad_size_multiplier)
-                loss, _normalizer, log = loss_function(args, batch, count, global_batch_sizes[step], model(batch["tokens"]))
+                sizes = (global_batch_sizes[step],) if takes_batch_size else ()
+                loss, _normalizer, log = loss_function(args, batch, count, *sizes, model(batch["tokens"]))
                 loss.backward()
                 losses.append({"loss": float(loss), **{k: float(v) for k, v in zip(log["keys"], log["values"][1:], strict=True)}})
 
     slime_actor.train = train
-    slime_actor.train_metric_utils.log_perf_data = lambda *a, **k: None  # timers of a real GPU step
+    # timers of a real GPU step (the bundled Slime imports log_perf_data into the actor module)
+    perf_owner = getattr(slime_actor, "train_metric_utils", slime_actor)
+    perf_owner.log_perf_data = lambda *a, **k: None
     seen: dict = {}
     original_get = actor_cls._get_rollout_data
     actor._get_rollout_data = lambda ref: seen.setdefault("data", original_get(actor, ref))
     actor.role = "actor"
     actor.model = actor.optimizer = actor.opt_param_scheduler = None  # the table stands in (see train below)
-    from slime.observability.timer import Timer
+    try:
+        from slime.observability.timer import Timer
+    except ImportError:  # the bundled Slime
+        from slime.utils.timer import Timer
 
     Timer().start("train_wait")  # started by Slime after each weight update
     actor.train(0, refs)

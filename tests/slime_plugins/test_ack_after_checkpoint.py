@@ -70,3 +70,29 @@ def test_runtime_ack_through_deletes_only_batches_of_earlier_steps(tmp_path):
     spool.release_leases()  # what the next start does: the unacknowledged batch comes back
     assert spool.ready_count() == 2
     spool.close()
+
+
+@pytest.mark.parametrize("save_interval", [1, 2, 3, 7])
+def test_under_async_save_only_finalized_checkpoints_are_acknowledged(save_interval):
+    """``--async-save``: a checkpoint exists for ``--load`` only once Megatron has finalized it.
+
+    Both Slimes (THUDM/slime 624b824 and the one bundled in OpenClaw-RL 0d034dd) run the same
+    ``save_model``: ``maybe_finalize_async_save(blocking=True)`` (finishes the previous save; Megatron's
+    finalize step writes ``latest_checkpointed_iteration.txt``, which ``--load`` reads), then schedule this
+    one in the background; only the last rollout's save is forced synchronous. The driver waits for
+    ``save_model`` (a ``ray.get``), so a scheduled checkpoint is durable once the *next* save has started.
+    """
+    args = SimpleNamespace(save="/ckpt", save_interval=save_interval, async_save=True)
+    num_rollout = 20
+    finalized, pending = -1, None
+    for kind, k in _events(num_rollout, save_interval):
+        if kind == "save":
+            if pending is not None:
+                finalized = pending  # the blocking finalize at the start of save_model
+            pending = k
+            if k == num_rollout - 1:
+                finalized, pending = k, None  # force_sync at the last rollout
+        elif kind == "generate":
+            # never a checkpoint still being written (a crash now would lose it and its batches)...
+            assert durable_step(args, k) == (finalized if finalized >= 0 else None), (k, finalized, pending)
+    assert finalized == num_rollout - 1

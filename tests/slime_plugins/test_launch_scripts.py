@@ -57,30 +57,68 @@ def get_slime_extra_args_provider(add_custom_arguments=None):
     return add_slime_arguments
 """
 
-FAKE_TYPES = """from dataclasses import dataclass
+FAKE_TYPES = """from dataclasses import dataclass, field
+from enum import Enum
 
 
 @dataclass
 class Sample:
-    tokens: list
+    class Status(Enum):
+        COMPLETED = "completed"
+
+    tokens: list = field(default_factory=list)
+    response_length: int = 0
+    reward: float | None = None
+    loss_mask: list | None = None
+    rollout_log_probs: list | None = None
+    status: Status = Status.COMPLETED
+    metadata: dict = field(default_factory=dict)
+    index: int | None = None
+    group_index: int | None = None
     teacher_log_probs: list | None = None
+"""
+
+# How each Slime moves a Sample's teacher fields into the train data (the feature check runs this):
+# THUDM/slime reads its teacher_log_probs field; the bundled Slime copies the attributes it finds set.
+FAKE_ROLLOUT = """class RolloutManager:
+    def _convert_samples_to_train_data(self, samples):
+        raw, rewards = self._post_process_rewards(samples)
+        data = {{"tokens": [s.tokens for s in samples], "rewards": rewards}}
+        for key in {forwarded!r}:
+            if {test}:
+                data[key] = [getattr(s, key) for s in samples]
+        return data
 """
 
 
 def fake_slime(root: Path, flavour: str) -> Path:
     """An importable Slime checkout with the API the feature check inspects (argument provider, Sample)."""
     (root / "slime" / "utils").mkdir(parents=True)
+    (root / "slime" / "ray").mkdir()
     (root / "train_async.py").write_text("# fake\n")
-    for package in (root / "slime", root / "slime" / "utils"):
+    for package in (root / "slime", root / "slime" / "utils", root / "slime" / "ray", root / "slime" / "backends"):
+        package.mkdir(exist_ok=True)
         (package / "__init__.py").write_text("")
     common = ["--custom-loss-function-path", "--rollout-data-postprocess-path"]
-    if flavour == "bundled":  # OpenClaw-RL's Slime: OPD estimator, FSDP LoRA
-        flags, estimators, backends = common + ["--use-lora"], ["grpo", "on_policy_distillation"], ["megatron", "fsdp"]
+    if flavour == "bundled":  # OpenClaw-RL's Slime: OPD estimator, FSDP LoRA (its flags come from FSDPArgs)
+        flags, estimators, backends = common, ["grpo", "on_policy_distillation"], ["megatron", "fsdp"]
+        fsdp = root / "slime" / "backends" / "fsdp_utils"
+        fsdp.mkdir(parents=True)
+        (fsdp / "arguments.py").write_text("from dataclasses import dataclass\n\n\n@dataclass\nclass FSDPArgs:\n"
+                                           "    use_lora: bool = False\n    lora_rank: int = 8\n")
     else:  # THUDM/slime 624b824: the advantage hook, no FSDP, no LoRA
         flags, estimators, backends = common + ["--custom-advantage-function-path"], ["grpo", "ppo"], ["megatron"]
     (root / "slime" / "utils" / "arguments.py").write_text(
         FAKE_ARGUMENTS.format(flags=flags, estimators=estimators, backends=backends))
-    (root / "slime" / "utils" / "types.py").write_text(FAKE_TYPES)
+    types = FAKE_TYPES
+    if flavour == "bundled":  # no teacher field: the attributes are forwarded when set
+        types = types.replace("    teacher_log_probs: list | None = None\n", "")
+        rollout = FAKE_ROLLOUT.format(forwarded=("teacher_log_probs", "teacher_topk_log_probs", "teacher_topk_indices"),
+                                      test="key in samples[0].__dict__")
+    else:
+        rollout = FAKE_ROLLOUT.format(forwarded=("teacher_log_probs",), test="getattr(samples[0], key, None) is not None")
+    (root / "slime" / "utils" / "types.py").write_text(types)
+    (root / "slime" / "ray" / "rollout.py").write_text(rollout)
     return root
 
 
@@ -450,14 +488,15 @@ def test_lora_needs_a_slime_with_fsdp_lora(launch):
 
 
 @pytest.mark.parametrize(("variant", "missing", "commit"), [
-    ("combine", "Sample.teacher_log_probs", "624b824"),
+    ("combine", "Sample.teacher_log_probs forwarded", "624b824"),
     ("opd_topk", "--rollout-data-postprocess-path", "624b824"),
 ])
 def test_a_missing_slime_feature_is_named_with_a_commit_that_has_it(launch, tmp_path, variant, missing, commit):
     old = tmp_path / "slime-old"
     fake_slime(old, "thudm")
-    types = old / "slime" / "utils" / "types.py"
+    types = old / "slime" / "utils" / "types.py"  # a Slime with neither the field nor the attribute forwarding
     types.write_text(types.read_text().replace("    teacher_log_probs: list | None = None\n", ""))
+    (old / "slime" / "ray" / "rollout.py").write_text(FAKE_ROLLOUT.format(forwarded=(), test="True"))
     args = old / "slime" / "utils" / "arguments.py"
     args.write_text(args.read_text().replace("'--rollout-data-postprocess-path', ", ""))
     run = launch(variant, SLIME_DIR=str(old))

@@ -1,18 +1,26 @@
-"""Every non-LoRA launch variant through THUDM/slime's own code on CPU, with Megatron's parallel_state on gloo.
+"""Every non-LoRA launch variant through a real Slime's own code on CPU, with Megatron's parallel_state on gloo.
 
-Needs a Slime checkout and a Megatron-LM checkout (the commit Slime's Dockerfile pins, with its patch) and
-a Python that can import them: ``scripts/check_slime_cpu.sh SLIME_DIR MEGATRON_DIR`` prepares all of it
-under /tmp and runs this module. Skipped, with the reason, when ``OPENCLAW_SLIME_DIR`` /
-``OPENCLAW_MEGATRON_DIR`` are unset or Slime does not import. What runs and what is stubbed:
-``slime_cpu_driver.py`` and docs/deployment.md ("CPU integration check").
+Two Slimes, each with its own Megatron-LM checkout and a Python that can import them (``scripts/check_slime_cpu.sh``
+prepares it under /tmp and runs this module):
+
+* ``thudm``: THUDM/slime (checked at 624b824) with the Megatron-LM its Dockerfile pins, patched as its image
+  does: ``OPENCLAW_SLIME_DIR``, ``OPENCLAW_MEGATRON_DIR``, ``OPENCLAW_SLIME_PYTHON``;
+* ``bundled``: the Slime and Megatron-LM trees shipped in Gen-Verse/OpenClaw-RL (checked at 0d034dd):
+  ``OPENCLAW_BUNDLED_SLIME_DIR``, ``OPENCLAW_BUNDLED_MEGATRON_DIR``, ``OPENCLAW_BUNDLED_SLIME_PYTHON``
+  (default: ``OPENCLAW_SLIME_PYTHON``).
+
+Each target's tests are skipped, with the reason, when its directories are unset or its Slime does not
+import. What runs and what is stubbed: ``slime_cpu_driver.py`` and docs/deployment.md ("CPU integration check").
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -22,25 +30,50 @@ from openclaw_rl.servers import free_port
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 STUBS = HERE / "slime_cpu_stubs"
-SLIME_DIR = os.environ.get("OPENCLAW_SLIME_DIR", "")
-MEGATRON_DIR = os.environ.get("OPENCLAW_MEGATRON_DIR", "")
-PYTHON = os.environ.get("OPENCLAW_SLIME_PYTHON", sys.executable)
 
 
-def _pythonpath() -> str:
-    return os.pathsep.join([str(STUBS), str(REPO_ROOT), MEGATRON_DIR, SLIME_DIR])
+@dataclass(frozen=True)
+class SlimeTarget:
+    name: str
+    env_prefix: str  # OPENCLAW_<prefix>SLIME_DIR / _MEGATRON_DIR / _SLIME_PYTHON
+    slime_dir: str
+    megatron_dir: str
+    python: str
+    # TorchDynamo on torch 2.13 (CPU) refuses the bundled Megatron's torch.compile'd vocab-parallel
+    # cross-entropy (an in-place division on a view made under no_grad); eager runs the same maths.
+    rank_env: dict[str, str] = field(default_factory=dict)
+
+    def pythonpath(self) -> str:
+        return os.pathsep.join([str(STUBS), str(REPO_ROOT), self.megatron_dir, self.slime_dir])
 
 
-def _slime_import_error() -> str | None:
-    if not (SLIME_DIR and MEGATRON_DIR):
-        return "set OPENCLAW_SLIME_DIR and OPENCLAW_MEGATRON_DIR (scripts/check_slime_cpu.sh does)"
-    probe = subprocess.run([PYTHON, "-c", "import slime.backends.megatron_utils.actor, slime.ray.rollout"],
-                           env={**os.environ, "PYTHONPATH": _pythonpath()}, capture_output=True, text=True,
+def _target(name: str, prefix: str, rank_env: dict[str, str]) -> SlimeTarget:
+    python = (os.environ.get(f"OPENCLAW_{prefix}SLIME_PYTHON") or os.environ.get("OPENCLAW_SLIME_PYTHON")
+              or sys.executable)
+    return SlimeTarget(name, prefix, os.environ.get(f"OPENCLAW_{prefix}SLIME_DIR", ""),
+                       os.environ.get(f"OPENCLAW_{prefix}MEGATRON_DIR", ""), python, rank_env)
+
+
+TARGETS = {"thudm": _target("thudm", "", {}), "bundled": _target("bundled", "BUNDLED_", {"TORCHDYNAMO_DISABLE": "1"})}
+
+
+@functools.cache
+def _slime_import_error(name: str) -> str | None:
+    target = TARGETS[name]
+    if not (target.slime_dir and target.megatron_dir):
+        p = target.env_prefix
+        return (f"{name} Slime: set OPENCLAW_{p}SLIME_DIR and OPENCLAW_{p}MEGATRON_DIR "
+                "(scripts/check_slime_cpu.sh does)")
+    probe = subprocess.run([target.python, "-c", "import slime.backends.megatron_utils.actor, slime.ray.rollout"],
+                           env={**os.environ, "PYTHONPATH": target.pythonpath()}, capture_output=True, text=True,
                            timeout=300, check=False)
-    return None if probe.returncode == 0 else f"Slime does not import: {probe.stderr.strip().splitlines()[-1:]}"
+    return None if probe.returncode == 0 else f"{name} Slime does not import: {probe.stderr.strip().splitlines()[-1:]}"
 
 
-pytestmark = pytest.mark.skipif(bool(reason := _slime_import_error()), reason=reason or "")
+def _targets() -> list:
+    return [pytest.param(name, id=name, marks=pytest.mark.skipif(bool(reason := _slime_import_error(name)),
+                                                                 reason=reason or ""))
+            for name in TARGETS]
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +90,10 @@ def tiny_model_args(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Pa
     return path
 
 
-def _run(variant: str, tp: int, tmp_path: Path, tiny_model_dir: Path, model_args: Path, port: int) -> dict:
-    env = {**os.environ, "DRY_RUN": "1", "SLIME_DIR": SLIME_DIR, "MEGATRON_DIR": MEGATRON_DIR, "PYTHON": PYTHON,
+def _run(target: SlimeTarget, variant: str, tp: int, tmp_path: Path, tiny_model_dir: Path, model_args: Path,
+         port: int) -> dict:
+    env = {**os.environ, "DRY_RUN": "1", "SLIME_DIR": target.slime_dir, "MEGATRON_DIR": target.megatron_dir,
+           "PYTHON": target.python,
            "PYTHONPATH": str(STUBS), "RUN_DIR": str(tmp_path / "run"), "SAVE_CKPT": str(tmp_path / "ckpt"),
            "USE_WANDB": "0", "HF_CKPT": str(tiny_model_dir), "MODEL_ARGS_FILE": str(model_args),
            "ROTARY_BASE": "10000", "ROLLOUT_BATCH_SIZE": "4", "NUM_GPUS": str(tp + 2), "ACTOR_GPUS": str(tp),
@@ -72,9 +107,9 @@ def _run(variant: str, tp: int, tmp_path: Path, tiny_model_dir: Path, model_args
     assert "cannot run" not in dry.stderr and "cannot check the Slime" not in dry.stderr, dry.stderr
     (tmp_path / "dry_run.txt").write_text(dry.stdout)
     result = tmp_path / "result.json"
-    rank_env = {**os.environ, "PYTHONPATH": _pythonpath(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    ranks = [subprocess.Popen([PYTHON, str(HERE / "slime_cpu_driver.py"), str(tmp_path / "dry_run.txt"), variant,
+    rank_env = {**os.environ, "PYTHONPATH": target.pythonpath(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1", **target.rank_env}
+    ranks = [subprocess.Popen([target.python, str(HERE / "slime_cpu_driver.py"), str(tmp_path / "dry_run.txt"), variant,
                                str(tp), str(result)], env={**rank_env, "RANK": str(r)}, cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(tp)]
     logs = [rank.communicate(timeout=600)[0] for rank in ranks]
@@ -83,47 +118,60 @@ def _run(variant: str, tp: int, tmp_path: Path, tiny_model_dir: Path, model_args
 
 
 EXPECTED = {  # what Slime itself decides for each script's flags
-    "rl": {"loss_type": "policy_loss", "recomputed": [], "loss_keys": {"pg_loss", "ppo_kl"}},
-    "opd": {"loss_type": "policy_loss", "recomputed": [], "loss_keys": {"pg_loss", "ppo_kl"}},
-    "opd_topk": {"loss_type": "custom_loss", "recomputed": [], "loss_keys": {"kl_loss", "teacher_invalid_frac"}},
-    "combine": {"loss_type": "custom_loss", "recomputed": ["old"], "loss_keys": {"pg_loss", "ppo_kl"}},
+    "rl": {"loss_type": "policy_loss", "loss_keys": {"pg_loss", "ppo_kl"}},
+    "opd": {"loss_type": "policy_loss", "loss_keys": {"pg_loss", "ppo_kl"}},
+    "opd_topk": {"loss_type": "custom_loss", "loss_keys": {"kl_loss", "teacher_invalid_frac"}},
+    "combine": {"loss_type": "custom_loss", "loss_keys": {"pg_loss", "ppo_kl"}},
 }
-PORTS = iter(range(29700, 29800))
+# Whether Slime recomputes the old log-probs before the loss. THUDM/slime skips it for one step per rollout
+# with its built-in loss and no KL (rl, opd: OPD must not depend on it); the bundled Slime recomputes them
+# unless --use-rollout-logprobs. opd_topk disables advantages, so neither recomputes.
+RECOMPUTED = {"thudm": {"rl": [], "opd": [], "opd_topk": [], "combine": ["old"]},
+              "bundled": {"rl": ["old"], "opd": ["old"], "opd_topk": [], "combine": ["old"]}}
+# Token-level OPD's advantage: THUDM/slime's custom advantage hook, the bundled Slime's own OPD estimator.
+OPD_ESTIMATOR = {"thudm": "grpo", "bundled": "on_policy_distillation"}
+PORTS = iter(range(29700, 29900))
 
 
 class _LazyRuns(dict):
-    """One TP=1 run per variant, started the first time a test asks for it (so ``-k opd`` runs one)."""
+    """One TP=1 run per (Slime, variant), started the first time a test asks for it (so ``-k opd`` runs one)."""
 
     def __init__(self, make) -> None:
         super().__init__()
         self._make = make
 
-    def __missing__(self, variant: str) -> dict:
-        self[variant] = self._make(variant)
-        return self[variant]
+    def __missing__(self, key: tuple[str, str]) -> dict:
+        self[key] = self._make(*key)
+        return self[key]
 
 
 @pytest.fixture(scope="module")
-def results_tp1(tmp_path_factory, tiny_model_dir, tiny_model_args) -> dict[str, dict]:
-    return _LazyRuns(lambda v: _run(v, 1, tmp_path_factory.mktemp(f"{v}-tp1"), tiny_model_dir, tiny_model_args,
-                                    next(PORTS)))
+def results_tp1(tmp_path_factory, tiny_model_dir, tiny_model_args) -> dict[tuple[str, str], dict]:
+    return _LazyRuns(lambda t, v: _run(TARGETS[t], v, 1, tmp_path_factory.mktemp(f"{t}-{v}-tp1"), tiny_model_dir,
+                                       tiny_model_args, next(PORTS)))
 
 
 @pytest.mark.parametrize("variant", list(EXPECTED))
-def test_variant_trains_through_slimes_own_code_at_tp1(results_tp1, variant):
-    got, want = results_tp1[variant], EXPECTED[variant]
+@pytest.mark.parametrize("slime", _targets())
+def test_variant_trains_through_slimes_own_code_at_tp1(results_tp1, slime, variant):
+    got, want = results_tp1[slime, variant], EXPECTED[variant]
     assert got["parsed"]["loss_type"] == want["loss_type"] and got["parsed"]["save"], got["parsed"]
-    assert got["recomputed"] == want["recomputed"]  # OPD must not need Slime's recompute (it skips it)
+    assert got["recomputed"] == RECOMPUTED[slime][variant]
+    if variant == "opd":
+        assert got["parsed"]["advantage_estimator"] == OPD_ESTIMATOR[slime], got["parsed"]
     assert len(got["losses"]) == 1 and want["loss_keys"] <= set(got["losses"][0]), got["losses"]
     assert got["grad_finite"] and got["grad_abs_sum"] > 1e-6, got["grad_abs_sum"]  # a real gradient, not rounding
     if variant != "rl":
         assert got["teacher_dims"] == [1], "Slime's rollout metrics must see per-token teacher log-probs"
+    if variant == "opd_topk":  # the bundled Slime forwards the top-K itself; THUDM/slime gets it packed
+        assert ("teacher_topk_log_probs" in got["rollout_data_keys"]) == (slime == "bundled"), got["rollout_data_keys"]
 
 
 @pytest.mark.parametrize("variant", list(EXPECTED))
-def test_slimes_rollout_manager_gets_exact_judged_turns_from_our_rollout_function(results_tp1, variant):
+@pytest.mark.parametrize("slime", _targets())
+def test_slimes_rollout_manager_gets_exact_judged_turns_from_our_rollout_function(results_tp1, slime, variant):
     """RolloutManager.generate → our --rollout-function-path → proxy → scripted policy and judge."""
-    rollout = results_tp1[variant]["rollout"]
+    rollout = results_tp1[slime, variant]["rollout"]
     checks = rollout["checks"]
     assert rollout["n_samples"] == len(checks) == 4, rollout  # ROLLOUT_BATCH_SIZE
     assert all(c["tokens_exact"] and c["log_probs_exact"] for c in checks), checks  # what the policy sampled
@@ -142,9 +190,10 @@ def test_slimes_rollout_manager_gets_exact_judged_turns_from_our_rollout_functio
 
 
 @pytest.mark.parametrize("variant", ["combine", "opd_topk"])
-def test_tp2_on_two_gloo_ranks_equals_tp1(results_tp1, tmp_path, tiny_model_dir, tiny_model_args, variant):
-    got = _run(variant, 2, tmp_path, tiny_model_dir, tiny_model_args, next(PORTS))
+@pytest.mark.parametrize("slime", _targets())
+def test_tp2_on_two_gloo_ranks_equals_tp1(results_tp1, tmp_path, tiny_model_dir, tiny_model_args, slime, variant):
+    got = _run(TARGETS[slime], variant, 2, tmp_path, tiny_model_dir, tiny_model_args, next(PORTS))
     assert got["tp_group_size"] == 2 and got["parsed"]["tensor_model_parallel_size"] == 2
     assert got["grad_finite"] and got["grad_abs_sum"] > 1e-6, got["grad_abs_sum"]  # a real gradient, not rounding
-    for key, value in results_tp1[variant]["losses"][0].items():
+    for key, value in results_tp1[slime, variant]["losses"][0].items():
         assert got["losses"][0][key] == pytest.approx(value, rel=1e-4, abs=1e-5), key

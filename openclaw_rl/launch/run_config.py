@@ -1,30 +1,21 @@
-"""The launch scripts' settings, resolved and checked by the typed config instead of by Bash.
+"""The run config of a launch script: ``$RUN_DIR/openclaw_<mode>.yaml``, resolved by the proxy's own types.
 
-``scripts/run_qwen3_4b_openclaw_*.sh`` stay Bash (process start/stop, the GPU split, the dry-run
-printout), but everything that ends up in the run config (``$RUN_DIR/openclaw_<mode>.yaml``, which
-Slime's ``--custom-config-path`` sets on its args) is resolved here from the environment variables the
-scripts document, parsed by the field types of ``config.Settings`` and validated by the same
-``Settings.validate`` the proxy runs (loopback rule, truthy parsing, ranges). So a value a script accepts
-is a value the proxy accepts, and a documented variable cannot silently do nothing.
-
-``python -m openclaw_rl.launch config --mode rl --script NAME --base configs/openclaw_rl.yaml
---run-dir DIR --judge-url URL [--judge-tokenizer PATH] [--default KEY=VALUE ...]`` prints shell
-assignments (``OC_CONFIG_TEXT`` and the few resolved values the script's Slime flags use) for ``eval``.
-Errors go to stderr with exit status 2.
+Everything that ends up in the run config (Slime's ``--custom-config-path`` sets each key on its args) is
+resolved here from the environment variables the scripts document, parsed by the field types of
+``config.Settings`` and validated by the same ``Settings.validate`` the proxy runs (loopback rule, truthy
+parsing, ranges). So a value a script accepts is a value the proxy accepts, and a documented variable
+cannot silently do nothing. Secrets (API keys) never enter the file: they travel in the environment.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import shlex
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .config import ENV_FALLBACKS, PREFIX, Settings, _apply, is_loopback, load_settings, load_yaml
-from .modes import MODES
+from ..config import ENV_FALLBACKS, PREFIX, Settings, _apply, is_loopback, load_settings, load_yaml
+from ..modes import MODES
 
 # Environment variables the launch scripts read into the run config → flat keys. Upstream's names
 # (config.ENV_FALLBACKS) plus the scripts' own; secrets (API keys) never enter the run config.
@@ -47,10 +38,6 @@ ORDER = ("proxy_host", "proxy_port", "proxy_allow_insecure_bind", "proxy_served_
          "proxy_rollout_temperature", "proxy_record_dir", "judge_url", "judge_api", "judge_tokenizer",
          "judge_votes", "judge_temperature", "judge_max_new_tokens", "spool_dir", "opd_eval_mode",
          "opd_distill_topk", "opd_teacher_concurrency")
-
-# Resolved keys the script's own flags and printout need back (flat key → shell variable)
-SHELL_OUT = {"proxy_host": "PROXY_HOST", "proxy_port": "PORT", "proxy_served_model_name": "SERVED_MODEL_NAME",
-             "proxy_tool_parser": "TOOL_CALL_PARSER", "proxy_rollout_temperature": "ROLLOUT_TEMPERATURE"}
 
 
 class LaunchError(ValueError):
@@ -132,58 +119,21 @@ def render(mode: str, script: str, base: Path, values: Mapping[str, Any]) -> str
     ])
 
 
-def build(ns: argparse.Namespace, env: Mapping[str, str]) -> tuple[str, dict[str, Any], list[str]]:
-    defaults = dict(kv.split("=", 1) for kv in ns.default)
-    run_dir = Path(ns.run_dir)
+def build(mode: str, script: str, base: Path, run_dir: Path, judge_url: str, judge_tokenizer: str,
+          defaults: Mapping[str, str], env: Mapping[str, str]) -> tuple[str, dict[str, Any], list[str]]:
+    """The run config's text, its resolved values and the warnings to print; raises LaunchError."""
     record = env.get("OPENCLAW_RECORD_ENABLED", "1").strip().lower() in ("1", "true", "yes", "on")
     fixed: dict[str, Any] = {
-        "proxy_record_dir": str(run_dir / "records") if record else "", "judge_url": ns.judge_url,
-        "judge_api": "sglang", "judge_tokenizer": ns.judge_tokenizer, "spool_dir": str(run_dir / "spool")}
-    values = resolve(ns.mode, env, defaults, fixed)
+        "proxy_record_dir": str(run_dir / "records") if record else "", "judge_url": judge_url,
+        "judge_api": "sglang", "judge_tokenizer": judge_tokenizer, "spool_dir": str(run_dir / "spool")}
+    values = resolve(mode, env, defaults, fixed)
     warnings = check_bind(values, env)
     try:  # everything else the proxy would refuse at start-up (ports, votes, modes), refused now
-        base = load_yaml(ns.base)
-        base.pop("mode", None)
+        data = load_yaml(str(base))
+        data.pop("mode", None)
         api_keys = {"proxy_api_keys": env["SGLANG_API_KEY"]} if env.get("SGLANG_API_KEY") else {}
-        load_settings({**base, **{PREFIX + k: v for k, v in values.items()}, **api_keys, "mode": ns.mode}, env={})
+        load_settings({**data, **{PREFIX + k: v for k, v in values.items()}, **api_keys, "mode": mode}, env={})
     except ValueError as e:
         raise LaunchError(str(e)) from None
     ordered = {k: values[k] for k in sorted(values, key=lambda k: (ORDER.index(k) if k in ORDER else len(ORDER), k))}
-    return render(ns.mode, ns.script, Path(ns.base), ordered), values, warnings
-
-
-def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    import os
-
-    p = argparse.ArgumentParser(prog="python -m openclaw_rl.launch", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("config", help="resolve the run config; print shell assignments for eval")
-    c.add_argument("--mode", required=True, choices=list(MODES))
-    c.add_argument("--script", required=True)
-    c.add_argument("--base", required=True, help="configs/openclaw_<mode>.yaml (OPENCLAW_CONFIG)")
-    c.add_argument("--run-dir", required=True)
-    c.add_argument("--judge-url", required=True)
-    c.add_argument("--judge-tokenizer", default="")
-    c.add_argument("--default", action="append", default=[], metavar="KEY=VALUE",
-                   help="a variant default (flat key), overridden by the environment")
-    c.add_argument("--yaml", action="store_true", help="print only the YAML")
-    ns = p.parse_args(argv)
-    env = os.environ if env is None else env
-    try:
-        text, values, warnings = build(ns, env)
-    except LaunchError as e:
-        print(f"[openclaw-rl] ERROR: {e}", file=sys.stderr)
-        return 2
-    for w in warnings:
-        print(f"[openclaw-rl] WARNING: {w}", file=sys.stderr)
-    if ns.yaml:
-        print(text)
-        return 0
-    print(f"OC_CONFIG_TEXT={shlex.quote(text)}")
-    for key, var in SHELL_OUT.items():
-        print(f"{var}={shlex.quote(str(values[key]))}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return render(mode, script, base, ordered), values, warnings

@@ -1,0 +1,155 @@
+"""``python -m openclaw_rl.launch plan <variant>``: everything a launch script needs, resolved and checked.
+
+The script (``scripts/lib/common.sh``) keeps what must be shell: refusals of its own, starting and
+stopping processes, traps. It runs this with its environment and ``eval``s the output, a list of
+assignments whose every word is single-quoted for a POSIX shell (``quote``; the same quoting makes the
+printed commands paste-able): the commands to start (``OC_JUDGE_CMD``, ``OC_RAY_CMD``, ``OC_TRAIN_CMD``
+arrays), the environment to export (``OC_ENV``), the values its waits and port checks need, and the
+dry-run printout (``OC_PLAN``). Along the way the run config is written to ``$RUN_DIR``. Warnings go to
+stderr as they happen; a refusal is ``[openclaw-rl] ERROR: ...`` on stderr and exit status 2.
+``--json`` prints the same as one JSON object instead, for tools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import run_config, script, slime_args
+from .script import Console, ScriptSettings
+from .slime_args import Commands
+
+SAFE = re.compile(r"[A-Za-z0-9_./:=,@%+-]+")
+SECRETS = ("SGLANG_API_KEY", "PRM_API_KEY", "WANDB_API_KEY")  # exported by the script, shown as "<set>" only
+
+
+def quote(word: str) -> str:
+    """One word for a POSIX shell, quoted only when it needs it."""
+    return word if SAFE.fullmatch(word) else "'" + word.replace("'", "'\\''") + "'"
+
+
+def join(words: Sequence[str]) -> str:
+    return " ".join(quote(w) for w in words)
+
+
+def train_text(s: ScriptSettings, c: Commands) -> str:
+    """The training command, one argument group per line (shell continuation lines: paste-able)."""
+    sep = c.submit.index("--")
+    lines = [join(c.submit[:sep - 2]), f"  --runtime-env-json {quote(c.submit[sep - 1])}", f"  -- {join(c.submit[sep + 1:])}"]
+    lines += [f"  {join(g)}" for g in c.groups if g]
+    return " \\\n".join(lines)
+
+
+def plan_text(s: ScriptSettings, c: Commands, config_text: str, env: Mapping[str, str]) -> str:
+    if s.prm_url:
+        judge = f"external SGLang server {s.prm_url} (not started or stopped by this script)"
+    else:
+        judge = f"SGLang server on GPU(s) {s.judge_devices} (TP {s.prm_tp}), started by this script"
+    auth = "API key required" if env.get("SGLANG_API_KEY") else "no API key"
+    secrets_set = {"SGLANG_API_KEY": bool(env.get("SGLANG_API_KEY")), "PRM_API_KEY": bool(env.get("PRM_API_KEY")),
+                   "WANDB_API_KEY": s.wandb_key_set}
+    out = [
+        f"# {s.variant.run_name}: mode {s.mode.name}, {s.variant.trains}",
+        f"# GPUs: ACTOR_GPUS={s.actor_gpus} + ROLLOUT_GPUS={s.rollout_gpus} (SGLang TP {s.tp}) + PRM_GPUS={s.prm_gpus} "
+        f"of NUM_GPUS={s.num_gpus}; Ray gets GPU(s) {s.ray_devices}",
+        f"# judge/teacher: {s.judge_url}, {judge}",
+        f"# proxy for OpenClaw: http://{s.proxy['host']}:{s.proxy['port']}/v1 ({auth}), model id "
+        f"{s.proxy['served_model_name']}",
+        f"# run dir: {s.run_dir} (spool, records, logs); run config: {s.config_path}",
+        "",
+        "# --- environment, exported before ray start (the Slime job inherits it) ---",
+        *(f"export {k}={quote(v)}" for k, v in slime_args.exports(s)),
+        *(f"export {k}=<set, not shown>" for k in SECRETS if secrets_set[k]),
+        "",
+        f"# --- run config ({s.config_path}) ---",
+        config_text,
+    ]
+    if c.judge:
+        out += ["", f"# --- 1. judge/teacher server (log: {s.run_dir}/judge.log), then wait for {s.judge_url}/health ---",
+                f"CUDA_VISIBLE_DEVICES={s.judge_devices} setsid {join(c.judge)}"]
+    else:
+        out += ["", f"# --- 1. judge/teacher: external, health-checked at {s.judge_url}/health ---"]
+    out += ["", f"# --- 2. private Ray head (log: {s.run_dir}/ray.log), cwd {s.slime_dir} ---",
+            f"CUDA_VISIBLE_DEVICES={s.ray_devices} setsid {join(c.ray)}",
+            "", "# --- 3. training job ---", train_text(s, c),
+            "", "# --- on exit: stop the process groups of 1 and 2 (started by this script), nothing else ---"]
+    return "\n".join(out)
+
+
+def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, script_name: str, dry_run: bool,
+              extra: Sequence[str], console: Console) -> dict[str, Any]:
+    """Resolve, check, write the run config; the values the script needs. Raises LaunchError."""
+    s = script.resolve(variant, env, cwd=cwd, repo_root=repo_root, script=script_name)
+    script.check_split(s, console)
+    script.check_paths(s, console)
+    script.check_tools(s, console, env.get("PATH", os.defpath))
+    script.assign_devices(s)
+    script.check_slime_features(s, env, console)
+    v = s.variant
+    defaults = {"judge_votes": str(v.prm_m), "judge_max_new_tokens": str(v.prm_max_new_tokens),
+                "opd_eval_mode": str(int(v.eval_mode)), "opd_teacher_concurrency": str(v.teacher_concurrency),
+                "opd_distill_topk": str(v.distill_topk)}
+    config_text, values, warnings = run_config.build(
+        s.mode.name, script_name, Path(s.openclaw_config), Path(s.run_dir), s.judge_url, s.prm_model_path,
+        defaults, env)
+    for w in warnings:
+        console.warn(w)
+    s.proxy = {k.removeprefix("proxy_"): str(values[k]) for k in (
+        "proxy_host", "proxy_port", "proxy_served_model_name", "proxy_tool_parser", "proxy_rollout_temperature")}
+    commands = slime_args.build(s, extra, console, cwd)
+    slime_args.write_config(s, config_text, console)
+    return {
+        # resolved by the typed config (the Slime job's environment keeps them consistent with the run config)
+        "PROXY_HOST": s.proxy["host"], "PORT": s.proxy["port"], "SERVED_MODEL_NAME": s.proxy["served_model_name"],
+        "TOOL_CALL_PARSER": s.proxy["tool_parser"], "ROLLOUT_TEMPERATURE": s.proxy["rollout_temperature"],
+        # what the launch itself uses (ports to check, waits, working directory, logs)
+        "SLIME_DIR": s.slime_dir, "RUN_DIR": s.run_dir, "PRM_URL": s.prm_url, "PRM_PORT": str(s.prm_port),
+        "RAY_PORT": str(s.ray_port), "RAY_DASHBOARD_PORT": str(s.ray_dashboard_port), "RAY_TEMP_DIR": s.ray_temp_dir,
+        "RAY_START_TIMEOUT": str(s.ray_start_timeout), "JUDGE_STARTUP_TIMEOUT": str(s.judge_startup_timeout),
+        "OC_JUDGE_URL": s.judge_url, "OC_JUDGE_DEVICES": s.judge_devices, "OC_RAY_DEVICES": s.ray_devices,
+        "OC_ENV": [f"{k}={val}" for k, val in slime_args.exports(s)],
+        "OC_JUDGE_CMD": commands.judge, "OC_RAY_CMD": commands.ray, "OC_TRAIN_CMD": commands.train,
+        "OC_PLAN": plan_text(s, commands, config_text, env) if dry_run else "",
+    }
+
+
+def shell_assignments(values: Mapping[str, Any]) -> str:
+    return "\n".join(f"{k}=({join(v)})" if isinstance(v, list) else f"{k}={quote(v)}"
+                     for k, v in values.items())
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:  # the script's own arguments: appended to Slime's flags
+        extra = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
+    p = argparse.ArgumentParser(prog="python -m openclaw_rl.launch", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("plan", help="resolve and check a launch script's settings; print shell assignments")
+    c.add_argument("variant", help="the script's variant (rl, rl_lora, opd, ...: modes.LaunchVariant)")
+    c.add_argument("--script", required=True, help="the script's file name (messages, run config header)")
+    c.add_argument("--repo-root", required=True, help="this repository, as the script sees it")
+    c.add_argument("--cwd", required=True, help="where the script was started (relative paths)")
+    c.add_argument("--user-pythonpath", help="the PYTHONPATH the script was started with (default: this one's), "
+                   "appended to the Slime job's")
+    c.add_argument("--dry-run", action="store_true", help="missing paths and GPUs are warnings; fill OC_PLAN")
+    c.add_argument("--json", action="store_true", help="one JSON object instead of shell assignments")
+    ns = p.parse_args(argv)
+    env = os.environ if env is None else env
+    if ns.user_pythonpath is not None:
+        env = {**env, "PYTHONPATH": ns.user_pythonpath}
+    try:
+        values = make_plan(ns.variant, env, cwd=ns.cwd, repo_root=ns.repo_root, script_name=ns.script,
+                           dry_run=ns.dry_run, extra=extra, console=Console(ns.dry_run))
+    except ValueError as e:  # LaunchError, or an unknown variant
+        print(f"[openclaw-rl] ERROR: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(values, indent=1) if ns.json else shell_assignments(values))
+    return 0

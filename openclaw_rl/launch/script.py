@@ -1,0 +1,314 @@
+"""A launch script's own settings: its environment variables, resolved over the registry's per-variant
+defaults (``modes.LaunchVariant``) and checked (GPU split, tensor-parallel divisibility, paths, tools).
+
+Upstream's names and semantics: ``NAME=""`` counts as unset (Bash's ``${NAME:-default}``), relative paths
+are taken from the directory the script was started in, and a problem that only matters for a real launch
+(a missing checkpoint, no GPU) is a warning in a dry run (``Console.fail``).
+
+Differences from the Bash this replaced (scripts/lib/common.sh before #13; the recorded dry runs in
+tests/data/launch-golden/ are otherwise unchanged): integers are written in canonical form (``ACTOR_GPUS=04``
+gives ``4``, where Bash passed ``04`` on and read ``08`` as a bad octal number); ``USE_WANDB`` is truthy
+like every other switch (``true``/``yes``/``on`` enable W&B, not only ``1``); the Ray runtime-env JSON
+escapes control characters; a ``MODEL_ARGS_FILE`` is sourced by its own Bash, so only ``MODEL_ARGS`` comes
+back from it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from ..modes import LaunchVariant, Mode, launch_variant
+from .run_config import LaunchError
+
+UINT = re.compile(r"[0-9]+")
+NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+TRUTHY = ("1", "true", "yes", "on")
+LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+
+
+@dataclass
+class Console:
+    """The script's messages on stderr, in the order they happen (``[openclaw-rl] ...``)."""
+
+    dry_run: bool
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+
+    def log(self, message: str) -> None:
+        print(f"[openclaw-rl] {message}", file=self.stream, flush=True)
+
+    def warn(self, message: str) -> None:
+        self.log(f"WARNING: {message}")
+
+    def fail(self, message: str) -> None:
+        """A problem that only matters for a real launch: fatal normally, a warning in a dry run."""
+        if self.dry_run:
+            self.warn(f"{message} (dry run: continuing)")
+        else:
+            raise LaunchError(message)
+
+
+def truthy(value: str) -> bool:
+    return value.lower() in TRUTHY
+
+
+@dataclass
+class ScriptSettings:
+    """Every value the launch uses besides the run config; paths absolute, integers checked."""
+
+    mode: Mode
+    variant: LaunchVariant
+    script: str  # the script's file name
+    repo_root: str
+    python: str
+    num_gpus: int
+    actor_gpus: int
+    rollout_gpus: int
+    prm_gpus: int
+    tp: int
+    prm_tp: int
+    train_tp: int  # Megatron TP (unused with LoRA)
+    prm_url: str
+    slime_dir: str
+    megatron_dir: str
+    hf_ckpt: str
+    ref_load: str
+    save_ckpt: str
+    prm_model_path: str
+    run_dir: str
+    openclaw_config: str
+    model_args_file: str
+    context_length: int
+    prm_port: int
+    mem_fraction_static: str
+    prm_mem_fraction: str
+    judge_url: str
+    rollout_batch_size: int
+    lr: str
+    save_interval: int
+    max_tokens_per_gpu: int
+    kl_loss_coef: str
+    rotary_base: int
+    lora_rank: int
+    lora_alpha: int
+    lora_target_modules: str
+    master_addr: str
+    ray_port: int
+    ray_dashboard_port: int
+    ray_temp_dir: str
+    ray_start_timeout: int
+    judge_startup_timeout: int
+    use_wandb: bool
+    wandb_project: str
+    wandb_key_set: bool
+    user_pythonpath: str
+    cuda_visible_devices: str
+    opd_advantage: str = "auto"  # check_slime_features
+    ray_devices: str = ""  # assign_devices
+    judge_devices: str = ""
+    proxy: dict[str, str] = field(default_factory=dict)  # the run config's resolved proxy values the flags use
+
+    @property
+    def ray_gpus(self) -> int:
+        return self.actor_gpus + self.rollout_gpus
+
+    @property
+    def config_path(self) -> str:  # the run config Slime's --custom-config-path names
+        return f"{self.run_dir}/openclaw_{self.mode.name}.yaml"
+
+    def pythonpath(self) -> str:
+        """This repository first, then Megatron, then Slime (Ray puts Slime's dir at sys.path[0] anyway)."""
+        parts = [self.repo_root, *([self.megatron_dir] if self.megatron_dir else []), self.slime_dir]
+        return ":".join(parts + ([self.user_pythonpath] if self.user_pythonpath else []))
+
+
+def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, script: str) -> ScriptSettings:
+    """The environment over the variant's defaults, each value checked in the order upstream's script did."""
+    mode, v = launch_variant(variant)
+
+    def get(name: str, default: object = "") -> str:
+        return env.get(name) or str(default)
+
+    def uint(name: str, default: object) -> int:
+        raw = get(name, default)
+        if not UINT.fullmatch(raw):
+            raise LaunchError(f"{name} must be a non-negative integer, got '{raw}'")
+        return int(raw)
+
+    def number(name: str, default: object) -> str:  # verbatim on the command line ("1e-5" stays "1e-5")
+        raw = get(name, default)
+        if not NUMBER.fullmatch(raw):
+            raise LaunchError(f"{name} must be a number, got '{raw}'")
+        return raw
+
+    def absolute(path: str) -> str:
+        return path if path.startswith("/") else f"{cwd}/{path}"
+
+    prm_url = get("PRM_URL").removesuffix("/")
+    num_gpus, actor_gpus = uint("NUM_GPUS", v.num_gpus), uint("ACTOR_GPUS", v.actor_gpus)
+    rollout_gpus, prm_gpus = uint("ROLLOUT_GPUS", v.rollout_gpus), uint("PRM_GPUS", 0 if prm_url else v.prm_gpus)
+    tp = uint("TP", v.tp)
+    prm_tp = uint("PRM_TP", tp)
+    train_tp = 0 if v.lora else uint("TRAIN_TP", min(actor_gpus, 4))
+
+    slime_dir = absolute(get("SLIME_DIR", cwd))
+    megatron_dir = get("MEGATRON_DIR")
+    if not megatron_dir and os.path.isdir(f"{slime_dir}/../Megatron-LM"):
+        megatron_dir = os.path.normpath(f"{slime_dir}/../Megatron-LM")
+    hf_name = "Qwen3-4B" if v.lora else "Qwen3-4B-Thinking-2507"
+    hf_ckpt = absolute(get("HF_CKPT", f"{repo_root}/models/{hf_name}"))
+    prm_model_path = get("PRM_MODEL_PATH", "" if prm_url else hf_ckpt)  # with PRM_URL: the judge's tokenizer
+    context_length = uint("CONTEXT_LENGTH", 32768)
+    prm_port = uint("PRM_PORT", 30010)
+    judge_startup_timeout = uint("JUDGE_STARTUP_TIMEOUT", 1200)
+    mem_fraction = number("MEM_FRACTION_STATIC", v.mem_fraction)
+    prm_mem_fraction = number("PRM_MEM_FRACTION", mem_fraction)
+    ints = {name: uint(name, default) for name, default in (
+        ("ROLLOUT_BATCH_SIZE", v.rollout_batch_size), ("SAVE_INTERVAL", v.save_interval),
+        ("MAX_TOKENS_PER_GPU", 8192 if v.lora else 32768), ("ROTARY_BASE", 5000000), ("LORA_RANK", 16),
+        ("LORA_ALPHA", 32))}
+    lr, kl_loss_coef = number("LR", v.lr), number("KL_LOSS_COEF", "0.0")
+    ray_port_raw = get("RAY_PORT", 6379)
+    ray_port, ray_dashboard_port = uint("RAY_PORT", 6379), uint("RAY_DASHBOARD_PORT", 8265)
+    ray_start_timeout = uint("RAY_START_TIMEOUT", 180)
+    return ScriptSettings(
+        mode=mode, variant=v, script=script, repo_root=repo_root, python=get("PYTHON", "python3"),
+        num_gpus=num_gpus, actor_gpus=actor_gpus, rollout_gpus=rollout_gpus, prm_gpus=prm_gpus, tp=tp,
+        prm_tp=prm_tp, train_tp=train_tp, prm_url=prm_url, slime_dir=slime_dir,
+        megatron_dir=absolute(megatron_dir) if megatron_dir else "", hf_ckpt=hf_ckpt,
+        ref_load=absolute(get("REF_LOAD", hf_ckpt)), save_ckpt=absolute(get("SAVE_CKPT", f"{repo_root}/ckpt/{v.run_name}")),
+        prm_model_path=absolute(prm_model_path) if prm_model_path else "",
+        run_dir=absolute(get("RUN_DIR", f"{repo_root}/results/{v.run_name}")),
+        openclaw_config=absolute(get("OPENCLAW_CONFIG", f"{repo_root}/configs/openclaw_{mode.name}.yaml")),
+        model_args_file=get("MODEL_ARGS_FILE"), context_length=context_length, prm_port=prm_port,
+        mem_fraction_static=mem_fraction, prm_mem_fraction=prm_mem_fraction,
+        judge_url=prm_url or f"http://127.0.0.1:{prm_port}", rollout_batch_size=ints["ROLLOUT_BATCH_SIZE"], lr=lr,
+        save_interval=ints["SAVE_INTERVAL"], max_tokens_per_gpu=ints["MAX_TOKENS_PER_GPU"], kl_loss_coef=kl_loss_coef,
+        rotary_base=ints["ROTARY_BASE"], lora_rank=ints["LORA_RANK"], lora_alpha=ints["LORA_ALPHA"],
+        lora_target_modules=get("LORA_TARGET_MODULES", LORA_TARGETS), master_addr=get("MASTER_ADDR", "127.0.0.1"),
+        ray_port=ray_port, ray_dashboard_port=ray_dashboard_port,
+        ray_temp_dir=absolute(get("RAY_TEMP_DIR", f"/tmp/openclaw_rl_ray_{ray_port_raw}")),
+        ray_start_timeout=ray_start_timeout, judge_startup_timeout=judge_startup_timeout,
+        use_wandb=truthy(get("USE_WANDB", "1")), wandb_project=get("WANDB_PROJECT", "openclaw_rl"),
+        wandb_key_set=bool(get("WANDB_KEY") or get("WANDB_API_KEY")), user_pythonpath=get("PYTHONPATH"),
+        cuda_visible_devices=get("CUDA_VISIBLE_DEVICES"))
+
+
+def check_split(s: ScriptSettings, console: Console) -> None:
+    """The GPU split and tensor-parallel sizes; frees PRM_GPUS when an external judge is used."""
+    used = s.actor_gpus + s.rollout_gpus + s.prm_gpus
+    if s.actor_gpus < 1 or s.rollout_gpus < 1:
+        raise LaunchError(f"ACTOR_GPUS ({s.actor_gpus}) and ROLLOUT_GPUS ({s.rollout_gpus}) must both be at least 1")
+    if used > s.num_gpus:
+        raise LaunchError(
+            f"bad GPU split: ACTOR_GPUS + ROLLOUT_GPUS + PRM_GPUS = {s.actor_gpus} + {s.rollout_gpus} + {s.prm_gpus} = "
+            f"{used}, more than NUM_GPUS={s.num_gpus}. Lower one of them, or run the judge elsewhere "
+            "(PRM_URL=http://host:port, PRM_GPUS=0). Layouts: docs/deployment.md")
+    if s.prm_url:
+        if not re.match(r"https?://[^/\s]+", s.prm_url):
+            raise LaunchError(f"PRM_URL must look like http://host:port, got '{s.prm_url}'")
+        if s.prm_gpus > 0:
+            console.warn(f"PRM_URL is set, so no judge server is launched here and the {s.prm_gpus} PRM_GPUS stay "
+                         "idle; using PRM_GPUS=0")
+            s.prm_gpus = 0
+    elif s.prm_gpus == 0:
+        raise LaunchError(
+            "PRM_GPUS=0 but no PRM_URL: the judge/teacher needs either its own GPUs (PRM_GPUS >= 1) or an external "
+            "SGLang server (PRM_URL=http://host:port). Without a judge every turn scores 0 and nothing is learned.")
+    if s.tp < 1 or s.rollout_gpus % s.tp:
+        raise LaunchError(f"ROLLOUT_GPUS={s.rollout_gpus} is not a multiple of the rollout engine TP={s.tp}")
+    if s.prm_gpus > 0 and (s.prm_tp < 1 or s.prm_gpus % s.prm_tp):
+        raise LaunchError(f"PRM_GPUS={s.prm_gpus} is not a multiple of the judge TP PRM_TP={s.prm_tp}")
+    if not s.variant.lora and (s.train_tp < 1 or s.actor_gpus % s.train_tp):
+        raise LaunchError(f"ACTOR_GPUS={s.actor_gpus} is not a multiple of the Megatron tensor-parallel size "
+                          f"TRAIN_TP={s.train_tp}")
+
+
+def check_paths(s: ScriptSettings, console: Console) -> None:
+    if not os.path.isfile(f"{s.slime_dir}/train_async.py"):
+        console.fail(f"no train_async.py in SLIME_DIR={s.slime_dir}: run this script from a Slime checkout (cd "
+                     f"/path/to/slime && bash {s.repo_root}/scripts/{s.script}) or set SLIME_DIR")
+    for name, path, what in (("HF_CKPT", s.hf_ckpt, "the Hugging Face checkpoint of the policy"),
+                             ("REF_LOAD", s.ref_load, "the reference / initial checkpoint")):
+        if not os.path.exists(path):
+            console.fail(f"{name}={path} does not exist ({what})")
+    if s.prm_model_path and not os.path.exists(s.prm_model_path):
+        what = "the external judge's tokenizer" if s.prm_url else "the judge/teacher model served on the PRM GPUs"
+        console.fail(f"PRM_MODEL_PATH={s.prm_model_path} does not exist ({what})")
+    if not os.path.isfile(s.openclaw_config):
+        raise LaunchError(f"OPENCLAW_CONFIG={s.openclaw_config} does not exist")
+    if s.model_args_file and not os.path.isfile(s.model_args_file):
+        raise LaunchError(f"MODEL_ARGS_FILE={s.model_args_file} does not exist")
+    if s.megatron_dir and not os.path.isdir(s.megatron_dir):
+        console.fail(f"MEGATRON_DIR={s.megatron_dir} does not exist")
+
+
+def check_tools(s: ScriptSettings, console: Console, path: str) -> None:
+    nvidia_smi = shutil.which("nvidia-smi", path=path)
+    if nvidia_smi is None:
+        console.fail(f"nvidia-smi not found: this script needs {s.num_gpus} NVIDIA GPU(s). Without GPUs use the "
+                     "embedded stack (bash scripts/run_local.sh)")
+    else:
+        listing = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True, check=False).stdout
+        count = sum(line.startswith("GPU ") for line in listing.splitlines())
+        if count < s.num_gpus:
+            console.fail(f"NUM_GPUS={s.num_gpus} but nvidia-smi lists {count} GPU(s); lower NUM_GPUS and the split "
+                         "(docs/deployment.md)")
+    for tool in ("ray", "curl", "setsid", s.python):
+        if shutil.which(tool, path=path) is None:
+            console.fail(f"'{tool}' not found on PATH (install Slime's environment: Ray, SGLang, curl, util-linux)")
+
+
+def assign_devices(s: ScriptSettings) -> None:
+    """The GPUs Ray manages come first (actor, then rollout, in Slime's placement order), the judge's last."""
+    visible = s.cuda_visible_devices.split(",") if s.cuda_visible_devices else [str(i) for i in range(s.num_gpus)]
+    if visible and visible[-1] == "":  # "0,1," lists two devices, as Bash's read does
+        visible.pop()
+    need = s.ray_gpus + s.prm_gpus
+    if len(visible) < need:
+        raise LaunchError(f"CUDA_VISIBLE_DEVICES={s.cuda_visible_devices} lists {len(visible)} GPU(s) but the split "
+                          f"needs {need}")
+    s.ray_devices = ",".join(visible[:s.ray_gpus])
+    s.judge_devices = ",".join(visible[s.ray_gpus:need]) if s.prm_gpus > 0 else ""
+
+
+def check_slime_features(s: ScriptSettings, env: Mapping[str, str], console: Console) -> None:
+    """Slime silently ignores unknown flags, so a variant run on a Slime that lacks one of its features would
+    start, wait for live chat and then train something else or crash. ``openclaw_rl.slime_hooks.features``
+    imports the Slime in SLIME_DIR (with Slime's Python, PYTHON) and says what is missing, with a Slime
+    commit that has it; for token-level OPD it also picks the advantage path (OPD_ADVANTAGE)."""
+    s.opd_advantage = env.get("OPD_ADVANTAGE") or "auto"
+    if s.opd_advantage not in ("auto", "estimator", "custom"):
+        raise LaunchError(f"OPD_ADVANTAGE must be auto, estimator or custom, got '{s.opd_advantage}'")
+    name = s.variant.name
+    if truthy(env.get("SKIP_SLIME_FEATURE_CHECK") or "0"):
+        console.warn(f"SKIP_SLIME_FEATURE_CHECK=1: the Slime in {s.slime_dir} is not checked for what {name} needs")
+    else:
+        res = subprocess.run([s.python, "-m", "openclaw_rl.slime_hooks.features", name, "--opd-advantage",
+                              s.opd_advantage], cwd=s.repo_root, env={**env, "PYTHONPATH": s.pythonpath()},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+        out = res.stdout.rstrip("\n")
+        messages = ""
+        for line in out.split("\n"):
+            if line.startswith("opd_advantage="):
+                s.opd_advantage = line.removeprefix("opd_advantage=")
+            else:
+                messages += ("; " if messages else "") + line
+        if res.returncode == 3:
+            console.fail(f"the Slime in SLIME_DIR={s.slime_dir} cannot run {name}: {messages} "
+                         "(SKIP_SLIME_FEATURE_CHECK=1 skips this check)")
+        elif res.returncode == 4:
+            console.fail(f"cannot check the Slime in SLIME_DIR={s.slime_dir} (run this script in Slime's Python "
+                         f"environment, or set PYTHON): {out.replace(chr(10), '; ')}")
+        elif res.returncode != 0:
+            raise LaunchError(f"the Slime feature check failed (status {res.returncode}): {out}")
+    if s.mode.name == "opd" and s.opd_advantage == "auto":
+        s.opd_advantage = "custom"  # not inspected: THUDM/slime's advantage hook
+    if s.variant.algorithm == "opd_token":
+        console.log(f"token-level OPD advantage: OPD_ADVANTAGE={s.opd_advantage}")

@@ -1,0 +1,173 @@
+"""What a launch script starts: the judge server, the private Ray head and the ``ray job submit`` command
+with Slime's flags, built from the checked settings (``script.ScriptSettings``) and the mode's Slime hooks.
+
+The flags come in upstream's groups and order (cluster, model, checkpoint, rollout, optimizer, algorithm,
+performance, LoRA, eval, SGLang, misc, W&B, custom hooks, our run config), then the script's own
+arguments, last so that they win (argparse keeps the last occurrence of a flag).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .run_config import LaunchError
+from .script import Console, ScriptSettings
+
+TOPK_UNPACK = "openclaw_rl.slime_hooks.topk.unpack_teacher_topk"  # --rollout-data-postprocess-path (top-K OPD)
+ZERO = re.compile(r"[+-]?0*\.?0*([eE][+-]?[0-9]+)?")
+QWEN3_4B = [  # Slime's scripts/models/qwen3-4B.sh
+    "--swiglu", "--num-layers", "36", "--hidden-size", "2560", "--ffn-hidden-size", "9728",
+    "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "8",
+    "--use-rotary-position-embeddings", "--disable-bias-linear", "--normalization", "RMSNorm", "--norm-epsilon",
+    "1e-6", "--vocab-size", "151936", "--kv-channels", "128", "--qk-layernorm"]
+GRPO = ["--advantage-estimator", "grpo", "--disable-rewards-normalization", "--entropy-coef", "0.00", "--eps-clip",
+        "0.2", "--eps-clip-high", "0.28"]
+
+
+@dataclass
+class Commands:
+    judge: list[str]  # empty with an external judge (PRM_URL)
+    ray: list[str]
+    submit: list[str]  # ray job submit ... -- python train_async.py
+    groups: list[list[str]]  # Slime's flags, group by group (the dry run prints one group a line)
+
+    @property
+    def train(self) -> list[str]:
+        return [*self.submit, *(w for g in self.groups for w in g)]
+
+
+def kl_args(s: ScriptSettings) -> list[str]:
+    """Upstream passed --use-kl-loss --kl-loss-coef 0.0: the reference model was loaded and evaluated for a
+    term that is always zero. The KL group is emitted only for a non-zero KL_LOSS_COEF."""
+    return [] if ZERO.fullmatch(s.kl_loss_coef) else [
+        "--use-kl-loss", "--kl-loss-coef", s.kl_loss_coef, "--kl-loss-type", "low_var_kl"]
+
+
+def algorithm_args(s: ScriptSettings) -> list[str]:
+    hooks, algorithm = s.mode.slime, s.variant.algorithm
+    if algorithm == "grpo":  # upstream's GRPO_ARGS; combine's COMBINE_ARGS add its loss (ignored by FSDP: not on LoRA)
+        loss = ["--loss-type", "custom_loss", "--custom-loss-function-path", hooks.custom_loss] \
+            if hooks.custom_loss and not s.variant.lora else []
+        return [*GRPO, *kl_args(s), *loss]
+    if algorithm == "opd_token":  # A = teacher - old: the bundled Slime's estimator, or THUDM/slime's hook
+        if s.opd_advantage == "estimator":
+            adv = ["--advantage-estimator", "on_policy_distillation"]
+        else:  # the hook replaces Slime's advantage computation; rewards (the eval score) are not used
+            adv = ["--advantage-estimator", "grpo", "--disable-rewards-normalization",
+                   "--custom-advantage-function-path", str(hooks.custom_advantage)]
+        return [*adv, "--entropy-coef", "0.00", *kl_args(s)]
+    if algorithm == "opd_topk":  # the teacher's K comes from openclaw_opd_distill_topk (the run config)
+        return ["--loss-type", "custom_loss", "--custom-loss-function-path", str(hooks.topk_loss),
+                "--rollout-data-postprocess-path", TOPK_UNPACK, "--disable-compute-advantages-and-returns",
+                "--disable-rewards-normalization", "--entropy-coef", "0.00"]
+    if algorithm == "none":
+        return []
+    raise LaunchError(f"launch variant {s.variant.name}: unknown algorithm {algorithm!r}")
+
+
+def model_args(s: ScriptSettings, cwd: str) -> list[str]:
+    """Qwen3-4B's shape, or MODEL_ARGS_FILE: a Bash file setting ``MODEL_ARGS=( ... )`` like Slime's
+    scripts/models/*.sh, read by Bash itself (its words, NUL-separated)."""
+    if s.variant.lora:
+        return []
+    if not s.model_args_file:
+        return list(QWEN3_4B)
+    res = subprocess.run(["bash", "-c", 'set -eu; MODEL_ARGS=(); source "$1"; printf "%s\\0" "${MODEL_ARGS[@]}"',
+                          "bash", s.model_args_file], cwd=cwd, capture_output=True, check=False)
+    if res.returncode != 0:
+        raise LaunchError(f"MODEL_ARGS_FILE={s.model_args_file} failed: {res.stderr.decode(errors='replace').strip()}")
+    return [w.decode() for w in res.stdout.split(b"\0")[:-1]]
+
+
+def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -> Commands:
+    lora = s.variant.lora
+    hooks = s.mode.slime
+    cluster = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", str(s.actor_gpus), "--rollout-num-gpus",
+               str(s.rollout_gpus), "--num-gpus-per-node", str(s.ray_gpus), *(["--train-backend", "fsdp"] if lora else [])]
+    # --load = --save: a relaunch resumes the last checkpoint (weights, optimizer, rollout id); with no
+    # checkpoint there yet Slime starts from REF_LOAD / the HF checkpoint. The spool keeps every batch
+    # trained after that checkpoint until the next one is written (openclaw_rl.slime_hooks.bridge).
+    ckpt = ["--hf-checkpoint", s.hf_ckpt, "--ref-load", s.ref_load, "--load", s.save_ckpt, "--save", s.save_ckpt,
+            "--save-interval", str(s.save_interval)]
+    if not lora:  # Qwen3-4B-Thinking-2507 uses rope theta 5e6 (the model file's default is 1e6), as upstream
+        ckpt += ["--rotary-base", str(s.rotary_base)]
+    rollout = ["--disable-rollout-global-dataset", "--rollout-function-path", hooks.rollout, "--num-rollout",
+               "100000000", "--rollout-batch-size", str(s.rollout_batch_size), "--n-samples-per-prompt", "1",
+               "--rollout-max-response-len", "8192", "--rollout-max-context-len", str(s.context_length),
+               "--rollout-temperature", s.proxy["rollout_temperature"], "--reward-key", "score", "--num-steps-per-rollout", "1"]
+    if lora:
+        perf = ["--use-dynamic-batch-size", "--max-tokens-per-gpu", str(s.max_tokens_per_gpu), "--gradient-checkpointing"]
+    else:
+        perf = ["--tensor-model-parallel-size", str(s.train_tp), "--sequence-parallel", "--pipeline-model-parallel-size",
+                "1", "--context-parallel-size", "1", "--expert-model-parallel-size", "1",
+                "--expert-tensor-parallel-size", "1", "--recompute-granularity", "full", "--recompute-method", "uniform",
+                "--recompute-num-layers", "1", "--use-dynamic-batch-size", "--max-tokens-per-gpu",
+                str(s.max_tokens_per_gpu), "--log-probs-chunk-size", "1024"]
+    optimizer = ["--optimizer", "adam", "--lr", s.lr, "--lr-decay-style", "constant", "--weight-decay", "0.1",
+                 "--adam-beta1", "0.9", "--adam-beta2", "0.98"]
+    if not lora:
+        optimizer += ["--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer"]
+    lora_args = ["--use-lora", "--lora-rank", str(s.lora_rank), "--lora-alpha", str(s.lora_alpha),
+                 "--lora-target-modules", s.lora_target_modules] if lora else []
+    sglang = ["--rollout-num-gpus-per-engine", str(s.tp), "--sglang-tool-call-parser", s.proxy["tool_parser"],
+              "--sglang-mem-fraction-static", s.mem_fraction_static, "--sglang-context-length", str(s.context_length),
+              "--sglang-reasoning-parser", "qwen3"]
+    misc = [] if lora else ["--attention-dropout", "0.0", "--hidden-dropout", "0.0",
+                            "--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32",
+                            "--attention-backend", "flash"]
+    wandb: list[str] = []
+    if s.use_wandb and s.wandb_key_set:
+        wandb = ["--use-wandb", "--wandb-project", s.wandb_project, "--wandb-group", s.variant.run_name]
+    elif s.use_wandb:
+        console.log("W&B logging off: set WANDB_API_KEY (or WANDB_KEY) to enable it, USE_WANDB=0 to silence this")
+    # Slime's eval path only (the rollout function replaces generation for training).
+    custom = ["--custom-generate-function-path", hooks.generate, "--custom-rm-path", hooks.reward_func]
+    # Our settings (openclaw_* keys, incl. the judge URL) reach the proxy through this YAML.
+    openclaw = ["--custom-config-path", s.config_path]
+    groups = [cluster, model_args(s, cwd), ckpt, rollout, optimizer, algorithm_args(s), perf, lora_args, [], sglang,
+              misc, wandb, custom, openclaw, list(extra)]
+
+    # Every hook named above lives under openclaw_rl / openclaw_opd / openclaw_combine, so the order does not
+    # matter for them (Ray puts SLIME_DIR, whose slime_plugins is a regular package, first in any case).
+    runtime_env = json.dumps({"env_vars": {"PYTHONPATH": s.pythonpath(), "CUDA_DEVICE_MAX_CONNECTIONS": "1"}},
+                             ensure_ascii=False)
+    judge = [] if s.prm_url else [
+        s.python, "-m", "sglang.launch_server", "--model-path", s.prm_model_path, "--tp-size", str(s.prm_tp),
+        "--dp-size", str(s.prm_gpus // s.prm_tp), "--host", "127.0.0.1", "--port", str(s.prm_port),
+        "--mem-fraction-static", s.prm_mem_fraction, "--context-length", str(s.context_length)]
+    ray = ["ray", "start", "--head", "--block", "--node-ip-address", s.master_addr, "--port", str(s.ray_port),
+           "--num-gpus", str(s.ray_gpus), "--temp-dir", s.ray_temp_dir, "--dashboard-host", "127.0.0.1",
+           "--dashboard-port", str(s.ray_dashboard_port), "--disable-usage-stats"]
+    submit = ["ray", "job", "submit", "--address", f"http://127.0.0.1:{s.ray_dashboard_port}", "--runtime-env-json",
+              runtime_env, "--", s.python, f"{s.slime_dir}/train_async.py"]
+    return Commands(judge, ray, submit, groups)
+
+
+def exports(s: ScriptSettings) -> list[tuple[str, str]]:
+    """The environment the script exports before ``ray start`` (the Slime job inherits it); secrets are
+    exported by the script itself from its own environment and never pass through here."""
+    no_proxy = "127.0.0.1,localhost"
+    if not (s.master_addr in ("localhost", "::1") or s.master_addr.startswith("127.")):
+        no_proxy += f",{s.master_addr}"
+    return [("PYTHONUNBUFFERED", "1"), ("PYTHONFAULTHANDLER", "1"), ("RAY_health_check_failure_threshold", "20"),
+            ("RAY_health_check_period_ms", "5000"), ("RAY_health_check_timeout_ms", "30000"),
+            ("RAY_num_heartbeats_timeout", "60"), ("no_proxy", no_proxy), ("NO_PROXY", no_proxy)]
+
+
+def write_config(s: ScriptSettings, text: str, console: Console) -> None:
+    try:
+        os.makedirs(s.run_dir, exist_ok=True)
+        with open(s.config_path, "w") as f:
+            f.write(text + "\n")
+    except OSError:
+        console.fail(f"cannot write {s.config_path} (set RUN_DIR to a writable directory)")
+        return
+    try:
+        os.chmod(s.config_path, 0o600)
+    except OSError:
+        pass

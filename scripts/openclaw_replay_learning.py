@@ -1,0 +1,107 @@
+"""Does the policy learn from OpenClaw conversations? Replay OpenClaw's recorded request shape through
+``openclaw-rl local``'s stack (proxy, embedded engine, rule judge, trainer) with a scripted user who
+corrects the answer style, and report the preferred-style rate before and after.
+
+    python scripts/openclaw_replay_learning.py --interactions 48 --batch-size 4 --max-steps 8
+
+Two figures, both on OpenClaw-shaped requests (tests/data/openclaw-golden's system prompt, tools,
+Runtime line, timestamps and internal-context block):
+* replies: the scripted user's uninstructed requests answered in the preferred style, first window vs
+  last window (sampled, so noisy with few interactions);
+* exact: the probability that the reply opens in the preferred style, averaged over `--probes` fresh
+  OpenClaw-shaped first requests, for the served model before and for the trained checkpoint after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "tests" / "data" / "openclaw-golden" / "conversation_B.jsonl"
+
+
+def exact_preferred(model_dir: Path, shape: object, probes: int, style: str) -> float:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from openclaw_rl.embedded.openclaw_golden import golden_prompt_ids
+    from openclaw_rl.embedded.openclaw_replay import shaped_prompts
+    from openclaw_rl.embedded.pretrain import opener_probabilities
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = [golden_prompt_ids(tok, body) for body in shaped_prompts(shape, probes)]
+    return opener_probabilities(model, tok, ids)[style]
+
+
+def replay(ns: argparse.Namespace) -> dict:
+    from openclaw_rl.embedded.local import LocalConfig, run_local
+    from openclaw_rl.embedded.openclaw_replay import OpenClawShape, run_openclaw_replay
+    from openclaw_rl.embedded.simulate import drive_simulation
+    from openclaw_rl.embedded.tiny_model import ensure_tiny_model
+    from openclaw_rl.servers import free_port
+
+    started = time.monotonic()
+    shape = OpenClawShape.from_recording(Path(ns.recording), ns.line)
+    openclaw_model = ns.model == "openclaw"
+    model_dir = ensure_tiny_model(ns.preset, seed=ns.seed, openclaw=openclaw_model, log=print)
+    before = exact_preferred(model_dir, shape, ns.probes, ns.preferred_style) if ns.probes else None
+    out_dir = Path(ns.out_dir)
+    cfg = LocalConfig(mode=ns.mode, preset=ns.preset, seed=ns.seed, port=free_port(), out_dir=str(out_dir),
+                      rollout_batch_size=ns.batch_size, lr=ns.lr, max_steps=ns.max_steps, save_every=1,
+                      max_new_tokens=ns.max_new_tokens, preferred_style=ns.preferred_style,
+                      openclaw_model=openclaw_model)
+    users = functools.partial(drive_simulation, run=run_openclaw_replay, shape=shape, interactions=ns.interactions,
+                              concurrency=ns.concurrency, preferred_style=ns.preferred_style, seed=ns.seed,
+                              turns_per_session=ns.turns, window=ns.window)
+    report = run_local(cfg, progress=ns.progress, users=users)
+    checkpoints = sorted((out_dir / "checkpoints").glob("step-*"))
+    after = (exact_preferred(checkpoints[-1], shape, ns.probes, ns.preferred_style)
+             if ns.probes and checkpoints else None)
+    return {"recording": f"{Path(ns.recording).name}#{ns.line}", "mode": ns.mode, "model": ns.model,
+            "preferred_style": ns.preferred_style, "steps": report.steps, "interactions": report.interactions,
+            "reply_rate_first_window": report.baseline_rate, "reply_rate_last_window": report.final_rate,
+            "exact_preferred_before": before, "exact_preferred_after": after,
+            "logprob_abs_diff": report.logprob_abs_diff, "seconds": round(time.monotonic() - started, 1),
+            "local_report": asdict(report)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--recording", default=str(GOLDEN), help="an OpenClaw golden .jsonl (its request shape is replayed)")
+    p.add_argument("--line", type=int, default=0, help="which recorded request gives the shape")
+    p.add_argument("--mode", default="rl")
+    p.add_argument("--model", choices=("openclaw", "plain"), default="openclaw")
+    p.add_argument("--preset", default="h128")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--preferred-style", default="formal")
+    p.add_argument("--interactions", type=int, default=48)
+    p.add_argument("--turns", type=int, default=4, help="scripted-user turns per OpenClaw session")
+    p.add_argument("--concurrency", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--max-steps", type=int, default=0, help="0: until the replay ends")
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--window", type=int, default=10)
+    p.add_argument("--probes", type=int, default=3, help="OpenClaw-shaped prompts for the exact probability")
+    p.add_argument("--out-dir", default="runs/openclaw-replay")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    ns = p.parse_args()
+    result = replay(ns)
+    Path(ns.out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(ns.out_dir) / "replay.json").write_text(json.dumps(result, indent=2) + "\n")
+    fmt = lambda v: "n/a" if v is None else f"{v:.0%}"  # noqa: E731
+    print(f"OpenClaw replay ({result['mode']}, {result['recording']}): {result['interactions']} interactions, "
+          f"{result['steps']} steps in {result['seconds']:.0f}s; preferred '{ns.preferred_style}' replies "
+          f"{fmt(result['reply_rate_first_window'])} -> {fmt(result['reply_rate_last_window'])} (first/last "
+          f"{ns.window}); exact opener probability {fmt(result['exact_preferred_before'])} -> "
+          f"{fmt(result['exact_preferred_after'])}")
+
+
+if __name__ == "__main__":
+    main()
