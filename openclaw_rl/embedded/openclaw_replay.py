@@ -12,7 +12,6 @@ judge and trainer behind it are ``openclaw-rl local``'s, unchanged.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import random
@@ -29,6 +28,7 @@ from openclaw_rl.embedded.simulate import (
     ScriptedUser,
     SimulationResult,
     chat_with_retry,
+    run_sessions,
 )
 
 _RUNTIME = re.compile(r"\n\nRuntime: agent=.*\Z", re.DOTALL)
@@ -138,12 +138,8 @@ async def run_openclaw_replay(base_url: str, *, shape: OpenClawShape, interactio
                         {"role": "user", "content": timestamped(next_message, when)}]
         return True
 
-    async def worker() -> None:
-        while await session():
-            pass
-
     try:
-        await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+        await run_sessions(session, concurrency)
     finally:
         await client.close()
     result.seconds = time.monotonic() - started

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,16 +219,22 @@ async def run_simulation(base_url: str, *, interactions: int, concurrency: int,
             messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": next_message}]
         return True
 
-    async def worker() -> None:
-        while await session():
-            pass
-
     try:
-        await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+        await run_sessions(session, concurrency)
     finally:
         await client.close()
     result.seconds = time.monotonic() - started
     return result
+
+
+async def run_sessions(session: Callable[[], Awaitable[bool]], concurrency: int) -> None:
+    """Run `concurrency` workers that each call `session()` until it returns False (no session left)."""
+
+    async def worker() -> None:
+        while await session():
+            pass
+
+    await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
 
 
 # --- the LLM-driven user -------------------------------------------------------------------------------
