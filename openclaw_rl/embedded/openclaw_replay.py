@@ -109,17 +109,10 @@ async def run_openclaw_replay(base_url: str, *, shape: OpenClawShape, interactio
                               {**shape.extra, "max_completion_tokens": max_completion_tokens})
     result = SimulationResult(preferred_style, window=window)
     started = time.monotonic()
-    issued = sessions = 0
     clock = random.Random(seed)
     client = AsyncOpenAI(base_url=f"{base_url.rstrip('/')}/v1", api_key="openclaw", max_retries=0, timeout=timeout_s)
 
-    async def session() -> bool:
-        nonlocal issued, sessions
-        turns = min(turns_per_session, interactions - issued)
-        if turns <= 0:
-            return False
-        issued += turns
-        index, sessions = sessions, sessions + 1
+    async def session(index: int, turns: int) -> None:
         sid = f"replay{seed}x{index}"
         headers = {"session_id": f"{sid}:0", "x-client-request-id": f"{sid}:0", "x-session-affinity": f"{sid}:0"}
         user = ScriptedUser(preferred_style, seed * 1_000_003 + index)
@@ -136,10 +129,9 @@ async def run_openclaw_replay(base_url: str, *, shape: OpenClawShape, interactio
             when += 40 + clock.randrange(60)
             history += [{"role": "assistant", "content": reply},
                         {"role": "user", "content": timestamped(next_message, when)}]
-        return True
 
     try:
-        await run_sessions(session, concurrency)
+        await run_sessions(session, interactions, turns_per_session, concurrency)
     finally:
         await client.close()
     result.seconds = time.monotonic() - started

@@ -188,18 +188,9 @@ async def run_simulation(base_url: str, *, interactions: int, concurrency: int,
 
     result = SimulationResult(preferred_style, window=window)
     started = time.monotonic()
-    issued = 0
-    sessions = 0
     client = AsyncOpenAI(base_url=f"{base_url.rstrip('/')}/v1", api_key=api_key, max_retries=0, timeout=timeout_s)
 
-    async def session() -> bool:
-        nonlocal issued, sessions
-        # A session reserves its calls up front, so its last call (and only that) says X-Session-Done.
-        turns = min(turns_per_session, interactions - issued)
-        if turns <= 0:
-            return False
-        issued += turns
-        index, sessions = sessions, sessions + 1
+    async def session(index: int, turns: int) -> None:
         sid = f"sim-{seed}-{index}"
         user = ScriptedUser(preferred_style, seed * 1_000_003 + index)
         messages: list[dict[str, str]] = [{"role": "user", "content": user.open()}]
@@ -217,22 +208,30 @@ async def run_simulation(base_url: str, *, interactions: int, concurrency: int,
             if on_interaction is not None:
                 on_interaction(result)
             messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": next_message}]
-        return True
 
     try:
-        await run_sessions(session, concurrency)
+        await run_sessions(session, interactions, turns_per_session, concurrency)
     finally:
         await client.close()
     result.seconds = time.monotonic() - started
     return result
 
 
-async def run_sessions(session: Callable[[], Awaitable[bool]], concurrency: int) -> None:
-    """Run `concurrency` workers that each call `session()` until it returns False (no session left)."""
+async def run_sessions(session: Callable[[int, int], Awaitable[None]], interactions: int,
+                       turns_per_session: int, concurrency: int) -> None:
+    """Play `interactions` calls as sessions of up to `turns_per_session` turns on `concurrency` workers.
+
+    Session k is ``session(k, turns)``. It reserves its turns before it starts, so it knows which call is
+    its last (the one that says X-Session-Done) whatever the other workers do.
+    """
+    issued = sessions = 0
 
     async def worker() -> None:
-        while await session():
-            pass
+        nonlocal issued, sessions
+        while (turns := min(turns_per_session, interactions - issued)) > 0:
+            issued += turns
+            index, sessions = sessions, sessions + 1
+            await session(index, turns)
 
     await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
 
