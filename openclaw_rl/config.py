@@ -191,7 +191,12 @@ def flat_keys() -> set[str]:
     return keys
 
 
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+def is_truthy(value: str) -> bool:
+    """How every switch in this project reads a string (environment variables, headers, settings)."""
+    return value.strip().lower() in TRUE_WORDS
 
 
 def _coerce(value: Any, current: Any, key: str) -> Any:
@@ -202,8 +207,8 @@ def _coerce(value: Any, current: Any, key: str) -> Any:
     if isinstance(current, bool):
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
-            return value.strip().lower() in _TRUE
+        if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:
+            return is_truthy(value)
         raise TypeError("expected a boolean (true/false)")
     if isinstance(current, list):
         if isinstance(value, str):

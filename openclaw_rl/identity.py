@@ -21,13 +21,13 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from .config import is_truthy
 from .protocol import ChatCompletionRequest, ChatMessage
 
 OPENCLAW_CONTEXT_MARKER = "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"
 OPENCLAW_SYSTEM_MARKER = "<!-- openclaw:attempt:"
 _RUNTIME_SESSION = re.compile(r"Runtime:[^\n]*?\bsessionId=([^\s|]+)")
 _GENERATION_SUFFIX = re.compile(r":\d+$")
-_TRUE = ("1", "true", "yes", "on")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +121,7 @@ def classify_turn(classifier: str, headers: Mapping[str, str], req: ChatCompleti
 
 
 def session_done(headers: Mapping[str, str], req: ChatCompletionRequest) -> bool:
-    header = headers.get("x-session-done", "").strip().lower()
-    return header in _TRUE or str(req.session_done).strip().lower() in _TRUE
+    return is_truthy(headers.get("x-session-done", "")) or is_truthy(str(req.session_done))
 
 
 # --- next state -----------------------------------------------------------------------------------

@@ -24,12 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from ..config import is_truthy
 from ..modes import LaunchVariant, Mode, launch_variant
 from .run_config import LaunchError
 
 UINT = re.compile(r"[0-9]+")
 NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
-TRUTHY = ("1", "true", "yes", "on")
 LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 
 
@@ -52,10 +52,6 @@ class Console:
             self.warn(f"{message} (dry run: continuing)")
         else:
             raise LaunchError(message)
-
-
-def truthy(value: str) -> bool:
-    return value.lower() in TRUTHY
 
 
 @dataclass
@@ -195,7 +191,7 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
         ray_port=ray_port, ray_dashboard_port=ray_dashboard_port,
         ray_temp_dir=absolute(get("RAY_TEMP_DIR", f"/tmp/openclaw_rl_ray_{ray_port_raw}")),
         ray_start_timeout=ray_start_timeout, judge_startup_timeout=judge_startup_timeout,
-        use_wandb=truthy(get("USE_WANDB", "1")), wandb_project=get("WANDB_PROJECT", "openclaw_rl"),
+        use_wandb=is_truthy(get("USE_WANDB", "1")), wandb_project=get("WANDB_PROJECT", "openclaw_rl"),
         wandb_key_set=bool(get("WANDB_KEY") or get("WANDB_API_KEY")), user_pythonpath=get("PYTHONPATH"),
         cuda_visible_devices=get("CUDA_VISIBLE_DEVICES"))
 
@@ -287,7 +283,7 @@ def check_slime_features(s: ScriptSettings, env: Mapping[str, str], console: Con
     if s.opd_advantage not in ("auto", "estimator", "custom"):
         raise LaunchError(f"OPD_ADVANTAGE must be auto, estimator or custom, got '{s.opd_advantage}'")
     name = s.variant.name
-    if truthy(env.get("SKIP_SLIME_FEATURE_CHECK") or "0"):
+    if is_truthy(env.get("SKIP_SLIME_FEATURE_CHECK") or "0"):
         console.warn(f"SKIP_SLIME_FEATURE_CHECK=1: the Slime in {s.slime_dir} is not checked for what {name} needs")
     else:
         res = subprocess.run([s.python, "-m", "openclaw_rl.slime_hooks.features", name, "--opd-advantage",
