@@ -149,14 +149,11 @@ class StreamConnection(asyncio.BufferedProtocol):
                 self._read_head()
                 buf, data, pos, n = rest, memoryview(rest), 0, len(rest)
             elif state == "chunk_size":
-                nl = buf.find(b"\n", pos, n)
-                if nl < 0:
-                    self._line += data[pos:n]
+                pos = self._take_line(buf, data, pos, n)
+                if pos < 0:
                     return
-                self._line += data[pos:nl]
                 size = int(bytes(self._line).split(b";", 1)[0].strip(), 16)
                 self._line.clear()
-                pos = nl + 1
                 self._left, self._state = size, ("chunk" if size else "trailer")
             elif state in ("chunk", "length"):
                 take = min(self._left, n - pos)
@@ -175,18 +172,22 @@ class StreamConnection(asyncio.BufferedProtocol):
                 if not self._left:
                     self._state = "chunk_size"
             elif state == "trailer":
-                nl = buf.find(b"\n", pos, n)
-                if nl < 0:
-                    self._line += data[pos:n]
+                pos = self._take_line(buf, data, pos, n)
+                if pos < 0:
                     return
-                self._line += data[pos:nl]
-                pos = nl + 1
                 if not bytes(self._line).strip():
                     self.complete = True
                 self._line.clear()
             else:  # "close": the body runs to the end of the connection
                 self.body += data[pos:n]
                 return
+
+    def _take_line(self, buf: bytes | bytearray, data: memoryview, pos: int, n: int) -> int:
+        """Append ``buf[pos:n]`` up to the next newline to ``_line``; the position after the newline, or
+        -1 when the line goes on in the next read (everything up to ``n`` is then kept)."""
+        nl = buf.find(b"\n", pos, n)
+        self._line += data[pos:n if nl < 0 else nl]
+        return -1 if nl < 0 else nl + 1
 
     def _read_head(self) -> None:
         lines = bytes(self.head).decode("latin-1").split("\r\n")

@@ -268,3 +268,22 @@ def test_a_read_of_several_cumulative_events_decodes_the_last() -> None:
     assert asm.chunks == 3  # one decode for three events
     assert last.text == "abcde" and last.output_ids == json.loads(events[-1])["output_ids"]
     assert last.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("read_size", [1, 2, 7, 4096])
+def test_raw_connection_dechunks_at_any_read_boundary(read_size: int) -> None:
+    """Chunk-size lines, chunk ends and the trailer may each be split across reads."""
+    from openclaw_rl.rawstream import StreamConnection
+
+    body = b"data: " + b"x" * 300 + b"\n\n"
+    wire = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n"
+            + b"".join(b"%x;ext=1\r\n" % len(part) + part + b"\r\n" for part in (body[:17], body[17:]))
+            + b"0\r\nX-Trailer: 1\r\n\r\n")
+    conn = StreamConnection()
+    for i in range(0, len(wire), read_size):
+        piece = wire[i:i + read_size]
+        buf = conn.get_buffer(len(piece))
+        buf[:len(piece)] = piece
+        conn.buffer_updated(len(piece))
+    assert conn.error is None and conn.status == 200
+    assert conn.complete and bytes(conn.body) == body
