@@ -116,7 +116,10 @@ def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -
                  "--lora-target-modules", s.lora_target_modules] if lora else []
     sglang = ["--rollout-num-gpus-per-engine", str(s.tp), "--sglang-tool-call-parser", s.proxy["tool_parser"],
               "--sglang-mem-fraction-static", s.mem_fraction_static, "--sglang-context-length", str(s.context_length),
-              "--sglang-reasoning-parser", "qwen3"]
+              "--sglang-reasoning-parser", "qwen3",
+              # each stream chunk carries only its new ids and log-probs (SGLang's default repeats all of them
+              # in every chunk: O(n^2) bytes per reply); Slime passes every ServerArgs field as --sglang-*
+              "--sglang-incremental-streaming-output"]
     misc = [] if lora else ["--attention-dropout", "0.0", "--hidden-dropout", "0.0",
                             "--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32",
                             "--attention-backend", "flash"]
