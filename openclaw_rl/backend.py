@@ -355,7 +355,7 @@ class PolicyBackend:
                  connect_timeout_s: float = 10.0):
         self.http, self.url, self.timeout_s = http, url.rstrip("/"), timeout_s
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # streams from a plain-http SGLang are read by rawstream (10x less CPU per byte than httpx)
+        # calls to a plain-http SGLang go through rawstream (streams: 10x less CPU per byte than httpx)
         self.streams = StreamClient(self.url, connect_timeout_s=connect_timeout_s) \
             if self.url.startswith("http://") else None
         self.declared_mode: str | None = None
@@ -399,17 +399,27 @@ class PolicyBackend:
         return self.declared_mode
 
     async def generate(self, payload: dict[str, Any], routing_key: str | None = None) -> GenerateResult:
+        body, headers = codec.dumps(payload), self._headers(routing_key)
+        if self.streams is not None:  # plain http: the raw client (a fraction of httpx's CPU per call)
+            try:
+                status, content = await self.streams.request("/generate", body, headers, self.timeout_s)
+            except (TimeoutError, asyncio.TimeoutError) as e:
+                raise BackendTimeout(f"policy backend did not answer within {self.timeout_s}s") from e
+            except (OSError, ResponseError) as e:
+                raise BackendUnavailable(f"policy backend at {self.url} is unreachable: {e!r}") from e
+        else:
+            try:
+                resp = await self.http.post(f"{self.url}/generate", content=body, headers=headers,
+                                            timeout=self.timeout_s)
+            except httpx.TimeoutException as e:
+                raise BackendTimeout(f"policy backend did not answer within {self.timeout_s}s") from e
+            except httpx.HTTPError as e:
+                raise BackendUnavailable(f"policy backend at {self.url} is unreachable: {e!r}") from e
+            status, content = resp.status_code, resp.content
+        if status != 200:
+            self._raise_for(status, content)
         try:
-            resp = await self.http.post(f"{self.url}/generate", content=codec.dumps(payload),
-                                        headers=self._headers(routing_key), timeout=self.timeout_s)
-        except httpx.TimeoutException as e:
-            raise BackendTimeout(f"policy backend did not answer within {self.timeout_s}s") from e
-        except httpx.HTTPError as e:
-            raise BackendUnavailable(f"policy backend at {self.url} is unreachable: {e!r}") from e
-        if resp.status_code != 200:
-            self._raise_for(resp.status_code, resp.content)
-        try:
-            data = codec.loads(resp.content)
+            data = codec.loads(content)
         except codec.DecodeError as e:
             raise BackendUnavailable("policy backend answered non-JSON") from e
         return parse_generate(data, final=True)

@@ -50,6 +50,33 @@ def _arguments(arguments: str | dict[str, Any]) -> dict[str, Any] | str:
     return value if isinstance(value, dict) else arguments
 
 
+_PROBE = "<|im_start|>user\nCaf\u00e9 \u0065\u0301 🙂 x  \n\n\t1234 don't [INST]<think></think>\r\n<tool_call>{\"a\": 1}"
+
+
+def fast_encoder(tokenizer: Any) -> Any:
+    """``text -> ids`` as ``tokenizer.encode(text, add_special_tokens=False)`` gives them, at less cost where
+    possible: a fast (Rust) tokenizer's ``encode_batch_fast`` skips the character offsets that ``encode``
+    computes and the proxy never reads (a fifth of the time of an 8K-token encode, measured). Used only
+    when the backend has no truncation or padding of its own and gives the same ids as ``encode`` on a
+    probe of special tokens, combining marks, emoji and whitespace runs; otherwise ``encode`` itself."""
+    def plain(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    backend = getattr(tokenizer, "_tokenizer", None)
+    fast = getattr(backend, "encode_batch_fast", None)
+    if fast is None or getattr(backend, "truncation", None) or getattr(backend, "padding", None):
+        return plain
+
+    def quick(text: str) -> list[int]:
+        return fast([text], add_special_tokens=False)[0].ids
+
+    try:
+        same = all(quick(t) == plain(t) for t in (_PROBE, "", " " + _PROBE * 3))
+    except Exception:  # noqa: BLE001 - any difference in behaviour means: use encode
+        same = False
+    return quick if same else plain
+
+
 def side_cache_key(session_key: str) -> str:
     """The prefix-cache key of a session's side turns: apart from its main line's, freed with it."""
     return f"{session_key}\x1fside"
@@ -57,9 +84,12 @@ def side_cache_key(session_key: str) -> str:
 
 @dataclass(slots=True)
 class _Prefix:
-    chars: int  # length of the cached text prefix (it ends right before a turn-start special token)
-    digest: bytes  # sha1 of that prefix: proves a new prompt still starts with it, without keeping the text
-    ids: array  # its token ids, 4 bytes each (a Python list costs ~28 bytes per id)
+    """A session's cached prompt prefix, with two places to cut it, longest first. Each cut ends right
+    before a turn-start special token; its sha1 proves that a new prompt still starts with that much
+    text, without keeping the text."""
+
+    cuts: tuple[tuple[int, bytes, int], ...]  # (chars, sha1 of text[:chars], ids up to there)
+    ids: array  # the longest cut's token ids, 4 bytes each (a Python list costs ~28 bytes per id)
 
 
 class ChatRenderer:
@@ -81,6 +111,7 @@ class ChatRenderer:
             raise ValueError("the policy tokenizer has no chat template; the proxy renders prompts itself")
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
+        self.encode_text = fast_encoder(tokenizer)
         self.template_kwargs: dict[str, Any] = {}
         if enable_thinking is not None:
             self.template_kwargs["enable_thinking"] = enable_thinking
@@ -110,45 +141,67 @@ class ChatRenderer:
             raise BadRequest(f"the conversation cannot be rendered with the policy's chat template: {e}",
                              param="messages") from e
         if cache_key is None or self.turn_start_id is None:
-            return text, self.tokenizer.encode(text, add_special_tokens=False)
+            return text, self.encode_text(text)
         return text, self._encode_cached(text, cache_key)
 
     def _encode_cached(self, text: str, key: str) -> list[int]:
-        entry = self._cache.get(key)
-        if entry is not None and len(text) > entry.chars and \
-                hashlib.sha1(text[: entry.chars].encode("utf-8", "surrogatepass")).digest() == entry.digest:
-            ids = entry.ids.tolist() + self.tokenizer.encode(text[entry.chars:], add_special_tokens=False)
+        ids = self._cached_ids(text, self._cache.get(key))
+        if ids is not None:
             self.cache_hits += 1
         else:
             ids = self._encode_first(text)
             self.cache_misses += 1
-        # Cut before the second-to-last turn start: OpenClaw drops its trailing context message on the
-        # next request, so the prefix up to the last real message is what the next prompt will share.
-        # Only the tail is searched (the last two turn starts): the cost follows the new messages, not
-        # the history; the two counts (C loops) check that text and ids agree on the turn starts.
-        start = self.turn_start
+        # Two cuts: before the last turn start (the generation prompt: a next request that adds messages
+        # after this one shares all of it) and before the second-to-last (OpenClaw drops its trailing
+        # context message on the next request, so that much is what such a prompt shares). Only the tail
+        # is searched: the cost follows the new messages, not the history; the two counts (C loops)
+        # check that text and ids agree on the turn starts.
+        start, tid = self.turn_start, self.turn_start_id
         last = text.rfind(start)
-        chars = text.rfind(start, 0, last) if last > 0 else -1
-        if chars >= 0 and text.count(start) == ids.count(self.turn_start_id):
-            cut = _second_last_index(ids, self.turn_start_id)
-            self._cache[key] = _Prefix(chars, hashlib.sha1(text[:chars].encode("utf-8", "surrogatepass")).digest(),
-                                       array("i", ids[:cut]))
-            self._cache.move_to_end(key)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+        second = text.rfind(start, 0, last) if last > 0 else -1
+        if second >= 0 and text.count(start) == ids.count(tid):
+            id_last = len(ids) - 1 - ids[::-1].index(tid)
+            id_second = id_last - 1 - ids[id_last - 1::-1].index(tid) if id_last else -1
+            if id_second >= 0:
+                h = hashlib.sha1(text[:second].encode("utf-8", "surrogatepass"))
+                d_second = h.digest()
+                h.update(text[second:last].encode("utf-8", "surrogatepass"))
+                self._cache[key] = _Prefix(((last, h.digest(), id_last), (second, d_second, id_second)),
+                                           array("i", ids[:id_last]))
+                self._cache.move_to_end(key)
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
         return ids
+
+    def _cached_ids(self, text: str, entry: _Prefix | None) -> list[int] | None:
+        """The ids of ``text`` from the longest cached cut it starts with (None: it starts with none).
+        Encoding the rest alone is exact because the cut lies before an added special token, which splits
+        the text before BPE runs."""
+        if entry is None:
+            return None
+        (c1, d1, n1), (c2, d2, n2) = entry.cuts
+        if len(text) <= c2:
+            return None
+        h = hashlib.sha1(text[:c2].encode("utf-8", "surrogatepass"))
+        if h.digest() != d2:
+            return None
+        if len(text) > c1:
+            h.update(text[c2:c1].encode("utf-8", "surrogatepass"))
+            if h.digest() == d1:
+                return entry.ids.tolist() + self.encode_text(text[c1:])
+        return entry.ids[:n2].tolist() + self.encode_text(text[c2:])
 
     def _encode_first(self, text: str) -> list[int]:
         """A session's first encode: the shared first block's ids when another session had the same one."""
         cut = text.find(self.turn_start, 1)
         if cut <= 0:
-            return self.tokenizer.encode(text, add_special_tokens=False)
+            return self.encode_text(text)
         digest = hashlib.sha1(text[:cut].encode("utf-8", "surrogatepass")).digest()
         head = self._shared.get(digest)
         if head is not None:
             self._shared.move_to_end(digest)
-            return head.tolist() + self.tokenizer.encode(text[cut:], add_special_tokens=False)
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
+            return head.tolist() + self.encode_text(text[cut:])
+        ids = self.encode_text(text)
         try:
             id_cut = ids.index(self.turn_start_id, 1)
         except ValueError:
@@ -166,19 +219,8 @@ class ChatRenderer:
 
     def encode(self, text: str) -> list[int]:
         """Tokenise text the *proxy* wrote (templates, hints), never sampled text."""
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return self.encode_text(text)
 
     def opens_thinking(self, prompt_text: str) -> bool:
         """Thinking templates end the generation prompt inside an open reasoning block."""
         return self.format.opens_reasoning(prompt_text)
-
-
-def _second_last_index(ids: list[int], token: int) -> int:
-    """Index of the second-to-last ``token`` in ``ids`` (the caller knows there are at least two)."""
-    seen = 0
-    for i in range(len(ids) - 1, -1, -1):
-        if ids[i] == token:
-            seen += 1
-            if seen == 2:
-                return i
-    raise ValueError("fewer than two turn starts")

@@ -19,10 +19,11 @@ from typing import Any
 
 import httpx
 
-from . import chat_format
+from . import chat_format, codec
 from .chat_format import ChatFormat
 from .config import JudgeSettings
 from .errors import BackendTimeout, BackendUnavailable, BadRequest
+from .rawstream import ResponseError, StreamClient
 
 log = logging.getLogger(__name__)
 
@@ -171,8 +172,13 @@ class JudgeClient:
     """Talks to the judge/teacher server (SGLang ``/generate``, or OpenAI chat for votes only)."""
 
     def __init__(self, http: httpx.AsyncClient, settings: JudgeSettings, *, tokenizer: Any = None,
-                 vocab_size: int | None = None, on_vote: Any = None, teacher_concurrency: int = 0):
+                 vocab_size: int | None = None, on_vote: Any = None, teacher_concurrency: int = 0,
+                 raw_http: bool = False):
         self.http, self.url = http, settings.url.rstrip("/")
+        # raw_http: calls to a plain-http judge go through rawstream (the proxy's choice; a fraction of
+        # httpx's CPU per call), otherwise through ``http`` (tests hand in mock transports there)
+        self._raw = StreamClient(self.url, connect_timeout_s=min(10.0, settings.timeout_s)) \
+            if raw_http and self.url.startswith("http://") else None
         self.on_vote = on_vote or (lambda outcome: None)  # metrics hook: "ok", "failed", "unparsable"
         self.tokenizer, self.m = tokenizer, settings.votes
         # the judge model's family (its think tags), which need not be the policy's
@@ -200,18 +206,35 @@ class JudgeClient:
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
         async with self._slots:
-            try:
-                resp = await self.http.post(self.url + path, json=body, headers=self.headers, timeout=self.timeout_s)
-            except httpx.TimeoutException as e:
-                raise BackendTimeout(f"judge {path} timed out after {self.timeout_s}s") from e
-            except httpx.HTTPError as e:
-                raise BackendUnavailable(f"judge {path} unreachable: {e}") from e
-        if resp.status_code != 200:
-            raise BackendUnavailable(f"judge {path} answered {resp.status_code}: {resp.text[:200]}")
+            if self._raw is not None:
+                try:
+                    status, content = await self._raw.request(
+                        path, codec.dumps(body), {**self.headers, "Content-Type": "application/json"}, self.timeout_s)
+                except (TimeoutError, asyncio.TimeoutError) as e:
+                    raise BackendTimeout(f"judge {path} timed out after {self.timeout_s}s") from e
+                except (OSError, ResponseError) as e:
+                    raise BackendUnavailable(f"judge {path} unreachable: {e!r}") from e
+            else:
+                try:
+                    resp = await self.http.post(self.url + path, content=codec.dumps(body),
+                                                headers={**self.headers, "Content-Type": "application/json"},
+                                                timeout=self.timeout_s)
+                except httpx.TimeoutException as e:
+                    raise BackendTimeout(f"judge {path} timed out after {self.timeout_s}s") from e
+                except httpx.HTTPError as e:
+                    raise BackendUnavailable(f"judge {path} unreachable: {e}") from e
+                status, content = resp.status_code, resp.content
+        if status != 200:
+            raise BackendUnavailable(f"judge {path} answered {status}: {content[:200].decode('utf-8', 'replace')}")
         try:
-            return resp.json()
-        except ValueError as e:
+            return codec.loads(content)
+        except codec.DecodeError as e:
             raise BackendUnavailable(f"judge {path} answered non-JSON") from e
+
+    def close(self) -> None:
+        """Close the raw client's idle connections (the httpx client is its owner's)."""
+        if self._raw is not None:
+            self._raw.close()
 
     def max_new_tokens_for(self, prompt: str) -> int:
         """The configured budget clamped to the room the judge's context leaves after ``prompt`` (its

@@ -1,4 +1,5 @@
-"""A minimal HTTP/1.1 client for one job: reading SGLang's ``/generate`` event stream at memory speed.
+"""A minimal HTTP/1.1 client for the proxy's backend calls: SGLang's ``/generate`` streams at memory speed,
+and the plain ``/generate`` calls (policy and judge) at a fraction of httpx's per-request CPU.
 
 Stage: backend → **raw stream** → SGLang. SGLang's default stream is cumulative: an 8,192-token reply
 is ~1.1 GB of JSON. Through httpx (httpcore + h11) those bytes cost ~3 ns each on the proxy's CPU,
@@ -7,7 +8,9 @@ alone made a streamed turn's CPU grow with the square of its length. Here the ke
 into a fixed buffer (``asyncio.BufferedProtocol``), the chunked framing is removed while the payload
 is copied once into the body buffer, and ``SSEReader`` finds events in that buffer in place.
 
-Scope is deliberately small: plain ``http://`` (``https`` stays on httpx), one request per connection
+The same connections carry whole (non-streamed) requests (``request``): httpx spends ~1 ms of Python per
+call on its pool, its event hooks and h11 (a third of a whole turn's CPU at ~1K-token histories, measured
+with ``bench --profile-proxy X.pstat``). Scope is deliberately small: plain ``http://`` (``https`` stays on httpx), one request per connection
 at a time, keep-alive reuse for ``keepalive_s`` (shorter than uvicorn's and SGLang's 5 s, so a request
 never races the server closing an idle connection), bounded buffering (reading pauses while the
 consumer lags). Everything else about the request (timeouts, errors, headers) is the caller's.
@@ -261,6 +264,22 @@ class StreamClient:
             if not reused:
                 raise conn.error or ResponseError("connection closed before a response")
         raise ResponseError("unreachable")  # pragma: no cover
+
+    async def request(self, path: str, body: bytes, headers: dict[str, str], timeout_s: float) -> tuple[int, bytes]:
+        """A whole POST: (status, body). ``timeout_s`` bounds each wait for bytes, as httpx's read timeout
+        does. Raises OSError / TimeoutError / ResponseError (a connection that ends before the body's end
+        too); the connection is kept for reuse only after a complete response."""
+        conn = await self.post(path, body, headers, timeout_s)
+        try:
+            while not conn.finished:
+                await conn.wait(timeout_s)
+                conn.fresh = False
+            if not conn.complete:
+                raise conn.error if isinstance(conn.error, OSError | ResponseError) else \
+                    ResponseError(f"connection closed before the response's end ({conn.error!r})")
+            return conn.status, bytes(conn.body)
+        finally:
+            self.release(conn)
 
     def release(self, conn: StreamConnection) -> None:
         """Keep a connection whose response was read completely; close any other."""

@@ -149,7 +149,7 @@ class Proxy:
         teacher_slots = settings.opd.teacher_concurrency if MODES[settings.mode].needs_teacher else 0
         judge = JudgeClient(http, j, tokenizer=judge_tokenizer, vocab_size=len(judge_tokenizer),
                             on_vote=lambda outcome: metrics.judge_votes.labels(outcome).inc(),
-                            teacher_concurrency=teacher_slots)
+                            teacher_concurrency=teacher_slots, raw_http=True)
         if not judge.enabled:
             log.warning("no judge URL: PRM is off, every turn scores 0 and RL/OPD produce no learning signal "
                         "(upstream's PRM-disabled behaviour). Set --judge-url to train.")
@@ -179,6 +179,7 @@ class Proxy:
         self.writer.flush()
         self.service.close()
         await self.service.backend.aclose()
+        self.judge.close()
         await self.http.aclose()
 
 

@@ -245,6 +245,8 @@ class Stack:
         if self.profile_proxy.endswith(".folded"):  # py-spy (sampling; C time shows): collapsed stacks
             spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
             cli = [spy, "record", "--nonblocking", "--rate", "250", "-f", "raw", "-o", self.profile_proxy, "--", *cli]
+        elif self.profile_proxy.endswith(".pstat"):  # yappi, CPU clock, all threads (cpu_profile.py)
+            cli = [sys.executable, "-m", "openclaw_rl.bench.cpu_profile", self.profile_proxy, *cli[1:]]
         elif self.profile_proxy:
             cli = [sys.executable, "-m", "cProfile", "-o", self.profile_proxy, *cli[1:]]
         judge = ["--judge-url", self.judge_url, "--prm-m", str(self.judge_votes)] if self.judge_votes else []
@@ -280,6 +282,11 @@ class Stack:
             if now - last > 0.002:
                 quiet_since = time.monotonic()
             last = now
+
+    def profile_reset(self) -> None:
+        """Under a yappi profile (``*.pstat``): forget the proxy's start-up and warm-up."""
+        if self.profile_proxy.endswith(".pstat"):
+            os.kill(self.proxy_pid, signal.SIGUSR1)
 
     def cpu(self) -> dict[str, float]:
         """CPU seconds so far of each process, and of this one (the load generator): is the box saturated?"""

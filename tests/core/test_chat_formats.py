@@ -10,6 +10,7 @@ family's think block, and the proxy serving a Mistral-shaped policy through the 
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +218,19 @@ def test_proxy_serves_a_mistral_family_policy(stream, mistral_tokenizer, tmp_pat
                 finish = chunks[-1].choices[0].finish_reason
             assert (reasoning, content, calls, finish) == ("I should call ls.", "Checking.", [("ls", {"path": "."})],
                                                            "tool_calls")
+
+
+def test_the_fast_encoder_gives_encode_ids(tokenizer, mistral_tokenizer):
+    """``encode_batch_fast`` (no offsets) is used only where it gives ``encode``'s ids; checked here on
+    random text over special tokens, combining marks and whitespace, for both chat families."""
+    from openclaw_rl.chat import fast_encoder
+
+    rng = random.Random(1)
+    pieces = ["hello", " world", "\n\n", "\t", "🙂", "caf\u00e9", "e\u0301", "<think>", "</think>", "<tool_call>",
+              "<|im_start|>", "<|im_end|>", "[INST]", "[/INST]", "[THINK]", "  ", "1234", "'s", "?!", "\r\n", "\u00a0"]
+    for tok in (tokenizer, mistral_tokenizer):
+        encode = fast_encoder(tok)
+        assert encode.__name__ == "quick"  # both test tokenizers are fast ones: the fast path is what is tested
+        for _ in range(200):
+            text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
+            assert encode(text) == tok.encode(text, add_special_tokens=False)

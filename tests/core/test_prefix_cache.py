@@ -74,3 +74,36 @@ def test_side_turns_keep_their_own_prefix_and_end_with_the_session(policy_server
                    headers={"X-Session-Id": "s1", "X-Turn-Type": "main", "X-Session-Done": "1"})
     assert r.status_code == 200 and proxy.service.renderer.cache_hits == hits + 1  # the main prefix survived
     assert not [k for k in cache if "s1" in k]  # the session ended: both freed
+
+
+def test_a_next_turn_reuses_the_whole_previous_prompt(tokenizer):
+    """A turn that only appends (the reply and a new user message) takes the previous prompt's ids up to its
+    generation prompt from the cache and tokenises only what is new; still exact. A turn that drops the
+    previous trailing message falls back to the shorter cut, and a rewritten history to a full encode."""
+    cached, plain = ChatRenderer(tokenizer), ChatRenderer(tokenizer)
+    calls: list[str] = []
+    encode = cached.encode_text
+
+    def counting(text):
+        calls.append(text)
+        return encode(text)
+
+    system = {"role": "system", "content": "You are OpenClaw. caf\u00e9 🙂"}
+    first = [system, {"role": "user", "content": "long first message " * 200}]
+    assert cached.render(first, cache_key="s")[1] == plain.render(first)[1]
+    cached.encode_text = counting
+    try:
+        second = [*first, {"role": "assistant", "content": "done \u00e9"}, {"role": "user", "content": "next"}]
+        assert cached.render(second, cache_key="s")[1] == plain.render(second)[1]
+        fresh = calls[0]
+        assert "long first message" not in fresh and "done \u00e9" in fresh  # only the new messages
+        calls.clear()
+        dropped = [*second[:3], {"role": "user", "content": "instead"}]  # the trailing message replaced
+        assert cached.render(dropped, cache_key="s")[1] == plain.render(dropped)[1]
+        assert "long first message" not in calls[0] and "instead" in calls[0]
+        rewritten = [system, {"role": "user", "content": "long first message " * 199}]
+        assert cached.render(rewritten, cache_key="s")[1] == plain.render(rewritten)[1]
+    finally:
+        cached.encode_text = encode
+    assert cached.cache_hits == 2
+
