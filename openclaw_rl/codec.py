@@ -47,5 +47,16 @@ def dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
+def dumps_str(obj: Any) -> str:
+    """Compact JSON text for storage (SQLite TEXT). On orjson's refusal (a lone surrogate) ``json`` escapes
+    to ASCII, so the text stays valid UTF-8 for the database; either way ``json.loads`` reads it back."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(obj).decode("utf-8")
+        except TypeError:
+            pass
+    return json.dumps(obj, separators=(",", ":"))
+
+
 def backend_name() -> str:
     return "orjson" if orjson is not None else "json"

@@ -14,7 +14,6 @@ Record files are append-only and never truncated (upstream truncated them at eve
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
@@ -113,8 +112,7 @@ class SampleWriter:
                 if op == "flush":
                     a.set()
                 elif op == "turn":
-                    self.spool.save_turn((a.session_key, a.epoch, a.index),
-                                         json.dumps(a.to_record(), separators=(",", ":")))
+                    self.spool.save_turn((a.session_key, a.epoch, a.index), codec.dumps_str(a.to_record()))
                     b.set_result(True)
                 else:
                     self._write(a, b)

@@ -2,10 +2,12 @@
 
 Upstream's ``OpenClawAPIServer`` runs unmodified from a Gen-Verse/OpenClaw-RL checkout (``upstream.py``,
 with the Slime stub), this proxy runs as ``openclaw-rl serve``, both with the judge on (m = 3) and
-records on, in front of the same policy and judge mocks (SGLang's default cumulative streaming). The
+records on, in front of the same policy and judge mocks. The
 same turns are sent to each and directly to the mock (``/generate`` with the ids this proxy renders),
 interleaved batch by batch, so load changes hit all three alike. Configurations: concurrency 1 and
-16 × ~1K and ~8K-token histories × streamed or not × 64- and 1,024-token replies. Reported per
+16 × ~1K and ~8K-token histories × 64- and 1,024-token replies × not streamed, streamed in the mode the
+launch scripts run SGLang in (``--incremental-streaming-output``) and streamed in SGLang's default
+cumulative mode (the mock switches modes between configurations). Reported per
 configuration: CPU per turn of each proxy (``/proc``, judge votes and writes included), p50 latency
 and time to first content byte, turns/s, and the ratios ours / upstream; and the load average.
 Upstream's stream is not real (it sends the whole answer at the end), so its TTFB is its total.
@@ -39,18 +41,21 @@ class CompareConfig:
     history: int
     stream: bool
     reply: int
+    cumulative: bool = False  # the policy mock's stream mode for streamed configs (SGLang's default)
 
     @property
     def name(self) -> str:
-        return f"c={self.concurrency} hist={self.history // 1024}K {'stream' if self.stream else 'plain'} " \
-               f"reply={self.reply}"
+        kind = ("stream-cumulative" if self.cumulative else "stream") if self.stream else "plain"
+        return f"c={self.concurrency} hist={self.history // 1024}K {kind} reply={self.reply}"
 
 
 def all_configs(quick: bool = False) -> list[CompareConfig]:
+    """Streamed configurations run in the mode the launch scripts start SGLang in
+    (``--incremental-streaming-output``: "stream") and in SGLang's default ("stream-cumulative")."""
     if quick:
         return [CompareConfig(c, 1024, s, 64) for c in (1, 16) for s in (False, True)]
-    return [CompareConfig(c, h, s, r) for c, h, s, r in itertools.product((1, 16), (1024, 8192), (False, True),
-                                                                           (64, 1024))]
+    return [CompareConfig(c, h, s, r, cum) for c, h, s, r, cum in itertools.product(
+        (1, 16), (1024, 8192), (False, True), (64, 1024), (False, True)) if s or not cum]
 
 
 def sessions_at(tokenizer: Any, *, sessions: int, history: int, reply: int, seed: int) -> list[list[mock.Case]]:
@@ -170,12 +175,12 @@ def ratios(s: dict[str, dict[str, Any]], cfg: CompareConfig) -> dict[str, Any]:
 
 
 async def _run(checkout: str, tokenizer_dir: str, workdir: Path, configs: list[CompareConfig], reps: int,
-               proxy_port: int | None) -> dict[str, Any]:
+               proxy_port: int | None, profile: str = "") -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     stack = mock.Stack(tokenizer_dir, workdir, reply_tokens=64, judge_votes=3, proxy_port=proxy_port,
-                       proxy_args=["--record-dir", str(workdir / "records")])
+                       proxy_args=["--record-dir", str(workdir / "records")], profile_proxy=profile)
     upstream_port = free_port(mock.HOST)
     upstream_url = f"http://{mock.HOST}:{upstream_port}"
     results: dict[str, Any] = {"configs": [], "load_average_start": os.getloadavg()}
@@ -199,12 +204,15 @@ async def _run(checkout: str, tokenizer_dir: str, workdir: Path, configs: list[C
                 await asyncio.sleep(0.2)
             cmp = Compare(stack, up.pid, upstream_url)
             for i, cfg in enumerate(configs):
-                await http.post(f"{stack.policy_url}/bench/latency", json={"reply_tokens": cfg.reply})
+                await http.post(f"{stack.policy_url}/bench/latency",
+                                json={"reply_tokens": cfg.reply, "incremental": not cfg.cumulative})
                 n = 8 if cfg.concurrency == 1 else 32
                 warm = sessions_at(tokenizer, sessions=2, history=cfg.history, reply=cfg.reply, seed=10_000 + i)
                 for target in TARGETS:  # warm-up: template compile, pools, first calls of this shape
                     await cmp.batch(http, target, CompareConfig(1, cfg.history, cfg.stream, cfg.reply), warm,
                                     f"warm{i}")
+                if i == 0:
+                    stack.profile_reset()  # a yappi profile (--profile-proxy X.pstat) leaves out start-up
                 per: dict[str, list[dict[str, Any]]] = {t: [] for t in TARGETS}
                 for rep in range(reps):
                     sessions = sessions_at(tokenizer, sessions=n, history=cfg.history, reply=cfg.reply,
@@ -244,7 +252,7 @@ def format_row(row: dict[str, Any]) -> str:
 
 
 def run_compare(checkout: str, tokenizer_dir: str, *, quick: bool = False, reps: int = 2,
-                proxy_port: int | None = None, out: str = "", only: str = "") -> dict[str, Any]:
+                proxy_port: int | None = None, out: str = "", only: str = "", profile: str = "") -> dict[str, Any]:
     if not (Path(checkout) / "openclaw-rl" / "openclaw_api_server.py").is_file():
         raise SystemExit(f"{checkout} is not a Gen-Verse/OpenClaw-RL checkout (no openclaw-rl/openclaw_api_server.py)")
     with tempfile.TemporaryDirectory(prefix="openclaw-compare-") as tmp:
@@ -255,7 +263,8 @@ def run_compare(checkout: str, tokenizer_dir: str, *, quick: bool = False, reps:
             configs = [c for c in configs if c.name in wanted]
             if len(configs) != len(wanted):
                 raise SystemExit(f"unknown configurations in {only!r}; known: {[c.name for c in all_configs()]}")
-        results = asyncio.run(_run(os.path.abspath(checkout), tokenizer_dir, Path(tmp), configs, reps, proxy_port))
+        results = asyncio.run(_run(os.path.abspath(checkout), tokenizer_dir, Path(tmp), configs, reps, proxy_port,
+                                   profile))
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(results, indent=2) + "\n")

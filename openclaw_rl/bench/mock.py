@@ -315,7 +315,8 @@ def build_mock_app(tokenizer: Any, *, judge: bool = False, ttft_s: float = 0.0, 
     A prompt-independent reply keeps the mock's own cost flat across history sizes, so any growth of
     the proxy's cost with history is the proxy's. ``app.state.model`` is the core (latency knobs).
     It streams in either of SGLang's modes (cumulative by default, as SGLang). ``POST /bench/latency``
-    also takes ``reply_tokens``, so one process serves several reply lengths.
+    also takes ``reply_tokens`` and ``incremental`` (the stream mode), so one process serves several
+    reply lengths and both modes.
     """
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -337,8 +338,11 @@ def build_mock_app(tokenizer: Any, *, judge: bool = False, ttft_s: float = 0.0, 
         model.tokens_per_s = max(0.0, float(body.get("tokens_per_s", model.tokens_per_s)))
         if body.get("reply_tokens") is not None and not judge:
             reply[0] = reply_text(int(body["reply_tokens"]))
+        if body.get("incremental") is not None:  # SGLang's stream mode (the proxy reads it per chunk)
+            app.service.incremental_streaming_output = bool(body["incremental"])
         return JSONResponse({"ttft_ms": model.ttft_s * 1000.0, "tokens_per_s": model.tokens_per_s,
-                             "reply_chars": len(reply[0])})
+                             "reply_chars": len(reply[0]),
+                             "incremental": app.service.incremental_streaming_output})
 
     app.router.add_route("/bench/latency", set_latency, methods=["POST"])  # plain Starlette: no annotations read
     app.router.add_route("/v1/chat/completions", _chat_route(model, reply, name), methods=["POST"])

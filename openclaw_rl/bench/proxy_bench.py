@@ -372,7 +372,8 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
                  "idle_sessions", "live_sessions", "seed"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=f"default {getattr(d, name)}")
     p.add_argument("--profile-proxy", default="", help="run the proxy under cProfile and write its stats here (a path ending in .folded: under py-spy, "
-                        "collapsed stacks; --stream-cost writes one file per mode)")
+                        "collapsed stacks; .pstat: yappi's CPU clock over all threads, start-up left out; "
+                        "--stream-cost writes one file per mode)")
     p.add_argument("--port", type=int, default=None, help="the proxy's port on 127.0.0.1 (default: a free one)")
     p.add_argument("--stream-cost", action="store_true",
                    help="only measure CPU per streamed turn at 64-8,192-token replies in both SGLang stream modes")
@@ -398,7 +399,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         from openclaw_rl.bench.compare import run_compare
 
         results = run_compare(ns.compare_upstream, ns.tokenizer, quick=ns.quick, reps=ns.compare_reps,
-                              proxy_port=ns.port, out=ns.out, only=ns.compare_configs)
+                              proxy_port=ns.port, out=ns.out, only=ns.compare_configs,
+                              profile=ns.profile_proxy and os.path.abspath(ns.profile_proxy))
         print(f"load average at start {results['load_average_start']}, end {results['load_average_end']}; "
               f"errors {results.get('errors')}")
         return 0

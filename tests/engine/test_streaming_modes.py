@@ -287,3 +287,50 @@ def test_raw_connection_dechunks_at_any_read_boundary(read_size: int) -> None:
         conn.buffer_updated(len(piece))
     assert conn.error is None and conn.status == 200
     assert conn.complete and bytes(conn.body) == body
+
+
+def test_raw_request_reads_whole_answers_and_refuses_cut_ones() -> None:
+    """``StreamClient.request`` (the proxy's non-streamed policy and judge calls): a Content-Length body and
+    a chunked one arrive whole and the connection is reused; a body cut short by the server closing, and a
+    garbled status line, raise instead of returning a partial answer."""
+    from openclaw_rl.rawstream import ResponseError, StreamClient
+
+    answers = [b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"a\": true}",
+               b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"b\"\r\n3\r\n: 1\r\n1\r\n}\r\n0\r\n\r\n",
+               b"HTTP/1.1 400 Bad Request\r\nContent-Length: 2\r\n\r\nno"]
+    cut = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial"
+    connections = []
+
+    async def main() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            connections.append(writer)
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                body = await reader.readexactly(length)
+                reply = {b"cut": cut, b"garbled": b"HTTP/9 what\r\n\r\n"}.get(body) or answers[int(body)]
+                writer.write(reply)
+                await writer.drain()
+                if body in (b"cut", b"garbled"):
+                    writer.close()
+                    return
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = StreamClient(f"http://127.0.0.1:{port}")
+        try:
+            assert await client.request("/x", b"0", {}, 5.0) == (200, b'{"a": true}')
+            assert await client.request("/x", b"1", {}, 5.0) == (200, b'{"b": 1}')
+            assert await client.request("/x", b"2", {}, 5.0) == (400, b"no")
+            assert len(connections) == 1  # kept alive and reused
+            with pytest.raises(ResponseError):
+                await client.request("/x", b"cut", {}, 5.0)
+            with pytest.raises(ResponseError):
+                await client.request("/x", b"garbled", {}, 5.0)
+        finally:
+            client.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
