@@ -399,23 +399,11 @@ class PolicyBackend:
         return self.declared_mode
 
     async def generate(self, payload: dict[str, Any], routing_key: str | None = None) -> GenerateResult:
-        body, headers = codec.dumps(payload), self._headers(routing_key)
-        if self.streams is not None:  # plain http: the raw client (a fraction of httpx's CPU per call)
-            try:
-                status, content = await self.streams.request("/generate", body, headers, self.timeout_s)
-            except (TimeoutError, asyncio.TimeoutError) as e:
-                raise BackendTimeout(f"policy backend did not answer within {self.timeout_s}s") from e
-            except (OSError, ResponseError) as e:
-                raise BackendUnavailable(f"policy backend at {self.url} is unreachable: {e!r}") from e
-        else:
-            try:
-                resp = await self.http.post(f"{self.url}/generate", content=body, headers=headers,
-                                            timeout=self.timeout_s)
-            except httpx.TimeoutException as e:
-                raise BackendTimeout(f"policy backend did not answer within {self.timeout_s}s") from e
-            except httpx.HTTPError as e:
-                raise BackendUnavailable(f"policy backend at {self.url} is unreachable: {e!r}") from e
-            status, content = resp.status_code, resp.content
+        # plain http: the raw client (a fraction of httpx's CPU per call)
+        status, content = await post_whole(
+            self.streams, self.http, self.url, "/generate", codec.dumps(payload), self._headers(routing_key),
+            self.timeout_s, timeout_message=f"policy backend did not answer within {self.timeout_s}s",
+            unreachable=f"policy backend at {self.url} is unreachable")
         if status != 200:
             self._raise_for(status, content)
         try:
@@ -523,6 +511,23 @@ class PolicyBackend:
     async def aclose(self) -> None:
         if self.streams is not None:
             self.streams.close()
+
+async def post_whole(raw: StreamClient | None, http: httpx.AsyncClient, base_url: str, path: str, body: bytes,
+                     headers: dict[str, str], timeout_s: float, *, timeout_message: str,
+                     unreachable: str) -> tuple[int, bytes]:
+    """One whole POST, (status, body): through the raw client when there is one (plain http), else httpx.
+    A timeout raises ``BackendTimeout(timeout_message)``, any other transport failure
+    ``BackendUnavailable`` starting with ``unreachable``."""
+    try:
+        if raw is not None:
+            return await raw.request(path, body, headers, timeout_s)
+        resp = await http.post(base_url + path, content=body, headers=headers, timeout=timeout_s)
+        return resp.status_code, resp.content
+    except (TimeoutError, asyncio.TimeoutError, httpx.TimeoutException) as e:
+        raise BackendTimeout(timeout_message) from e
+    except (OSError, ResponseError, httpx.HTTPError) as e:
+        raise BackendUnavailable(f"{unreachable}: {e!r}") from e
+
 
 # --- value range checks (kept apart from parsing) ------------------------------------------------------
 

@@ -20,10 +20,11 @@ from typing import Any
 import httpx
 
 from . import chat_format, codec
+from .backend import post_whole
 from .chat_format import ChatFormat
 from .config import JudgeSettings
 from .errors import BackendTimeout, BackendUnavailable, BadRequest
-from .rawstream import ResponseError, StreamClient
+from .rawstream import StreamClient
 
 log = logging.getLogger(__name__)
 
@@ -206,24 +207,10 @@ class JudgeClient:
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
         async with self._slots:
-            if self._raw is not None:
-                try:
-                    status, content = await self._raw.request(
-                        path, codec.dumps(body), {**self.headers, "Content-Type": "application/json"}, self.timeout_s)
-                except (TimeoutError, asyncio.TimeoutError) as e:
-                    raise BackendTimeout(f"judge {path} timed out after {self.timeout_s}s") from e
-                except (OSError, ResponseError) as e:
-                    raise BackendUnavailable(f"judge {path} unreachable: {e!r}") from e
-            else:
-                try:
-                    resp = await self.http.post(self.url + path, content=codec.dumps(body),
-                                                headers={**self.headers, "Content-Type": "application/json"},
-                                                timeout=self.timeout_s)
-                except httpx.TimeoutException as e:
-                    raise BackendTimeout(f"judge {path} timed out after {self.timeout_s}s") from e
-                except httpx.HTTPError as e:
-                    raise BackendUnavailable(f"judge {path} unreachable: {e}") from e
-                status, content = resp.status_code, resp.content
+            status, content = await post_whole(
+                self._raw, self.http, self.url, path, codec.dumps(body),
+                {**self.headers, "Content-Type": "application/json"}, self.timeout_s,
+                timeout_message=f"judge {path} timed out after {self.timeout_s}s", unreachable=f"judge {path} unreachable")
         if status != 200:
             raise BackendUnavailable(f"judge {path} answered {status}: {content[:200].decode('utf-8', 'replace')}")
         try:
