@@ -10,7 +10,8 @@ batch so it leaves the spool, and log. Deliberately absent: data/tensor parallel
 Long samples (an OpenClaw prompt is ~12-25K tokens) are trained in memory linear in their length:
 each sample is its own unpadded forward (causal SDPA, no [T, T] mask; no right-padding to the longest
 sample) and the output head runs only on the rows that predict response tokens (``response_logits``),
-so no [T, vocab] logits exist. Samples are micro-batches of one with gradient accumulation; Slime's
+so no [T, vocab] logits exist; for a Qwen3 model the last decoder layer, too, runs only on those rows
+(``tail_forward``). Samples are micro-batches of one with gradient accumulation; Slime's
 losses are sums of per-sample means, so the gradient is exactly the whole batch's.
 
 One forward per sample, not three: with one optimizer step per batch the "old" log-probs (Slime's
@@ -112,16 +113,18 @@ def build_batch(samples: list[TrainingSample]) -> dict[str, Any]:
     return batch
 
 
-def response_logits(model: torch.nn.Module, tokens: torch.Tensor, response_length: int) -> torch.Tensor:
+def response_logits(model: torch.nn.Module, tokens: torch.Tensor, response_length: int,
+                    tail: bool = False) -> torch.Tensor:
     """[R + 1, V] fp32 logits of the last R + 1 positions of one sample, from one unpadded forward.
 
     Row j predicts ``tokens[T - R + j]`` (the last row predicts past the end and is never read). No
     attention mask is passed, so attention is plain causal SDPA, linear in memory on CPU; the head
     runs on R + 1 rows only (``logits_to_keep``), so a 25K-token prompt costs no [25K, V] logits.
+    `tail` (a model that passed ``tail_forward_usable``): the last layer runs on those rows only too.
     """
-    keep = response_length + 1
-    out = model(input_ids=tokens.unsqueeze(0), logits_to_keep=keep, use_cache=False)
-    return out.logits[0, -keep:].float()
+    from .tail_forward import response_rows_logits
+
+    return response_rows_logits(model, tokens, response_length + 1, tail).float()
 
 
 def response_view(batch: dict[str, Any], indices: list[int] | None = None) -> dict[str, Any]:
@@ -135,13 +138,6 @@ def response_view(batch: dict[str, Any], indices: list[int] | None = None) -> di
     return view
 
 
-def packed_response_logits(model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
-    """(logits [1, sum(R_i + 1), V], the matching `response_view`) for all samples of `batch`."""
-    view = response_view(batch)
-    rows = [response_logits(model, t, r) for t, r in zip(batch["unconcat_tokens"], batch["response_lengths"])]
-    return torch.cat(rows).unsqueeze(0), view
-
-
 @torch.no_grad()
 def view_logprobs(args: Any, view: dict[str, Any], logits: torch.Tensor) -> list[torch.Tensor]:
     """Detached log-probs of the response tokens of `view`'s samples from their `response_logits` [1, ·, V]."""
@@ -151,11 +147,12 @@ def view_logprobs(args: Any, view: dict[str, Any], logits: torch.Tensor) -> list
 
 
 @torch.no_grad()
-def sequence_logprobs(model: torch.nn.Module, batch: dict[str, Any], args: Any) -> list[torch.Tensor]:
+def sequence_logprobs(model: torch.nn.Module, batch: dict[str, Any], args: Any,
+                      tail: bool = False) -> list[torch.Tensor]:
     """Per sample, the log-probs of its response tokens under `model` (temperature as in `args`)."""
     out = []
     for i, (tokens, r) in enumerate(zip(batch["unconcat_tokens"], batch["response_lengths"])):
-        out += view_logprobs(args, response_view(batch, [i]), response_logits(model, tokens, r).unsqueeze(0))
+        out += view_logprobs(args, response_view(batch, [i]), response_logits(model, tokens, r, tail).unsqueeze(0))
     return out
 
 
@@ -214,6 +211,9 @@ class EmbeddedTrainer:
         # for fidelity from the training forward itself.
         self.serving: str | None = "default"
         self.separate_old_pass = has_active_dropout(model)
+        from .tail_forward import tail_forward_usable
+
+        self.tail = not self.separate_old_pass and tail_forward_usable(model)  # last layer on the kept rows only
         self.reference = copy.deepcopy(model).eval() if cfg.kl_coef > 0 else None  # frozen initial weights
         self._tb = self._tensorboard()
         if cfg.ckpt_dir:
@@ -239,9 +239,9 @@ class EmbeddedTrainer:
         batch = batch_to(build_batch(samples), model_device(self.model))
         if self.separate_old_pass:  # dropout: the old log-probs are the eval-mode policy's, a pass of their own
             self.model.eval()
-            batch["log_probs"] = sequence_logprobs(self.model, batch, self.args)
+            batch["log_probs"] = sequence_logprobs(self.model, batch, self.args, self.tail)
         if self.reference is not None:
-            batch["ref_log_probs"] = sequence_logprobs(self.reference, batch, self.args)
+            batch["ref_log_probs"] = sequence_logprobs(self.reference, batch, self.args, self.tail)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss_metrics: dict[str, float] = {}
@@ -249,7 +249,7 @@ class EmbeddedTrainer:
         for i in range(len(samples)):  # one sample per forward/backward: memory of one sample at a time
             view = response_view(batch, [i])
             reducer = make_sum_of_sample_mean(view["response_lengths"], view["loss_masks"])
-            logits = response_logits(self.model, batch["unconcat_tokens"][i], batch["response_lengths"][i])
+            logits = response_logits(self.model, batch["unconcat_tokens"][i], batch["response_lengths"][i], self.tail)
             logits = logits.unsqueeze(0)
             if not self.separate_old_pass:
                 # old log-probs: those of the weights about to be updated, i.e. this forward's, detached
@@ -310,7 +310,7 @@ class EmbeddedTrainer:
                 continue
             batch = batch_to(build_batch(same), model_device(model))
             diffs += [(lp - rollout).abs().mean().item() for lp, rollout in
-                      zip(sequence_logprobs(model, batch, self.args), batch["rollout_log_probs"])]
+                      zip(sequence_logprobs(model, batch, self.args, self.tail), batch["rollout_log_probs"])]
         if not diffs:
             return {"train/rollout_fidelity_samples": 0.0}
         return {"train/rollout_fidelity_abs_diff": sum(diffs) / max(len(diffs), 1),
