@@ -20,6 +20,7 @@ class ServerArgs:
         parser.add_argument("--reasoning-parser")
         parser.add_argument("--mem-fraction-static", type=float)
         parser.add_argument("--context-length", type=int)
+        parser.add_argument("--incremental-streaming-output", action="store_true")  # passed by the launch scripts
         parser.add_argument("--pipeline-parallel-size", "--pp-size", type=int, default=1)
         parser.add_argument("--data-parallel-size", "--dp-size", type=int, default=1)
         parser.add_argument("--expert-parallel-size", "--ep-size", type=int, default=1)
