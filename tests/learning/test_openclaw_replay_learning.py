@@ -34,7 +34,7 @@ def test_the_openclaw_replay_trains_and_moves_the_preferred_probability(tmp_path
     spec.loader.exec_module(script)
     ns = argparse.Namespace(recording=str(script.GOLDEN), line=0, mode="rl", model="openclaw", preset="h128", seed=0,
                             preferred_style="formal", interactions=6, turns=3, concurrency=2, batch_size=4,
-                            lr=5e-4, max_steps=1, max_new_tokens=24, window=3, probes=1,
+                            lr=5e-4, kl_coef=0.0, max_steps=1, max_new_tokens=24, window=3, probes=1, heldout_n=0,
                             out_dir=str(tmp_path / "replay"), progress=False)
     result = script.replay(ns)
     print(result["exact_preferred_before"], "->", result["exact_preferred_after"], f"{result['seconds']:.0f}s")
