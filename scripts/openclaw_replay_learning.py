@@ -72,7 +72,8 @@ def replay(ns: argparse.Namespace) -> dict:
     held_before = heldout_replies(model_dir, ns.heldout_n, ns.preferred_style, ns.seed) if ns.heldout_n else None
     out_dir = Path(ns.out_dir)
     cfg = LocalConfig(mode=ns.mode, preset=ns.preset, seed=ns.seed, port=free_port(), out_dir=str(out_dir),
-                      rollout_batch_size=ns.batch_size, lr=ns.lr, kl_coef=ns.kl_coef, max_steps=ns.max_steps, save_every=1,
+                      rollout_batch_size=ns.batch_size, lr=ns.lr, kl_coef=ns.kl_coef, center_rewards=ns.center_rewards,
+                      max_steps=ns.max_steps, save_every=1,
                       max_new_tokens=ns.max_new_tokens, preferred_style=ns.preferred_style,
                       openclaw_model=openclaw_model)
     users = functools.partial(drive_simulation, run=run_openclaw_replay, shape=shape, interactions=ns.interactions,
@@ -108,6 +109,8 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--kl-coef", type=float, default=0.0, help="KL to the initial weights (0: none)")
+    p.add_argument("--center-rewards", action="store_true",
+                   help="subtract the batch mean reward (GRPO normalization; keeps the reply format)")
     p.add_argument("--max-steps", type=int, default=0, help="0: until the replay ends")
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--window", type=int, default=10)
