@@ -10,6 +10,13 @@ Runtime line, timestamps and internal-context block):
   last window (sampled, so noisy with few interactions);
 * exact: the probability that the reply opens in the preferred style, averaged over `--probes` fresh
   OpenClaw-shaped first requests, for the served model before and for the trained checkpoint after.
+* held-out: `--heldout-n` sampled replies to each of conversation_A's four recorded requests (the
+  person's real words, never replayed), before and after: the share in the preferred style and the
+  share in any style (replies that drift off the format count against both).
+
+    python scripts/openclaw_replay_learning.py --evaluate CHECKPOINT [CHECKPOINT ...]
+
+prints only the held-out figures of existing checkpoints (e.g. runs/openclaw-replay/checkpoints/step-*).
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 who corrects the style; one GRPO step on those samples must raise the exact probability that a reply to
 an OpenClaw-shaped request opens in the preferred style.
 
-Reduced (one step, six interactions), and still ~8 minutes on two cores because every request is a
-~15.6K-token OpenClaw prompt (plus ~9 minutes to build the OpenClaw variant once), so it runs in the full
-suite only (OPENCLAW_TEST_FULL=1). The full figure comes from scripts/openclaw_replay_learning.py (README, "Chat with it from OpenClaw").
+Reduced (one step, six interactions), and still ~6 minutes on two busy cores: the replies are cheap
+since the engine's prefix cache reuses OpenClaw's ~15K-token system prompt, but the training step runs
+four full forwards and a backward over each ~15.6K-token sample (plus ~9 minutes to build the OpenClaw
+variant once per change of openclaw_rl/embedded), so it runs in the full suite only (OPENCLAW_TEST_FULL=1). The full figure comes from scripts/openclaw_replay_learning.py (README, "Chat with it from OpenClaw").
 """
 
 from __future__ import annotations
