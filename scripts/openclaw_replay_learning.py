@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import signal
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -136,6 +137,8 @@ def main() -> None:
             print(f"{model_dir}: held-out replies {fmt(held['preferred'])} '{ns.preferred_style}', "
                   f"{fmt(held['styled'])} styled (of {held['replies']})", flush=True)
         return
+    # SIGTERM stops the replay like Ctrl-C: training stops, the after-figures of the last checkpoint are still taken
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     result = replay(ns)
     Path(ns.out_dir).mkdir(parents=True, exist_ok=True)
     (Path(ns.out_dir) / "replay.json").write_text(json.dumps(result, indent=2) + "\n")
