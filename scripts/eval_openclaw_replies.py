@@ -10,7 +10,6 @@ couldn't generate a response") and the share of each style (untrained: about 1/K
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -23,8 +22,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from openclaw_rl.embedded import task
-    from openclaw_rl.embedded.openclaw_golden import golden_prompt_ids
-    from openclaw_rl.embedded.pretrain import sample_continuations
+    from openclaw_rl.embedded.openclaw_golden import golden_prompt_ids, recorded_bodies, reply_styles
     from openclaw_rl.embedded.tiny_model import ensure_tiny_model
 
     p = argparse.ArgumentParser(description=__doc__)
@@ -39,18 +37,15 @@ def main() -> None:
     model_dir = ns.model_dir or ensure_tiny_model(ns.preset, openclaw=ns.model == "openclaw", log=print)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    bodies = [(path.name, i, json.loads(line)["body"]) for path in sorted(GOLDEN.glob("conversation_*.jsonl"))
-              for i, line in enumerate(path.read_text().splitlines())]
     total: Counter[str | None] = Counter()
-    for name, line_no, body in bodies[:ns.max_prompts or None]:
-        ids = golden_prompt_ids(tok, body)
+    for name, body in recorded_bodies(GOLDEN)[:ns.max_prompts or None]:
         t0 = time.perf_counter()
-        rows = sample_continuations(model, ids, ns.n, seed=line_no, stop_ids=(tok.eos_token_id,))
-        texts = [tok.decode(r, skip_special_tokens=True) for r in rows]
-        styles = Counter(task.detect_style(t) for t in texts)
+        replies = reply_styles(model, tok, body, ns.n, seed=int(name.rsplit("#", 1)[1]))
+        styles = Counter(style for style, _ in replies)
         total.update(styles)
-        print(f"{name}#{line_no}: {len(ids)} prompt tokens, {time.perf_counter() - t0:.1f}s, styles {dict(styles)}")
-        print("   e.g.", repr(texts[0][:120]))
+        print(f"{name}: {len(golden_prompt_ids(tok, body))} prompt tokens, {time.perf_counter() - t0:.1f}s, "
+              f"styles {dict(styles)}")
+        print("   e.g.", repr(replies[0][1][:120]))
     n = sum(total.values())
     styled = n - total[None]
     shares = ", ".join(f"{s} {total[s] / n:.0%}" for s in task.STYLE_NAMES)

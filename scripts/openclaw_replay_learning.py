@@ -10,6 +10,13 @@ Runtime line, timestamps and internal-context block):
   last window (sampled, so noisy with few interactions);
 * exact: the probability that the reply opens in the preferred style, averaged over `--probes` fresh
   OpenClaw-shaped first requests, for the served model before and for the trained checkpoint after.
+* held-out: `--heldout-n` sampled replies to each of conversation_A's four recorded requests (the
+  person's real words, never replayed), before and after: the share in the preferred style and the
+  share in any style (replies that drift off the format count against both).
+
+    python scripts/openclaw_replay_learning.py --evaluate CHECKPOINT [CHECKPOINT ...]
+
+prints only the held-out figures of existing checkpoints (e.g. runs/openclaw-replay/checkpoints/step-*).
 """
 
 from __future__ import annotations
@@ -17,12 +24,14 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import signal
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "data" / "openclaw-golden" / "conversation_B.jsonl"
+HELD_OUT = REPO / "tests" / "data" / "openclaw-golden" / "conversation_A.jsonl"
 
 
 def exact_preferred(model_dir: Path, shape: object, probes: int, style: str) -> float:
@@ -39,6 +48,23 @@ def exact_preferred(model_dir: Path, shape: object, probes: int, style: str) -> 
     return opener_probabilities(model, tok, ids)[style]
 
 
+def heldout_replies(model_dir: Path, n: int, style: str, seed: int) -> dict:
+    """Sampled replies to the held-out recorded requests (conversation_A: the person's real words, never
+    replayed): the share in `style` and the share with any style, as OpenClaw would show them."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from openclaw_rl.embedded.openclaw_golden import recorded_bodies, reply_styles
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    styles = [s for i, (name, body) in enumerate(recorded_bodies(HELD_OUT.parent))
+              if name.startswith(HELD_OUT.name)
+              for s, _ in reply_styles(model, tok, body, n, seed=seed * 1000 + i)]
+    return {"replies": len(styles), "preferred": sum(s == style for s in styles) / max(len(styles), 1),
+            "styled": sum(s is not None for s in styles) / max(len(styles), 1)}
+
+
 def replay(ns: argparse.Namespace) -> dict:
     from openclaw_rl.embedded.local import LocalConfig, run_local
     from openclaw_rl.embedded.openclaw_replay import OpenClawShape, run_openclaw_replay
@@ -51,9 +77,11 @@ def replay(ns: argparse.Namespace) -> dict:
     openclaw_model = ns.model == "openclaw"
     model_dir = ensure_tiny_model(ns.preset, seed=ns.seed, openclaw=openclaw_model, log=print)
     before = exact_preferred(model_dir, shape, ns.probes, ns.preferred_style) if ns.probes else None
+    held_before = heldout_replies(model_dir, ns.heldout_n, ns.preferred_style, ns.seed) if ns.heldout_n else None
     out_dir = Path(ns.out_dir)
     cfg = LocalConfig(mode=ns.mode, preset=ns.preset, seed=ns.seed, port=free_port(), out_dir=str(out_dir),
-                      rollout_batch_size=ns.batch_size, lr=ns.lr, max_steps=ns.max_steps, save_every=1,
+                      rollout_batch_size=ns.batch_size, lr=ns.lr, kl_coef=ns.kl_coef, center_rewards=ns.center_rewards,
+                      max_steps=ns.max_steps, save_every=1,
                       max_new_tokens=ns.max_new_tokens, preferred_style=ns.preferred_style,
                       openclaw_model=openclaw_model)
     users = functools.partial(drive_simulation, run=run_openclaw_replay, shape=shape, interactions=ns.interactions,
@@ -63,10 +91,13 @@ def replay(ns: argparse.Namespace) -> dict:
     checkpoints = sorted((out_dir / "checkpoints").glob("step-*"))
     after = (exact_preferred(checkpoints[-1], shape, ns.probes, ns.preferred_style)
              if ns.probes and checkpoints else None)
+    held_after = (heldout_replies(checkpoints[-1], ns.heldout_n, ns.preferred_style, ns.seed)
+                  if ns.heldout_n and checkpoints else None)
     return {"recording": f"{Path(ns.recording).name}#{ns.line}", "mode": ns.mode, "model": ns.model,
             "preferred_style": ns.preferred_style, "steps": report.steps, "interactions": report.interactions,
             "reply_rate_first_window": report.baseline_rate, "reply_rate_last_window": report.final_rate,
             "exact_preferred_before": before, "exact_preferred_after": after,
+            "heldout_before": held_before, "heldout_after": held_after,
             "logprob_abs_diff": report.logprob_abs_diff, "seconds": round(time.monotonic() - started, 1),
             "local_report": asdict(report)}
 
@@ -85,22 +116,40 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--kl-coef", type=float, default=0.0, help="KL to the initial weights (0: none)")
+    p.add_argument("--center-rewards", action="store_true",
+                   help="subtract the batch mean reward (GRPO normalization; keeps the reply format)")
     p.add_argument("--max-steps", type=int, default=0, help="0: until the replay ends")
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--window", type=int, default=10)
     p.add_argument("--probes", type=int, default=3, help="OpenClaw-shaped prompts for the exact probability")
+    p.add_argument("--heldout-n", type=int, default=16,
+                   help="sampled replies per held-out recorded request (conversation_A, 4 requests); 0: skip")
+    p.add_argument("--evaluate", nargs="*", default=None, metavar="MODEL_DIR",
+                   help="only print the held-out figures of these checkpoints (no replay)")
     p.add_argument("--out-dir", default="runs/openclaw-replay")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     ns = p.parse_args()
+    fmt = lambda v: "n/a" if v is None else f"{v:.0%}"  # noqa: E731
+    if ns.evaluate is not None:
+        for model_dir in ns.evaluate:
+            held = heldout_replies(Path(model_dir), ns.heldout_n, ns.preferred_style, ns.seed)
+            print(f"{model_dir}: held-out replies {fmt(held['preferred'])} '{ns.preferred_style}', "
+                  f"{fmt(held['styled'])} styled (of {held['replies']})", flush=True)
+        return
+    # SIGTERM stops the replay like Ctrl-C: training stops, the after-figures of the last checkpoint are still taken
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     result = replay(ns)
     Path(ns.out_dir).mkdir(parents=True, exist_ok=True)
     (Path(ns.out_dir) / "replay.json").write_text(json.dumps(result, indent=2) + "\n")
-    fmt = lambda v: "n/a" if v is None else f"{v:.0%}"  # noqa: E731
+    held = [result["heldout_before"], result["heldout_after"]]
     print(f"OpenClaw replay ({result['mode']}, {result['recording']}): {result['interactions']} interactions, "
           f"{result['steps']} steps in {result['seconds']:.0f}s; preferred '{ns.preferred_style}' replies "
           f"{fmt(result['reply_rate_first_window'])} -> {fmt(result['reply_rate_last_window'])} (first/last "
           f"{ns.window}); exact opener probability {fmt(result['exact_preferred_before'])} -> "
-          f"{fmt(result['exact_preferred_after'])}")
+          f"{fmt(result['exact_preferred_after'])}; held-out sampled replies in '{ns.preferred_style}' "
+          f"{fmt(held[0] and held[0]['preferred'])} -> {fmt(held[1] and held[1]['preferred'])} (styled "
+          f"{fmt(held[0] and held[0]['styled'])} -> {fmt(held[1] and held[1]['styled'])})")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ by the next run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -50,6 +51,12 @@ class LocalConfig:
     max_new_tokens: int = 64
     session_ttl_s: float = 900.0  # as `serve`: a person (or a 4-minute OpenClaw turn) may answer late
     openclaw_model: bool = False  # serve the variant pre-trained on OpenClaw-shaped prompts (the CLI's default)
+    # Subtract the batch's mean reward before training (Slime's GRPO normalization over the batch as one
+    # group, instead of rl mode's --disable-rewards-normalization). With A = r, a batch that is mostly
+    # corrected (-1) pushes down every token its replies share, the reply format included: on OpenClaw's
+    # prompt the replies then drifted to bare `<think>` and runs of dashes (measured); centred, a shared
+    # token's pushes cancel and only what differs between the replies moves.
+    center_rewards: bool = False
 
 
 @dataclass
@@ -146,6 +153,14 @@ class LocalStack:
         self.runtime.stop()
         for server in reversed(self.servers):
             server.stop()
+
+
+def centred(samples: list[Any]) -> list[Any]:
+    """Copies of `samples` whose rewards have the batch mean subtracted (the spool keeps the raw ones)."""
+    if not samples:
+        return samples
+    mean = sum(s.reward for s in samples) / len(samples)
+    return [dataclasses.replace(s, reward=s.reward - mean) for s in samples]
 
 
 def _collect(stack: LocalStack, n: int, bar: Any = None) -> Any:
@@ -250,7 +265,8 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
         current = pending.result()
         while current is not None and not stack.stop_event.is_set():
             pending = pool.submit(_collect, stack, cfg.rollout_batch_size, bar)  # batch k+1 fills while k trains
-            result = stack.trainer.train(current.samples, current.metrics)
+            samples = centred(current.samples) if cfg.center_rewards else current.samples
+            result = stack.trainer.train(samples, current.metrics)
             if progress:  # now, not after the next batch has filled (that may take minutes of chat)
                 _print_step(result.step, result.metrics, sim_result, bar)
             # counted now: a Ctrl-C while the next batch fills must not report the printed step as missing

@@ -5,8 +5,11 @@ merged by one scheduler task into shared forward passes: new prompts are prefill
 together, no padding), then every active request advances by one token per batched decode step over
 a left-padded KV cache with an explicit attention mask and per-row position ids (the torch work runs
 in one worker thread, up to ``LOOKAHEAD`` steps per hand-off, so the event loop never blocks). It
-computes in fp32, so its log-probs match a trainer's plain full forward to ~1e-6. It knows nothing
-about text, chat templates or stop rules (the server owns those) and keeps no prefix cache.
+computes in fp32, so its log-probs match a trainer's plain full forward to ~1e-6. A prompt that
+shares a long head with a recent one (OpenClaw's ~15K-token system prompt and tools, on every turn)
+prefills only its new tail on top of the cached KV of that head (``prefix_cache.PrefixCache``; cleared
+by every weight update and by ``flush_cache``). It knows nothing about text, chat templates or stop
+rules (the server owns those).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from openclaw_rl.engine.model import InputScores, SamplingConfig, TokenStep, TopLogprobs
+from openclaw_rl.engine.prefix_cache import PrefixCache
 
 logger = logging.getLogger(__name__)
 
@@ -74,11 +78,12 @@ class TorchModel:
         max_batch: requests decoded together; later ones wait for a free slot.
         context_length: default: ``config.max_position_embeddings``.
         seed: seeds the per-request generators of requests that carry no ``sampling_seed``.
+        prefix_cache_entries: recent prompts whose KV is kept for prefix reuse (0: no prefix cache).
     """
 
     def __init__(self, model: Any, *, tokenizer_vocab_size: int | None = None,
                  eos_token_ids: Sequence[int] | None = None, max_batch: int = 8,
-                 context_length: int | None = None, seed: int = 0):
+                 context_length: int | None = None, seed: int = 0, prefix_cache_entries: int = 4):
         self.model = model.float().eval()
         self._cache_kw, self._keep_kw = forward_kwargs(self.model)
         self._vocab_size = int(self.model.get_input_embeddings().num_embeddings)
@@ -96,6 +101,7 @@ class TorchModel:
         self._rows: list[_Request] = []
         self._cache: Any = None
         self._mask: torch.Tensor | None = None
+        self.prefixes = PrefixCache(prefix_cache_entries)  # under the lock; cleared whenever weights change
         # event-loop state
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
@@ -104,7 +110,8 @@ class TorchModel:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, max_batch: int = 8, context_length: int | None = None,
-                        seed: int = 0, tokenizer_vocab_size: int | None = None) -> TorchModel:
+                        seed: int = 0, tokenizer_vocab_size: int | None = None,
+                        prefix_cache_entries: int = 4) -> TorchModel:
         """Load a checkpoint directory; the tokenizer there is read only to learn its size."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -112,7 +119,7 @@ class TorchModel:
             tokenizer_vocab_size = len(AutoTokenizer.from_pretrained(path))
         model = AutoModelForCausalLM.from_pretrained(path)
         return cls(model, tokenizer_vocab_size=tokenizer_vocab_size, max_batch=max_batch,
-                   context_length=context_length, seed=seed)
+                   context_length=context_length, seed=seed, prefix_cache_entries=prefix_cache_entries)
 
     # --- EngineModel ----------------------------------------------------------------------------
 
@@ -162,7 +169,9 @@ class TorchModel:
         await asyncio.to_thread(self.load_state_dict, state, weight_version, source=model_path)
 
     def flush_cache(self) -> None:
-        """Nothing to do: caches live only as long as their requests, and there is no prefix cache."""
+        """Drop the prefix cache (running requests keep their own KV until they finish)."""
+        with self._lock:
+            self.prefixes.clear()
 
     def close(self) -> None:
         """Stop the worker thread once its current job is done (the core is unusable afterwards)."""
@@ -182,6 +191,7 @@ class TorchModel:
         with self._lock, torch.no_grad():
             for target, tensor in pairs:
                 target.copy_(tensor)
+            self.prefixes.clear()  # cached KV was computed by the old weights
             self.weight_updates += 1
             if version is not None:
                 self._weight_version = str(version)
@@ -299,19 +309,37 @@ class TorchModel:
         return out.logits[:, -1]
 
     def _prefill(self, joining: list[_Request], version: str) -> list[tuple[_Request, TokenStep]]:
-        """Prefill prompts of equal length together (no padding), then merge their caches into the batch."""
+        """A prompt with a cached head prefills its tail alone on top of that head's KV; the others
+        prefill in groups of equal length (no padding). Every prompt's KV is then cached and merged
+        into the batch."""
+        out = []
         by_length: dict[int, list[_Request]] = {}
         for req in joining:
-            by_length.setdefault(len(req.prompt), []).append(req)
-        out = []
-        for length, group in by_length.items():
+            hit = self.prefixes.lookup(req.prompt, len(req.prompt) - 1)  # the last token must be fed
+            if hit is None:
+                by_length.setdefault(len(req.prompt), []).append(req)
+                continue
+            cache = DynamicCache(hit[1])
+            logits = self._forward(torch.tensor([req.prompt[hit[0]:]]), cache)
+            out += self._joined(logits, [req], cache, version)
+        for group in by_length.values():
             cache = DynamicCache()
             logits = self._forward(torch.tensor([r.prompt for r in group]), cache)
-            for req in group:
-                req.pos = length
-            out += self._emit(logits, group, version)
-            self._merge([(item[0], item[1]) for item in cache], group, length)
+            out += self._joined(logits, group, cache, version)
         return out
+
+    def _joined(self, logits: torch.Tensor, group: list[_Request], cache: Any,
+                version: str) -> list[tuple[_Request, TokenStep]]:
+        """Sample the first tokens of freshly prefilled rows, cache their prompts' KV, merge them."""
+        length = len(group[0].prompt)
+        kv = [(item[0], item[1]) for item in cache]
+        for i, req in enumerate(group):
+            req.pos = length
+            self.prefixes.store(req.prompt, kv if len(group) == 1 else
+                                [(k[i:i + 1].clone(), v[i:i + 1].clone()) for k, v in kv])
+        steps = self._emit(logits, group, version)
+        self._merge(kv, group, length)
+        return steps
 
     def _decode(self, ready: list[_Request], version: str) -> list[tuple[_Request, TokenStep]]:
         """One token for every ready row; rows that are not ready feed a masked dummy column."""
@@ -383,9 +411,15 @@ class TorchModel:
         """One forward pass, plain ``log_softmax`` (no temperature, no bias, no vocabulary mask), with
         logits only for the scored positions and the one after the input."""
         keep = len(ids) - start + 1
-        kwargs = {self._keep_kw: keep} if self._keep_kw else {}
+        kwargs: dict[str, Any] = {self._keep_kw: keep} if self._keep_kw else {}
         with self._lock, torch.inference_mode():
-            logits = self.model(input_ids=torch.tensor([ids]), use_cache=False, **kwargs).logits[0, -keep:]
+            # a cached head may stand in for the ids before the first scored row (position start - 1)
+            hit = self.prefixes.lookup(ids, min(start, len(ids)) - 1) if start > 0 else None
+            if hit is not None:
+                kwargs[self._cache_kw] = DynamicCache(hit[1])
+            tail = ids[hit[0]:] if hit is not None else ids
+            logits = self.model(input_ids=torch.tensor([tail]), use_cache=hit is not None,
+                                **kwargs).logits[0, -keep:]
         logprobs = torch.log_softmax(logits.float(), dim=-1)  # row j: the distribution of ids[start + j]
         targets = torch.tensor(ids[start:], dtype=torch.long).unsqueeze(1)
         token_lps = logprobs[:-1].gather(1, targets).squeeze(1).tolist()

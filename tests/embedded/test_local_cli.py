@@ -9,6 +9,7 @@ from openclaw_rl.cli import build_parser
 from openclaw_rl.embedded.local import (
     LocalConfig,
     PlainProgress,
+    centred,
     configure_local_logging,
     make_progress,
     provider_json,
@@ -66,3 +67,15 @@ def test_local_serves_the_openclaw_variant_unless_simulating():
     assert not wants_openclaw_model(build_parser().parse_args(["local", "--model", "plain"]))
     assert wants_openclaw_model(build_parser().parse_args(["local", "--simulate", "--model", "openclaw"]))
     assert not LocalConfig().openclaw_model  # library callers (and the test fixtures) get the cheap build
+
+
+def test_centred_rewards_subtract_the_batch_mean_and_leave_the_spooled_samples_alone():
+    from openclaw_rl.samples import TrainingSample
+
+    batch = [TrainingSample(session_id=f"s{i}", turn=1, kind="rl", prompt_ids=[1, 2], response_ids=[3],
+                            rollout_log_probs=[-0.5], loss_mask=[1], reward=r) for i, r in enumerate((1.0, -1.0, -1.0, -1.0))]
+    out = centred(batch)
+    assert [s.reward for s in out] == [1.5, -0.5, -0.5, -0.5] and sum(s.reward for s in out) == 0.0
+    assert [s.reward for s in batch] == [1.0, -1.0, -1.0, -1.0]  # copies: the raw rewards stay as recorded
+    assert [s.response_ids for s in out] == [s.response_ids for s in batch] and centred([]) == []
+    assert LocalConfig().center_rewards is False  # rl mode's default stays upstream's A = r

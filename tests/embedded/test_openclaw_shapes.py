@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from openclaw_rl.embedded import openclaw_like, task
-from openclaw_rl.embedded.openclaw_golden import golden_prompt_ids
+from openclaw_rl.embedded.openclaw_golden import golden_prompt_ids, recorded_bodies, reply_styles
 from openclaw_rl.embedded.rule_judge import extract_hint, judge_reply, score_next_state
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "openclaw-golden"
@@ -22,9 +22,27 @@ STAMP = "[Tue 2026-12-01 10:18 UTC]"
 
 
 def golden_bodies() -> list[dict[str, Any]]:
-    files = sorted(GOLDEN.glob("conversation_*.jsonl"))
-    assert files, f"golden OpenClaw recordings missing under {GOLDEN}"
-    return [json.loads(line)["body"] for f in files for line in f.read_text().splitlines()]
+    bodies = recorded_bodies(GOLDEN)
+    assert bodies, f"golden OpenClaw recordings missing under {GOLDEN}"
+    return [body for _, body in bodies]
+
+
+def test_recorded_bodies_are_every_recorded_request_named_by_file_and_line():
+    named = recorded_bodies(GOLDEN)
+    expected = [(f"{f.name}#{i}", json.loads(line)["body"]) for f in sorted(GOLDEN.glob("conversation_*.jsonl"))
+                for i, line in enumerate(f.read_text().splitlines())]
+    assert named == expected and len({name for name, _ in named}) == len(named) >= 8
+
+
+def test_reply_styles_classifies_each_sampled_reply_by_its_opener(tokenizer, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    body = {"messages": [{"role": "user", "content": "How do I clean the kitchen?"}]}
+    replies = reply_styles(model, tokenizer, body, 6, seed=1, max_new_tokens=12)
+    assert len(replies) == 6 and reply_styles(model, tokenizer, body, 6, seed=1, max_new_tokens=12) == replies
+    assert all(style == task.detect_style(text) for style, text in replies)
+    assert any(style is not None for style, _ in replies)  # the task model answers in its styles
 
 
 @pytest.mark.parametrize(("text", "score"), [

@@ -275,3 +275,48 @@ def test_register_engine_command_parses_the_flags() -> None:
     ns = parser.parse_args(["engine", "--model", "/m", "--port", "31000", "--max-batch", "4"])
     assert (ns.model, ns.port, ns.host, ns.max_batch) == ("/m", 31000, "127.0.0.1", 4)
     assert callable(ns.fn)
+
+
+# --- the prefix cache --------------------------------------------------------------------------------
+
+
+def test_a_cached_prefix_gives_the_same_logprobs_and_weight_updates_flush_it(
+        tiny_model_dir: Path, tokenizer: Any, reference: Any) -> None:
+    """Two prompts sharing a long head: the second prefills only its tail on the first one's KV, and its
+    log-probs (sampled and scored) still equal a full forward's; a weight update empties the cache, so
+    nothing computed by the old weights is reused."""
+    head = tokenizer.encode(" ".join(["the tools you may call are listed here"] * 20), add_special_tokens=False)
+    first, second = head + tokenizer.encode(" hello", add_special_tokens=False), head + [5, 6, 7]
+    cached = TorchModel.from_pretrained(tiny_model_dir)
+    plain = TorchModel.from_pretrained(tiny_model_dir, prefix_cache_entries=0)
+    config = sampling(12, 1.0, seed=5, top_logprobs_num=3)
+    asyncio.run(collect(cached, first, config))
+    assert len(cached.prefixes) == 1 and cached.prefixes.stats.hits == 0
+    with_cache = asyncio.run(collect(cached, second, config))
+    assert cached.prefixes.stats.hits == 1 and cached.prefixes.stats.reused_tokens == len(head)
+    without = asyncio.run(collect(plain, second, config))
+    assert [s.token_id for s in with_cache] == [s.token_id for s in without]
+    assert max(abs(a.logprob - b.logprob) for a, b in zip(with_cache, without)) <= 1e-5
+    for a, b in zip(with_cache, without):
+        assert [t for _, t in a.top_logprobs] == [t for _, t in b.top_logprobs]
+        assert [v for v, _ in a.top_logprobs] == pytest.approx([v for v, _ in b.top_logprobs], abs=1e-5)
+    assert max_gap(reference, second, [s.token_id for s in with_cache], [s.logprob for s in with_cache], 1.0) <= TOL
+    ids = second + [s.token_id for s in with_cache]
+    scores = asyncio.run(cached.score(ids, len(second), 2))  # the scorer reuses the head too
+    assert cached.prefixes.stats.hits == 2
+    lp = full_logprobs(reference, ids)
+    expected = [lp[len(second) - 1 + j, t].item() for j, t in enumerate(ids[len(second):])]
+    assert max(abs(a - b) for a, b in zip(scores.token_logprobs, expected)) <= 1e-5
+
+    generator = torch.Generator().manual_seed(0)
+    perturbed = {n: t + 0.05 * torch.randn(t.shape, generator=generator) for n, t in reference.state_dict().items()}
+    cached.load_state_dict(perturbed, "v1")
+    assert len(cached.prefixes) == 0  # the old weights' KV is gone
+    greedy = sampling(8, 0.0)
+    after = asyncio.run(collect(cached, second, greedy))
+    plain.load_state_dict(perturbed, "v1")
+    assert [s.logprob for s in after] == pytest.approx([s.logprob for s in asyncio.run(collect(plain, second, greedy))],
+                                                       abs=1e-5)
+    assert len(cached.prefixes) == 1
+    cached.flush_cache()
+    assert len(cached.prefixes) == 0 and cached.prefixes.stats.flushes == 2
