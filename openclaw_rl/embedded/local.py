@@ -115,7 +115,9 @@ class LocalStack:
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.servers: list[Any] = []
         self.policy = TorchModel.from_pretrained(str(model_dir), seed=cfg.seed)
-        policy_app = make_engine_app(self.policy, self.tokenizer, served_model_name="tiny", model_path=str(model_dir))
+        # streamed as the launch scripts run SGLang (--incremental-streaming-output): linear in the reply length
+        policy_app = make_engine_app(self.policy, self.tokenizer, served_model_name="tiny", model_path=str(model_dir),
+                                     incremental_streaming_output=True)
         self.policy_server = self._serve(BackgroundServer(policy_app, cfg.host))
         teacher = TorchModel.from_pretrained(str(model_dir), seed=cfg.seed + 1)  # frozen initial policy
         judge_app = make_engine_app(RuleJudgeModel(self.tokenizer, teacher=teacher), self.tokenizer,
