@@ -173,10 +173,11 @@ class Proxy:
 
     async def shutdown(self) -> None:
         """Graceful stop (SIGTERM/SIGINT): judgements in flight finish, waiting turns stay persisted for
-        the next start (exactly as after a crash), everything enqueued is committed."""
+        the next start (exactly as after a crash), everything enqueued is committed and the record files
+        are closed (closing again, as the rollout bridge does, is a no-op)."""
         await self.probes.stop()
         await self.tracker.drain()
-        self.writer.flush()
+        self.writer.close()
         self.service.close()
         await self.service.backend.aclose()
         await self.http.aclose()

@@ -253,15 +253,16 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
             result = stack.trainer.train(current.samples, current.metrics)
             if progress:  # now, not after the next batch has filled (that may take minutes of chat)
                 _print_step(result.step, result.metrics, sim_result, bar)
-            nxt = pending.result()  # Slime syncs only once the next batch is complete (gate closed)
-            result.metrics["perf/sync_ms"] = stack.trainer.sync()
-            stack.runtime.ack(current.batch_id)
-            stack.trainer.log(result.metrics)
+            # counted now: a Ctrl-C while the next batch fills must not report the printed step as missing
             report.steps = result.step
             diff = result.metrics.get("train/rollout_fidelity_abs_diff")
             if diff is not None:
                 report.logprob_abs_diff.append(diff)
             report.stale_logprob_abs_diff.append(result.metrics.get("train/train_rollout_logprob_abs_diff", 0.0))
+            nxt = pending.result()  # Slime syncs only once the next batch is complete (gate closed)
+            result.metrics["perf/sync_ms"] = stack.trainer.sync()
+            stack.runtime.ack(current.batch_id)
+            stack.trainer.log(result.metrics)
             current = nxt
             if cfg.max_steps and result.step >= cfg.max_steps:
                 break

@@ -10,8 +10,14 @@ batch so it leaves the spool, and log. Deliberately absent: data/tensor parallel
 Long samples (an OpenClaw prompt is ~12-25K tokens) are trained in memory linear in their length:
 each sample is its own unpadded forward (causal SDPA, no [T, T] mask; no right-padding to the longest
 sample) and the output head runs only on the rows that predict response tokens (``response_logits``),
-so no [T, vocab] logits exist. Samples are micro-batches of one with gradient accumulation; Slime's
+so no [T, vocab] logits exist; for a Qwen3 model the last decoder layer, too, runs only on those rows
+(``tail_forward``). Samples are micro-batches of one with gradient accumulation; Slime's
 losses are sums of per-sample means, so the gradient is exactly the whole batch's.
+
+One forward per sample, not three: with one optimizer step per batch the "old" log-probs (Slime's
+recompute with the weights about to be updated) are the training forward's own log-probs, detached, and
+a sample sampled by exactly those weights gets its fidelity score from them too. Only a model with active
+dropout, whose training forward is not the policy's, pays for a separate no-grad pass.
 """
 
 from __future__ import annotations
@@ -107,16 +113,18 @@ def build_batch(samples: list[TrainingSample]) -> dict[str, Any]:
     return batch
 
 
-def response_logits(model: torch.nn.Module, tokens: torch.Tensor, response_length: int) -> torch.Tensor:
+def response_logits(model: torch.nn.Module, tokens: torch.Tensor, response_length: int,
+                    tail: bool = False) -> torch.Tensor:
     """[R + 1, V] fp32 logits of the last R + 1 positions of one sample, from one unpadded forward.
 
     Row j predicts ``tokens[T - R + j]`` (the last row predicts past the end and is never read). No
     attention mask is passed, so attention is plain causal SDPA, linear in memory on CPU; the head
     runs on R + 1 rows only (``logits_to_keep``), so a 25K-token prompt costs no [25K, V] logits.
+    `tail` (a model that passed ``tail_forward_usable``): the last layer runs on those rows only too.
     """
-    keep = response_length + 1
-    out = model(input_ids=tokens.unsqueeze(0), logits_to_keep=keep, use_cache=False)
-    return out.logits[0, -keep:].float()
+    from .tail_forward import response_rows_logits
+
+    return response_rows_logits(model, tokens, response_length + 1, tail).float()
 
 
 def response_view(batch: dict[str, Any], indices: list[int] | None = None) -> dict[str, Any]:
@@ -130,23 +138,29 @@ def response_view(batch: dict[str, Any], indices: list[int] | None = None) -> di
     return view
 
 
-def packed_response_logits(model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
-    """(logits [1, sum(R_i + 1), V], the matching `response_view`) for all samples of `batch`."""
-    view = response_view(batch)
-    rows = [response_logits(model, t, r) for t, r in zip(batch["unconcat_tokens"], batch["response_lengths"])]
-    return torch.cat(rows).unsqueeze(0), view
+@torch.no_grad()
+def view_logprobs(args: Any, view: dict[str, Any], logits: torch.Tensor) -> list[torch.Tensor]:
+    """Detached log-probs of the response tokens of `view`'s samples from their `response_logits` [1, ·, V]."""
+    from openclaw_rl.losses.logprobs import iter_response_logits, token_log_probs
+
+    return [token_log_probs(lg, tok) for lg, tok in iter_response_logits(args, view, logits.detach())]
 
 
 @torch.no_grad()
-def sequence_logprobs(model: torch.nn.Module, batch: dict[str, Any], args: Any) -> list[torch.Tensor]:
+def sequence_logprobs(model: torch.nn.Module, batch: dict[str, Any], args: Any,
+                      tail: bool = False) -> list[torch.Tensor]:
     """Per sample, the log-probs of its response tokens under `model` (temperature as in `args`)."""
-    from openclaw_rl.losses.logprobs import iter_response_logits, token_log_probs
-
     out = []
     for i, (tokens, r) in enumerate(zip(batch["unconcat_tokens"], batch["response_lengths"])):
-        logits = response_logits(model, tokens, r).unsqueeze(0)
-        out += [token_log_probs(lg, tok) for lg, tok in iter_response_logits(args, response_view(batch, [i]), logits)]
+        out += view_logprobs(args, response_view(batch, [i]), response_logits(model, tokens, r, tail).unsqueeze(0))
     return out
+
+
+def has_active_dropout(model: torch.nn.Module) -> bool:
+    """Whether `model` in train mode computes something else than in eval mode (dropout > 0 anywhere:
+    a dropout module, or an attention module's own ``attention_dropout`` as transformers' models keep it)."""
+    return any((isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0)
+               or float(getattr(m, "attention_dropout", 0.0) or 0.0) > 0 for m in model.modules())
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -192,6 +206,14 @@ class EmbeddedTrainer:
         self.served: OrderedDict[str, torch.nn.Module] = OrderedDict()
         if cfg.fidelity_copies > 0:
             self.served["default"] = copy.deepcopy(model).eval()
+        # The version label of the weights `model` holds right now, while no step has changed them since
+        # they were served (None after a step until the next sync): samples with this label are scored
+        # for fidelity from the training forward itself.
+        self.serving: str | None = "default"
+        self.separate_old_pass = has_active_dropout(model)
+        from .tail_forward import tail_forward_usable
+
+        self.tail = not self.separate_old_pass and tail_forward_usable(model)  # last layer on the kept rows only
         self.reference = copy.deepcopy(model).eval() if cfg.kl_coef > 0 else None  # frozen initial weights
         self._tb = self._tensorboard()
         if cfg.ckpt_dir:
@@ -215,29 +237,36 @@ class EmbeddedTrainer:
         if not samples:  # the whole batch was too stale: no step, the caller still acknowledges it
             return StepResult(self.step, {**stale_metrics, **(rollout_metrics or {})})
         batch = batch_to(build_batch(samples), model_device(self.model))
-        # old log-probs: recomputed with the weights that are about to be updated
-        self.model.eval()
-        batch["log_probs"] = sequence_logprobs(self.model, batch, self.args)
+        if self.separate_old_pass:  # dropout: the old log-probs are the eval-mode policy's, a pass of their own
+            self.model.eval()
+            batch["log_probs"] = sequence_logprobs(self.model, batch, self.args, self.tail)
         if self.reference is not None:
-            batch["ref_log_probs"] = sequence_logprobs(self.reference, batch, self.args)
+            batch["ref_log_probs"] = sequence_logprobs(self.reference, batch, self.args, self.tail)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss_metrics: dict[str, float] = {}
+        old_log_probs: list[torch.Tensor] = []
         for i in range(len(samples)):  # one sample per forward/backward: memory of one sample at a time
             view = response_view(batch, [i])
             reducer = make_sum_of_sample_mean(view["response_lengths"], view["loss_masks"])
-            logits = response_logits(self.model, batch["unconcat_tokens"][i], batch["response_lengths"][i])
-            loss, metrics_i = self.loss_fn(self.args, view, logits.unsqueeze(0), reducer)
+            logits = response_logits(self.model, batch["unconcat_tokens"][i], batch["response_lengths"][i], self.tail)
+            logits = logits.unsqueeze(0)
+            if not self.separate_old_pass:
+                # old log-probs: those of the weights about to be updated, i.e. this forward's, detached
+                view["log_probs"] = view_logprobs(self.args, view, logits)
+            old_log_probs += view["log_probs"]
+            loss, metrics_i = self.loss_fn(self.args, view, logits, reducer)
             # Slime scales by 1/global_batch_size: a mean over samples
             (loss / max(len(samples), 1)).backward()
             for k, v in metrics_i.items():  # every metric is a per-sample mean: the batch's is their sum
                 loss_metrics[k] = loss_metrics.get(k, 0.0) + float(v)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         self.optimizer.step()
+        trained_version, self.serving = self.serving, None
         self.step += 1
         # every loss metric is a sum of per-sample means (Slime's reducer): report the mean over samples
         metrics = {f"train/{k}": v / max(len(samples), 1) for k, v in loss_metrics.items()}
-        metrics.update(self._fidelity(samples))
+        metrics.update(self._fidelity(samples, trained_version, old_log_probs))
         metrics.update(stale_metrics)
         metrics.update({"train/grad_norm": float(grad_norm), "perf/train_seconds": time.perf_counter() - t0,
                         "rollout/samples": float(len(samples)), **(rollout_metrics or {})})
@@ -250,6 +279,7 @@ class EmbeddedTrainer:
         t0 = time.perf_counter()
         version = f"step-{self.step}"
         self.sync_fn(self.model.state_dict(), version)
+        self.serving = version
         elapsed = (time.perf_counter() - t0) * 1000
         if self.cfg.fidelity_copies <= 0:
             return elapsed
@@ -260,16 +290,27 @@ class EmbeddedTrainer:
         return elapsed
 
     @torch.no_grad()
-    def _fidelity(self, samples: list[TrainingSample]) -> dict[str, float]:
-        """Mean |trainer log-prob - rollout log-prob|, each sample scored with the weights that sampled it."""
+    def _fidelity(self, samples: list[TrainingSample], trained_version: str | None,
+                  old_log_probs: list[torch.Tensor]) -> dict[str, float]:
+        """Mean |trainer log-prob - rollout log-prob|, each sample scored with the weights that sampled it.
+
+        `trained_version` labels the weights this step started from (None: unknown); samples sampled by
+        them are scored with `old_log_probs`, already computed from exactly those weights.
+        """
         diffs: list[float] = []
+        if trained_version is not None and not self.separate_old_pass:
+            for s, lp in zip(samples, old_log_probs):
+                if s.metadata.get("weight_version") == trained_version and s.response_length:
+                    rollout = torch.tensor(s.rollout_log_probs, dtype=torch.float32, device=lp.device)
+                    diffs.append((lp - rollout).abs().mean().item())
         for version, model in self.served.items():
-            same = [s for s in samples if s.metadata.get("weight_version") == version and s.response_length]
+            same = [s for s in samples if s.metadata.get("weight_version") == version and s.response_length
+                    and (version != trained_version or self.separate_old_pass)]
             if not same:
                 continue
             batch = batch_to(build_batch(same), model_device(model))
             diffs += [(lp - rollout).abs().mean().item() for lp, rollout in
-                      zip(sequence_logprobs(model, batch, self.args), batch["rollout_log_probs"])]
+                      zip(sequence_logprobs(model, batch, self.args, self.tail), batch["rollout_log_probs"])]
         if not diffs:
             return {"train/rollout_fidelity_samples": 0.0}
         return {"train/rollout_fidelity_abs_diff": sum(diffs) / max(len(diffs), 1),
@@ -320,5 +361,6 @@ class EmbeddedTrainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
         self.sync_fn(self.model.state_dict(), f"step-{self.step}")
+        self.serving = f"step-{self.step}"
         log.info("resumed from %s (step %d)", ckpt, self.step)
         return True

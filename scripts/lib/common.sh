@@ -39,6 +39,7 @@
 #   OPENCLAW_COMBINE_W_RL [1.0] OPENCLAW_COMBINE_W_OPD [1.0]
 #   ROLLOUT_BATCH_SIZE LR SAVE_INTERVAL MEM_FRACTION_STATIC MAX_TOKENS_PER_GPU [v] KL_LOSS_COEF [0.0]
 #   ROTARY_BASE [5000000] CONTEXT_LENGTH [32768] MODEL_ARGS_FILE [] LORA_RANK [16] LORA_ALPHA [32]
+#   LORA_TARGET_MODULES [q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]   *_lora scripts only
 #   USE_WANDB [1] WANDB_PROJECT [openclaw_rl] WANDB_KEY / WANDB_API_KEY []
 #   MASTER_ADDR [127.0.0.1] RAY_PORT [6379] RAY_DASHBOARD_PORT [8265] RAY_TEMP_DIR [/tmp/openclaw_rl_ray_<port>]
 #   RUN_DIR [results/<run>] OPENCLAW_CONFIG [configs/openclaw_<mode>.yaml] PYTHON [python3]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 
 import pytest
 import torch
 
-from openclaw_rl.embedded.trainer import EmbeddedTrainer, TrainerConfig, build_batch
+from openclaw_rl.embedded.trainer import EmbeddedTrainer, TrainerConfig, build_batch, sequence_logprobs
 from openclaw_rl.engine.model import SamplingConfig
 from openclaw_rl.modes import MODES
 from openclaw_rl.samples import TrainingSample
@@ -61,7 +62,7 @@ def test_a_step_trains_with_the_mode_loss_and_matches_rollout_log_probs(models, 
     result = trainer.train(samples_for(tok, core, mode, temperature=0.7))
     m = result.metrics
     assert m["train/train_rollout_logprob_abs_diff"] <= 1e-4  # fp32 engine vs trainer recompute
-    assert abs(m["train/ppo_kl"]) < 1e-5  # the old log-probs are recomputed with the same weights
+    assert m["train/ppo_kl"] == 0.0  # the old log-probs are this step's own forward (see the next test)
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     trainer.sync()
     assert synced == ["step-1"]
@@ -89,3 +90,75 @@ def test_checkpoint_and_resume(models, tmp_path):
     assert resumed.step == 1
     for k, v in model.state_dict().items():
         torch.testing.assert_close(fresh.state_dict()[k], v)
+
+
+def recording(trainer: EmbeddedTrainer) -> list[torch.Tensor]:
+    """Wrap the trainer's loss so that the old log-probs it is handed are kept, one tensor per sample."""
+    seen: list[torch.Tensor] = []
+    loss_fn = trainer.loss_fn
+
+    def loss(args, view, logits, reducer):
+        seen.extend(lp.clone() for lp in view["log_probs"])
+        return loss_fn(args, view, logits, reducer)
+
+    trainer.loss_fn = loss
+    return seen
+
+
+@pytest.mark.parametrize("mode", ["rl", "combine"])
+def test_the_old_log_probs_from_the_training_forward_equal_a_separate_recompute(models, mode):
+    """One forward per sample: its detached log-probs stand in for Slime's recompute, bit for bit."""
+    tok, core, model = models
+    samples = samples_for(tok, core, mode, temperature=0.7)
+    before = copy.deepcopy(model).eval()
+    trainer = EmbeddedTrainer(TrainerConfig(mode=mode, rollout_temperature=0.7), model, sync=lambda sd, v: None)
+    assert not trainer.separate_old_pass
+    seen = recording(trainer)
+    trainer.train(samples)
+    want = sequence_logprobs(before, build_batch(samples), trainer.args)
+    assert len(seen) == len(want) == 4
+    for got, expected in zip(seen, want):
+        assert torch.equal(got, expected)
+
+
+def test_a_model_with_dropout_gets_its_old_log_probs_from_a_separate_eval_pass(models):
+    tok, core, model = models
+    for layer in model.model.layers:  # train mode now computes a different function than the policy
+        layer.self_attn.attention_dropout = 0.5
+    samples = samples_for(tok, core)
+    before = copy.deepcopy(model).eval()
+    trainer = EmbeddedTrainer(TrainerConfig(mode="rl"), model, sync=lambda sd, v: None)
+    assert trainer.separate_old_pass
+    seen = recording(trainer)
+    result = trainer.train(samples)
+    for got, expected in zip(seen, sequence_logprobs(before, build_batch(samples), trainer.args), strict=True):
+        assert torch.equal(got, expected)
+    assert result.metrics["train/ppo_kl"] != 0.0  # the dropout forward differs from the eval-mode old pass
+
+
+def tagged(samples: list[TrainingSample], version: str) -> list[TrainingSample]:
+    for s in samples:
+        s.metadata["weight_version"] = version
+    return samples
+
+
+def test_fidelity_scores_each_sample_with_the_weights_that_sampled_it(models):
+    """Samples of the weights being trained are scored from the training forward, older ones by a copy."""
+    tok, core, model = models
+    trainer = EmbeddedTrainer(TrainerConfig(mode="rl"), model, sync=lambda sd, v: None)
+    first = tagged(samples_for(tok, core), "default")
+    want = [(lp - rollout).abs().mean().item() for lp, rollout in
+            zip(sequence_logprobs(trainer.served["default"], build_batch(first), trainer.args),
+                build_batch(first)["rollout_log_probs"])]
+    m = trainer.train(first).metrics
+    assert m["train/rollout_fidelity_samples"] == 4
+    assert m["train/rollout_fidelity_abs_diff"] == pytest.approx(sum(want) / 4, rel=1e-6)
+    assert m["train/rollout_fidelity_abs_diff"] < 1e-5  # engine and trainer agree in fp32
+    trainer.sync()
+    # sampled by the initial weights, trained after step 1: scored with the kept copy, not the new weights
+    late = trainer.train(tagged(samples_for(tok, core), "default")).metrics
+    assert late["train/rollout_fidelity_samples"] == 4 and late["train/rollout_fidelity_abs_diff"] < 1e-5
+    # a step without a sync in between: the weights being trained were never served under any label
+    assert trainer.serving is None
+    unknown = trainer.train(tagged(samples_for(tok, core), "step-2")).metrics
+    assert unknown["train/rollout_fidelity_samples"] == 0

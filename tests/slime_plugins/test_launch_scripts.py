@@ -638,6 +638,7 @@ SCRIPT_VARIABLES = [
     ("MEM_FRACTION_STATIC", "0.7", "rl", {}), ("MAX_TOKENS_PER_GPU", "1000", "rl", {}),
     ("KL_LOSS_COEF", "0.01", "rl", {}), ("ROTARY_BASE", "1000000", "rl", {}), ("CONTEXT_LENGTH", "16384", "rl", {}),
     ("LORA_RANK", "8", "rl_lora", {}), ("LORA_ALPHA", "16", "rl_lora", {}),
+    ("LORA_TARGET_MODULES", "q_proj,v_proj", "rl_lora", {}),
     ("USE_WANDB", "1", "rl", {"WANDB_API_KEY": "w"}), ("WANDB_PROJECT", "p2", "rl", {"USE_WANDB": "1", "WANDB_KEY": "w"}),
     ("WANDB_KEY", "w", "rl", {"USE_WANDB": "1"}), ("WANDB_API_KEY", "w", "rl", {"USE_WANDB": "1"}),
     ("MASTER_ADDR", "10.0.0.1", "rl", {}), ("RAY_PORT", "6390", "rl", {}), ("RAY_DASHBOARD_PORT", "8290", "rl", {}),
