@@ -11,6 +11,7 @@ import time
 
 import httpx
 import pytest
+from support import http_client
 
 from openclaw_rl.servers import free_port
 
@@ -29,23 +30,25 @@ def test_serve_then_samples(policy_server, judge_server, tiny_model_dir, tmp_pat
     proc = cli("serve", "--mode", "rl", "--policy-url", policy_server.url, "--judge-url", judge_server.url,
                "--tokenizer", str(tiny_model_dir), "--port", str(port), "--prm-m", "1", "--spool-dir", str(spool))
     url = f"http://127.0.0.1:{port}"
+    http = http_client()
     try:
         for _ in range(300):
             try:
-                if httpx.get(f"{url}/healthz").status_code == 200:
+                if http.get(f"{url}/healthz").status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
         convo = [{"role": "user", "content": "hello"}]
         for text in ("thanks!", "bye"):
-            r = httpx.post(f"{url}/v1/chat/completions", json={"messages": convo, "session_id": "cli"}, timeout=30)
+            r = http.post(f"{url}/v1/chat/completions", json={"messages": convo, "session_id": "cli"})
             assert r.status_code == 200, r.text
             convo += [r.json()["choices"][0]["message"], {"role": "user", "content": text}]
         for _ in range(100):
-            if "openclaw_samples_total{kind=\"rl\"} 1.0" in httpx.get(f"{url}/metrics").text:
+            if "openclaw_samples_total{kind=\"rl\"} 1.0" in http.get(f"{url}/metrics").text:
                 break
             time.sleep(0.1)
     finally:
+        http.close()
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     out = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "samples", "--spool-dir", str(spool)],

@@ -16,7 +16,7 @@ import time
 
 import httpx
 import pytest
-from support import serve_cli
+from support import http_client, serve_cli
 
 from openclaw_rl.servers import free_port
 from openclaw_rl.spool import Spool
@@ -32,11 +32,12 @@ def test_sigkill_mid_traffic_loses_and_duplicates_nothing(policy_server, judge_s
     url = f"http://127.0.0.1:{port}"
     proc = start_proxy(policy_server.url, judge_server.url, str(tiny_model_dir), port, spool_dir)
     histories = {f"s{i}": [{"role": "user", "content": "hello"}] for i in range(6)}
+    http = http_client()
 
     def turn(sid: str, next_user: str | None, done: bool = False) -> bool:
         headers = {"X-Session-Id": sid, **({"X-Session-Done": "1"} if done else {})}
         try:
-            r = httpx.post(f"{url}/v1/chat/completions", json={"messages": histories[sid]}, headers=headers, timeout=30)
+            r = http.post(f"{url}/v1/chat/completions", json={"messages": histories[sid]}, headers=headers)
         except httpx.HTTPError:
             return False
         if r.status_code != 200:
@@ -85,6 +86,7 @@ def test_sigkill_mid_traffic_loses_and_duplicates_nothing(policy_server, judge_s
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(30)
+        http.close()
     got = [(s.session_id, s.turn) for s in Spool(spool_dir).iter_samples()]
     assert len(got) == len(set(got)), "a sample was duplicated"
     assert set(got) >= expected, f"lost: {expected - set(got)}"
@@ -98,10 +100,11 @@ def test_graceful_stop_keeps_waiting_turns_like_a_crash(policy_server, judge_ser
     proc = start_proxy(policy_server.url, judge_server.url, str(tiny_model_dir), port, spool_dir)
     sessions = [f"g{i}" for i in range(30)]
     replies = {}
+    http = http_client()
     try:
         for sid in sessions:  # one answered turn each, waiting for its next state
-            r = httpx.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]},
-                           headers={"X-Session-Id": sid}, timeout=30)
+            r = http.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]},
+                          headers={"X-Session-Id": sid})
             assert r.status_code == 200
             replies[sid] = r.json()["choices"][0]["message"]
     finally:
@@ -113,13 +116,14 @@ def test_graceful_stop_keeps_waiting_turns_like_a_crash(policy_server, judge_ser
     try:
         for sid in sessions:
             convo = [{"role": "user", "content": "hi"}, replies[sid], {"role": "user", "content": "thanks"}]
-            r = httpx.post(f"{url}/v1/chat/completions", json={"messages": convo},
-                           headers={"X-Session-Id": sid, "X-Session-Done": "1"}, timeout=30)
+            r = http.post(f"{url}/v1/chat/completions", json={"messages": convo},
+                          headers={"X-Session-Id": sid, "X-Session-Done": "1"})
             assert r.status_code == 200
         got = wait_spool(spool_dir, 30)
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(60)
+        http.close()
     assert sorted(got) == sorted((sid, 1) for sid in sessions)
 
 
@@ -149,13 +153,14 @@ def test_random_sigkills_with_client_retries_lose_and_duplicate_nothing(policy_s
     used: dict[str, list[int]] = {f"k{i}": [] for i in range(sessions)}  # prompt_tokens of replies used
     failures: list[str] = []
     deadline = time.time() + 900  # bounded: restarts take 5-40 s each on a loaded 2-core machine
+    http = http_client()  # shared by the client threads
 
     def post(sid: str, convo: list, done: bool) -> dict | None:
         headers = {"X-Session-Id": sid, **({"X-Session-Done": "1"} if done else {})}
         last = ""
         while time.time() < deadline:  # retry every failure, as a client SDK does
             try:
-                r = httpx.post(f"{url}/v1/chat/completions", json={"messages": convo}, headers=headers, timeout=30)
+                r = http.post(f"{url}/v1/chat/completions", json={"messages": convo}, headers=headers)
                 if r.status_code == 200:
                     return r.json()
                 last = f"{r.status_code} {r.text[:200]}"
@@ -191,6 +196,7 @@ def test_random_sigkills_with_client_retries_lose_and_duplicate_nothing(policy_s
     finally:
         proc[0].send_signal(signal.SIGINT)
         proc[0].wait(60)
+        http.close()
     assert not failures
     samples = list(Spool(spool_dir).iter_samples())
     keys = [(s.session_id, len(s.prompt_ids)) for s in samples]

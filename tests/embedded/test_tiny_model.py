@@ -74,12 +74,14 @@ def test_marker_and_tokenizer_class(tiny_model_dir: Path) -> None:
 @pytest.fixture(scope="module")
 def build(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """``build_tiny_model`` as the session model was built (the full suite, OPENCLAW_TEST_FULL=1), or by default
-    the same code path with 10 pre-training steps instead of 200; ``build("ref")`` is the seed-0 reference."""
+    the same code path with 10 pre-training steps instead of 200, on the 160 chats those steps use instead of
+    4800 (rendering and encoding the chats is most of a short build); ``build("ref")`` is the seed-0 reference."""
     def make(name: str, seed: int = 0) -> Path:
         if FULL:
             return build_tiny_model(tmp_path_factory.mktemp(name), "h128", seed=seed)
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(pretrain, "pretrain_task_model", functools.partial(pretrain.pretrain_task_model, steps=10))
+            mp.setattr(pretrain, "pretrain_task_model",
+                       functools.partial(pretrain.pretrain_task_model, steps=10, n_chats=160))
             return build_tiny_model(tmp_path_factory.mktemp(name), "h128", seed=seed)
 
     ref = tiny_model_dir if FULL else make("ref")

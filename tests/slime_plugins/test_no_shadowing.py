@@ -77,9 +77,10 @@ def test_editable_install_with_slime_first(slime_checkout: Path, tmp_path: Path)
 @pytest.mark.slow
 def test_regular_install_with_slime_first(slime_checkout: Path, tmp_path: Path) -> None:
     """``pip install .`` (as a built wheel) into a fresh venv; the dependencies come from this interpreter's site-packages
-    through a .pth line, which does not activate its editable finder (.pth files there are not run)."""
+    through a .pth line, which does not activate its editable finder (.pth files there are not run). The venv gets no
+    pip of its own (seeding one is most of this test's cost): this interpreter's pip installs into it (``--python``)."""
     target = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(target)
+    venv.EnvBuilder(with_pip=False).create(target)
     python = target / "bin" / "python"
     site = next(Path(p) for p in sys.path if p.endswith("site-packages"))
     venv_site = next((target / "lib").glob("python*/site-packages"))
@@ -95,7 +96,7 @@ def test_regular_install_with_slime_first(slime_checkout: Path, tmp_path: Path) 
                             "-q", "-w", str(wheels), str(source)], capture_output=True, text=True, timeout=600,
                            check=False)
     assert build.returncode == 0, build.stderr
-    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q",
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
                               *map(str, wheels.glob("*.whl"))], capture_output=True, text=True, timeout=600,
                              check=False)
     assert install.returncode == 0, install.stderr
