@@ -254,10 +254,14 @@ class StreamClient:
             conn = self._reusable() if attempt == 0 else None
             reused = conn is not None
             conn = conn or await self._connect()
-            conn.transport.write(request)  # type: ignore[union-attr]
-            while conn.status == 0 and not conn.finished:
-                await conn.wait(timeout_s)
-                conn.fresh = False
+            try:
+                conn.transport.write(request)  # type: ignore[union-attr]
+                while conn.status == 0 and not conn.finished:
+                    await conn.wait(timeout_s)
+                    conn.fresh = False
+            except BaseException:  # cancelled (the client hung up) or timed out: the backend must see it
+                conn.close()
+                raise
             if conn.status:
                 return conn
             conn.close()
