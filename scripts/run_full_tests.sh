@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole suite with the learning and load tests at full size (minutes, not seconds).
-# OPENCLAW_TEST_WORKERS as in scripts/run_tests.sh (default: one process).
+# OPENCLAW_TEST_WORKERS=N: pytest-xdist workers (default: one process; the full learning runs are CPU-bound).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
