@@ -11,7 +11,6 @@ by the next run.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import signal
@@ -51,8 +50,8 @@ class LocalConfig:
     max_new_tokens: int = 64
     session_ttl_s: float = 900.0  # as `serve`: a person (or a 4-minute OpenClaw turn) may answer late
     openclaw_model: bool = False  # serve the variant pre-trained on OpenClaw-shaped prompts (the CLI's default)
-    # Subtract the batch's mean reward before training (Slime's GRPO normalization over the batch as one
-    # group, instead of rl mode's --disable-rewards-normalization). With A = r, a batch that is mostly
+    # The trainer subtracts the batch's mean reward from the advantages (Slime's GRPO normalization over
+    # the batch as one group, instead of rl mode's --disable-rewards-normalization). With A = r, a batch that is mostly
     # corrected (-1) pushes down every token its replies share, the reply format included: on OpenClaw's
     # prompt the replies then drifted to bare `<think>` and runs of dashes (measured); centred, a shared
     # token's pushes cancel and only what differs between the replies moves.
@@ -135,7 +134,7 @@ class LocalStack:
         self.metrics_path = str(self.out / "metrics.jsonl")
         trainer_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
         tcfg = TrainerConfig(mode=cfg.mode, rollout_batch_size=cfg.rollout_batch_size, lr=cfg.lr, kl_coef=cfg.kl_coef,
-                             distill_topk=cfg.distill_topk, save_every=cfg.save_every,
+                             center_rewards=cfg.center_rewards, distill_topk=cfg.distill_topk, save_every=cfg.save_every,
                              ckpt_dir=str(self.out / "checkpoints"), metrics_path=self.metrics_path,
                              tensorboard_dir=str(self.out / "tensorboard"), seed=cfg.seed)
         self.trainer = EmbeddedTrainer(tcfg, trainer_model, sync=self.policy.load_state_dict, tokenizer=self.tokenizer)
@@ -155,14 +154,6 @@ class LocalStack:
         self.runtime.stop()
         for server in reversed(self.servers):
             server.stop()
-
-
-def centred(samples: list[Any]) -> list[Any]:
-    """Copies of `samples` whose rewards have the batch mean subtracted (the spool keeps the raw ones)."""
-    if not samples:
-        return samples
-    mean = sum(s.reward for s in samples) / len(samples)
-    return [dataclasses.replace(s, reward=s.reward - mean) for s in samples]
 
 
 def _collect(stack: LocalStack, n: int, bar: Any = None) -> Any:
@@ -267,8 +258,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
         current = pending.result()
         while current is not None and not stack.stop_event.is_set():
             pending = pool.submit(_collect, stack, cfg.rollout_batch_size, bar)  # batch k+1 fills while k trains
-            samples = centred(current.samples) if cfg.center_rewards else current.samples
-            result = stack.trainer.train(samples, current.metrics)
+            result = stack.trainer.train(current.samples, current.metrics)
             if progress:  # now, not after the next batch has filled (that may take minutes of chat)
                 _print_step(result.step, result.metrics, sim_result, bar)
             # counted now: a Ctrl-C while the next batch fills must not report the printed step as missing

@@ -23,7 +23,6 @@ from typing import Any
 
 from openclaw_rl.embedded import task
 from openclaw_rl.embedded.simulate import (
-    Interaction,
     OnInteraction,
     ScriptedUser,
     SimulationResult,
@@ -121,11 +120,7 @@ async def run_openclaw_replay(base_url: str, *, shape: OpenClawShape, interactio
                                           "content": timestamped(user.open(), when) + shape.runtime_for(sid)}]
         for turn in range(turns):
             reply = await _complete(client, model, shape.request(history), headers)
-            instructed = user.instructed
-            next_message, matched = user.react(reply)
-            result.interactions.append(Interaction(sid, turn, task.detect_style(reply), matched, instructed))
-            if on_interaction is not None:
-                on_interaction(result)
+            next_message = result.judge_reply(user, sid, turn, reply, on_interaction)
             when += 40 + clock.randrange(60)
             history += [{"role": "assistant", "content": reply},
                         {"role": "user", "content": timestamped(next_message, when)}]

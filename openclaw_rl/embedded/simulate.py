@@ -94,6 +94,17 @@ class SimulationResult:
     window: int = 20
     seconds: float = 0.0
 
+    def judge_reply(self, user: ScriptedUser, session: str, turn: int, reply: str,
+                    on_interaction: OnInteraction | None = None) -> str:
+        """The scripted user reacts to `reply`: record the interaction, report progress, return the
+        user's next message (shared by the simulated chats and the OpenClaw replay)."""
+        instructed = user.instructed
+        next_message, matched = user.react(reply)
+        self.interactions.append(Interaction(session, turn, task.detect_style(reply), matched, instructed))
+        if on_interaction is not None:
+            on_interaction(self)
+        return next_message
+
     @property
     def matches(self) -> list[bool]:
         """Per uninstructed interaction, in completion order: the reply was in the preferred style."""
@@ -201,12 +212,7 @@ async def run_simulation(base_url: str, *, interactions: int, concurrency: int,
             completion = await chat_with_retry(client, model=model, messages=messages, max_tokens=max_tokens,
                                                extra_headers=headers, **extra)
             reply = completion.choices[0].message.content or ""
-            instructed = user.instructed
-            next_message, matched = user.react(reply)
-            record = Interaction(sid, turn, task.detect_style(reply), matched, instructed)
-            result.interactions.append(record)
-            if on_interaction is not None:
-                on_interaction(result)
+            next_message = result.judge_reply(user, sid, turn, reply, on_interaction)
             messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": next_message}]
 
     try:

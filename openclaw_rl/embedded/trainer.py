@@ -55,6 +55,7 @@ class TrainerConfig:
     eps_clip_high: float = 0.28
     entropy_coef: float = 0.0
     kl_coef: float = 0.0  # > 0: KL to the initial weights (low_var_kl), Slime's --use-kl-loss --kl-loss-coef
+    center_rewards: bool = False  # A = r - batch mean (see build_batch); off: rl mode's A = r, as upstream
     rollout_temperature: float = 1.0  # must equal the proxy's, so trainer and rollout log-probs agree
     distill_topk: int = 0  # opd: K > 0 trains the top-K reverse-KL loss instead of token-level OPD
     w_rl: float = 1.0
@@ -88,8 +89,14 @@ def loss_for(cfg: TrainerConfig) -> Callable[..., tuple[torch.Tensor, dict[str, 
 # --- batch ----------------------------------------------------------------------------------------------
 
 
-def build_batch(samples: list[TrainingSample]) -> dict[str, Any]:
-    """The per-sample tensors Slime's actor hands a loss (``_get_rollout_data`` + advantages)."""
+def build_batch(samples: list[TrainingSample], center_rewards: bool = False) -> dict[str, Any]:
+    """The per-sample tensors Slime's actor hands a loss (``_get_rollout_data`` + advantages).
+
+    `center_rewards`: GRPO's reward normalisation with the batch as one group (A = r - mean r) instead of
+    --disable-rewards-normalization's A = r; ``rewards`` stay the raw ones either way.
+    """
+    rewards = torch.tensor([s.reward for s in samples])
+    groups = [0] * len(samples) if center_rewards else None
     tokens = [torch.tensor(s.tokens, dtype=torch.long) for s in samples]
     response_lengths = [s.response_length for s in samples]
     batch: dict[str, Any] = {
@@ -98,8 +105,8 @@ def build_batch(samples: list[TrainingSample]) -> dict[str, Any]:
         "response_lengths": response_lengths,
         "loss_masks": [torch.tensor(s.loss_mask, dtype=torch.int32) for s in samples],
         "rollout_log_probs": [torch.tensor(s.rollout_log_probs, dtype=torch.float32) for s in samples],
-        # --advantage-estimator grpo --disable-rewards-normalization: A_t = r on every response token
-        "advantages": grpo_advantages(torch.tensor([s.reward for s in samples]), response_lengths),
+        # --advantage-estimator grpo (--disable-rewards-normalization unless centred): A_t = r on every token
+        "advantages": grpo_advantages(rewards, response_lengths, groups, normalize=center_rewards),
         "rewards": [s.reward for s in samples],
     }
     if samples and all(s.teacher_log_probs is not None for s in samples):
@@ -236,7 +243,7 @@ class EmbeddedTrainer:
         samples, stale_metrics = admit(samples, self.step, self.cfg.max_staleness)
         if not samples:  # the whole batch was too stale: no step, the caller still acknowledges it
             return StepResult(self.step, {**stale_metrics, **(rollout_metrics or {})})
-        batch = batch_to(build_batch(samples), model_device(self.model))
+        batch = batch_to(build_batch(samples, self.cfg.center_rewards), model_device(self.model))
         if self.separate_old_pass:  # dropout: the old log-probs are the eval-mode policy's, a pass of their own
             self.model.eval()
             batch["log_probs"] = sequence_logprobs(self.model, batch, self.args, self.tail)

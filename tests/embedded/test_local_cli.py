@@ -9,7 +9,6 @@ from openclaw_rl.cli import build_parser
 from openclaw_rl.embedded.local import (
     LocalConfig,
     PlainProgress,
-    centred,
     configure_local_logging,
     make_progress,
     provider_json,
@@ -69,13 +68,15 @@ def test_local_serves_the_openclaw_variant_unless_simulating():
     assert not LocalConfig().openclaw_model  # library callers (and the test fixtures) get the cheap build
 
 
-def test_centred_rewards_subtract_the_batch_mean_and_leave_the_spooled_samples_alone():
+def test_centred_rewards_subtract_the_batch_mean_from_the_advantages_and_leave_the_rewards_alone():
+    from openclaw_rl.embedded.trainer import build_batch
     from openclaw_rl.samples import TrainingSample
 
-    batch = [TrainingSample(session_id=f"s{i}", turn=1, kind="rl", prompt_ids=[1, 2], response_ids=[3],
-                            rollout_log_probs=[-0.5], loss_mask=[1], reward=r) for i, r in enumerate((1.0, -1.0, -1.0, -1.0))]
-    out = centred(batch)
-    assert [s.reward for s in out] == [1.5, -0.5, -0.5, -0.5] and sum(s.reward for s in out) == 0.0
-    assert [s.reward for s in batch] == [1.0, -1.0, -1.0, -1.0]  # copies: the raw rewards stay as recorded
-    assert [s.response_ids for s in out] == [s.response_ids for s in batch] and centred([]) == []
+    batch = [TrainingSample(session_id=f"s{i}", turn=1, kind="rl", prompt_ids=[1, 2], response_ids=[3, 4],
+                            rollout_log_probs=[-0.5, -0.5], loss_mask=[1, 1], reward=r)
+             for i, r in enumerate((1.0, -1.0, -1.0, -1.0))]
+    centred = build_batch(batch, center_rewards=True)
+    assert [a.tolist() for a in centred["advantages"]] == [[1.5, 1.5], [-0.5, -0.5], [-0.5, -0.5], [-0.5, -0.5]]
+    assert centred["rewards"] == [1.0, -1.0, -1.0, -1.0]  # the raw rewards stay as recorded
+    assert [a.tolist() for a in build_batch(batch)["advantages"]] == [[1.0, 1.0]] + [[-1.0, -1.0]] * 3  # A = r
     assert LocalConfig().center_rewards is False  # rl mode's default stays upstream's A = r
