@@ -5,8 +5,9 @@ Stage: backend → **raw stream** → SGLang. SGLang's default stream is cumulat
 is ~1.1 GB of JSON. Through httpx (httpcore + h11) those bytes cost ~3 ns each on the proxy's CPU,
 ten times what the kernel needs (measured: 3.0 s vs 0.38 s for 1.15 GB), and that transport cost
 alone made a streamed turn's CPU grow with the square of its length. Here the kernel writes straight
-into a fixed buffer (``asyncio.BufferedProtocol``), the chunked framing is removed while the payload
-is copied once into the body buffer, and ``SSEReader`` finds events in that buffer in place.
+into the body buffer (``asyncio.BufferedProtocol``), the chunked framing is taken out in place (at
+event boundaries it is overwritten, so the payload is never moved or copied: each byte is written
+once, by the kernel), and ``SSEReader`` finds events in that buffer in place.
 
 The same connections carry whole (non-streamed) requests (``request``): httpx spends ~1 ms of Python per
 call on its pool, its event hooks and h11 (a third of a whole turn's CPU at ~1K-token histories, measured
@@ -20,11 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from urllib.parse import urlsplit
 
-_READ_BYTES = 256 * 1024
+_MIN_FREE = 64 * 1024  # free space offered to each read
+_START_CAP = 256 * 1024
 _MAX_HEAD = 64 * 1024
 _PAUSE_AT = 64 * 1024 * 1024  # unconsumed body bytes at which reading pauses
+_NL = 0x0A
 
 
 class ResponseError(Exception):
@@ -32,17 +36,25 @@ class ResponseError(Exception):
 
 
 class StreamConnection(asyncio.BufferedProtocol):
-    """One connection; ``body`` holds the de-chunked response bytes not yet consumed by the caller."""
+    """One connection. The kernel writes straight into ``buf``; ``buf[lo:end]`` holds the response body
+    bytes not yet consumed by the caller (``base`` counts the bytes dropped from ``buf``'s front, so a
+    reader can keep offsets that survive compaction).
+
+    Chunked framing is removed in place. With ``sse`` set (an event stream with status 200), a chunk
+    boundary that falls at a line start (what every SSE server writes: one event per chunk) is not cut
+    out but overwritten with newlines (blank lines, which an SSE reader skips): the payload is never
+    moved, so each byte of a long stream is written once, by the kernel. Any other boundary is cut out
+    by moving the rest of that read (exact either way)."""
 
     def __init__(self) -> None:
-        self._raw = bytearray(_READ_BYTES)
-        self._mv = memoryview(self._raw)
+        self.buf = bytearray(_START_CAP)
+        self.lo = self.end = self.base = 0
         self.transport: asyncio.Transport | None = None
-        self.head = bytearray()
-        self.body = bytearray()
         self.status = 0
         self.headers: dict[str, str] = {}
+        self._head = bytearray()
         self.keep_alive = True
+        self.sse = False  # the caller reads an event stream (see the class doc)
         self.complete = False  # the whole response body has arrived
         self.closed = False
         self.error: BaseException | None = None
@@ -51,7 +63,16 @@ class StreamConnection(asyncio.BufferedProtocol):
         self._state = "head"
         self._left = 0  # bytes left in the current chunk (or the whole body, with Content-Length)
         self._line = bytearray()
+        self._at_line_start = True  # the last body byte kept was a newline (or there is none yet)
         self._paused = False
+        self.moved = 0  # body bytes moved after the kernel wrote them (framing cut out mid-line)
+        self.dropped = 0  # superseded body bytes dropped unread
+        self.superseded = False
+        """Set by the reader of a cumulative event stream: each complete event makes the ones before it
+        unneeded (it repeats them), so they may be dropped unread (``_make_room``)."""
+        self.aligned: deque[tuple[int, int]] = deque()
+        """Chunk payloads that start a line in an event stream, as (start, end) offsets from the body's
+        start (index + ``base``): where one event per chunk is written, the event's line ends there."""
         self._waiter: asyncio.Future | None = None
         self._end_waiter: asyncio.Future | None = None
 
@@ -61,16 +82,47 @@ class StreamConnection(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self._mv
+        if len(self.buf) - self.end < _MIN_FREE:
+            self._make_room()
+        return memoryview(self.buf)[self.end:]
+
+    def _make_room(self) -> None:
+        """Move the unconsumed bytes to the front (into a larger buffer when they fill more than an
+        eighth of it, so moving stays a small fraction of what is received). With ``superseded``, the
+        events before the last complete one are dropped first: a cumulative stream's reader that
+        gathers for a while would otherwise have every event of the interval moved here."""
+        if self.superseded:  # keep from the last complete event on (what a gathering reader waits for)
+            limit = self.base + self.end
+            for start, stop in reversed(self.aligned):
+                if stop <= limit:
+                    if start - self.base > self.lo:
+                        self.dropped += start - self.base - self.lo
+                        self.lo = start - self.base
+                    break
+        lo, end = self.lo, self.end
+        pending = end - lo
+        cap = len(self.buf)
+        while pending * 8 > cap or cap - pending < _MIN_FREE:
+            cap *= 2
+        if cap != len(self.buf):
+            new = bytearray(cap)
+            new[:pending] = memoryview(self.buf)[lo:end]
+            self.buf = new
+        elif pending:
+            view = memoryview(self.buf)
+            view[:pending] = view[lo:end]  # memmove
+            view.release()
+        self.base += lo
+        self.lo, self.end = 0, pending
 
     def buffer_updated(self, nbytes: int) -> None:
         try:
-            self._parse(self._raw, self._mv, nbytes)
+            self._parse(self.end, self.end + nbytes)
         except (ResponseError, ValueError) as e:
             self.error = ResponseError(f"malformed HTTP response: {e}")
             self.close()
         self.fresh = True
-        if len(self.body) > 2 * _PAUSE_AT and self.transport is not None and not self._paused:
+        if self.end - self.lo > 2 * _PAUSE_AT and self.transport is not None and not self._paused:
             self.transport.pause_reading()
             self._paused = True
         self._wake()
@@ -89,6 +141,21 @@ class StreamConnection(asyncio.BufferedProtocol):
         self._wake()
 
     # --- for the caller --------------------------------------------------------------------------
+
+    @property
+    def body(self) -> bytes:
+        """A copy of the unconsumed body bytes (for whole responses; streams read ``buf`` in place)."""
+        return bytes(self.buf[self.lo:self.end])
+
+    def consumed(self, upto: int) -> None:
+        """The caller is done with the body up to the absolute offset ``upto`` (``base`` + index)."""
+        self.lo = max(self.lo, upto - self.base)
+        if self.lo == self.end:  # nothing pending: start over at the front (nothing to move)
+            self.base += self.lo
+            self.lo = self.end = 0
+        if self._paused and self.end - self.lo < _PAUSE_AT // 2 and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
 
     @property
     def finished(self) -> bool:
@@ -116,16 +183,21 @@ class StreamConnection(asyncio.BufferedProtocol):
         finally:
             self._end_waiter = None
 
-    def maybe_resume(self, pending: int) -> None:
-        """Call after consuming from ``body``: reading resumes once the backlog is small again."""
-        if self._paused and pending < _PAUSE_AT // 2 and self.transport is not None:
-            self._paused = False
-            self.transport.resume_reading()
-
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
         self.closed = True
+
+    def reset(self) -> None:
+        """Ready for the next response on this connection (the previous one was read completely)."""
+        self.status, self.headers, self.complete, self.fresh, self.sse = 0, {}, False, False, False
+        self.superseded = False
+        if len(self.buf) > 4 * _START_CAP:  # an idle connection keeps no long stream's buffer
+            self.buf = bytearray(_START_CAP)
+        self.lo = self.end = self.base = 0
+        self._state, self._at_line_start = "head", True
+        self.aligned.clear()
+        self._head.clear()
 
     # --- parsing ---------------------------------------------------------------------------------
 
@@ -135,65 +207,83 @@ class StreamConnection(asyncio.BufferedProtocol):
         if self._end_waiter is not None and self.finished and not self._end_waiter.done():
             self._end_waiter.set_result(None)
 
-    def _parse(self, buf: bytes | bytearray, data: memoryview, n: int) -> None:
-        """Consume ``buf[:n]`` (``data`` is a view of ``buf``): head, then the body, de-chunked into ``body``."""
-        pos = 0
-        while pos < n and not self.complete:
+    def _parse(self, r: int, stop: int) -> None:
+        """Take the new bytes ``buf[r:stop]`` (``r == end``): the head, then the body, de-chunked in place."""
+        buf, w, gap = self.buf, r, -1  # w: where the next body byte goes; gap: start of kept framing
+        blank = self.sse and self.status == 200
+        while r < stop and not self.complete:
             state = self._state
-            if state == "head":
-                self.head += data[pos:n]
-                end = self.head.find(b"\r\n\r\n")
-                if end < 0:
-                    if len(self.head) > _MAX_HEAD:
+            if state == "head":  # copied out (it is small), so the body starts where it follows the head
+                seen = len(self._head)
+                self._head += buf[r:stop]
+                i = self._head.find(b"\r\n\r\n", max(0, seen - 3))
+                if i < 0:
+                    if len(self._head) > _MAX_HEAD:
                         raise ResponseError("response head too large")
-                    return
-                rest = bytes(self.head[end + 4:])
-                del self.head[end:]
-                self._read_head()
-                buf, data, pos, n = rest, memoryview(rest), 0, len(rest)
-            elif state == "chunk_size":
-                pos = self._take_line(buf, data, pos, n)
-                if pos < 0:
-                    return
-                size = int(bytes(self._line).split(b";", 1)[0].strip(), 16)
-                self._line.clear()
-                self._left, self._state = size, ("chunk" if size else "trailer")
-            elif state in ("chunk", "length"):
-                take = min(self._left, n - pos)
-                self.body += data[pos:pos + take]
-                pos += take
-                self._left -= take
-                if not self._left:
-                    if state == "length":
-                        self.complete = True
-                    else:
-                        self._state, self._left = "chunk_end", 2
-            elif state == "chunk_end":
-                skip = min(self._left, n - pos)
-                pos += skip
-                self._left -= skip
-                if not self._left:
-                    self._state = "chunk_size"
-            elif state == "trailer":
-                pos = self._take_line(buf, data, pos, n)
-                if pos < 0:
-                    return
-                if not bytes(self._line).strip():
-                    self.complete = True
-                self._line.clear()
-            else:  # "close": the body runs to the end of the connection
-                self.body += data[pos:n]
-                return
+                    break
+                self._read_head(bytes(self._head[:i]))
+                self._head.clear()
+                r = w = r + i + 4 - seen
+                self.base += self.lo - r  # offsets stay continuous: the body's first byte is at index r
+                self.lo = r
+                blank = self.sse and self.status == 200
+            elif state in ("chunk", "length", "close"):
+                if gap >= 0:
+                    w, gap = self._blank(gap, w), -1
+                take = stop - r if state == "close" else min(self._left, stop - r)
+                if w != r:
+                    with memoryview(buf) as view:
+                        view[w:w + take] = view[r:r + take]
+                    self.moved += take
+                w, r = w + take, r + take
+                self._at_line_start = buf[w - 1] == _NL
+                if state != "close":
+                    self._left -= take
+                    if not self._left:
+                        if state == "length":
+                            self.complete = True
+                        else:
+                            self._state, self._left = "chunk_end", 2
+            else:  # framing: the CRLF after a chunk, a chunk-size line, the trailer
+                if state == "chunk_end":
+                    nxt = r + min(self._left, stop - r)
+                    self._left -= nxt - r
+                    if not self._left:
+                        self._state = "chunk_size"
+                else:
+                    nl = buf.find(b"\n", r, stop)
+                    nxt = stop if nl < 0 else nl + 1
+                    self._line += buf[r:nxt if nl < 0 else nl]
+                    if nl >= 0:
+                        self._end_line(state)
+                if blank and (gap >= 0 or self._at_line_start):
+                    gap = w if gap < 0 else gap
+                    w += nxt - r  # overwritten by _blank before the next body byte or the read's end
+                    if state == "chunk_size" and self._state == "chunk":  # its payload starts a line at w
+                        self.aligned.append((self.base + w, self.base + w + self._left))
+                r = nxt
+        if gap >= 0:
+            w = self._blank(gap, w)
+        self.end = w
 
-    def _take_line(self, buf: bytes | bytearray, data: memoryview, pos: int, n: int) -> int:
-        """Append ``buf[pos:n]`` up to the next newline to ``_line``; the position after the newline, or
-        -1 when the line goes on in the next read (everything up to ``n`` is then kept)."""
-        nl = buf.find(b"\n", pos, n)
-        self._line += data[pos:n if nl < 0 else nl]
-        return -1 if nl < 0 else nl + 1
+    def _blank(self, gap: int, w: int) -> int:
+        """Overwrite the framing kept in ``buf[gap:w]`` (at a line start) with one SSE comment line."""
+        n = w - gap
+        self.buf[gap:w] = b"\n" if n == 1 else b":" + b" " * (n - 2) + b"\n"
+        self._at_line_start = True
+        return w
 
-    def _read_head(self) -> None:
-        lines = bytes(self.head).decode("latin-1").split("\r\n")
+    def _end_line(self, state: str) -> None:
+        line = bytes(self._line)
+        self._line.clear()
+        if state == "chunk_size":
+            size = int(line.split(b";", 1)[0].strip(), 16)
+            self._left, self._state = size, ("chunk" if size else "trailer")
+        elif not line.strip():  # the blank line that ends the trailer
+            self.complete = True
+
+    def _read_head(self, head: bytes) -> None:
+        lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ", 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
             raise ResponseError(f"bad status line {lines[0][:80]!r}")
@@ -240,9 +330,11 @@ class StreamClient:
             conn.close()
         return None
 
-    async def post(self, path: str, body: bytes, headers: dict[str, str], timeout_s: float) -> StreamConnection:
+    async def post(self, path: str, body: bytes, headers: dict[str, str], timeout_s: float, *,
+                   sse: bool = False) -> StreamConnection:
         """Send a POST and wait for the response head; a reused connection that the server had closed is
-        retried once on a fresh one. Raises OSError / TimeoutError / ResponseError."""
+        retried once on a fresh one. ``sse``: the body is read as an event stream (``StreamConnection``'s
+        doc). Raises OSError / TimeoutError / ResponseError."""
         head = [f"POST {self.base_path}{path} HTTP/1.1", f"Host: {self.host}:{self.port}",
                 f"Content-Length: {len(body)}"]
         for name, value in headers.items():
@@ -254,6 +346,7 @@ class StreamClient:
             conn = self._reusable() if attempt == 0 else None
             reused = conn is not None
             conn = conn or await self._connect()
+            conn.sse = sse
             try:
                 conn.transport.write(request)  # type: ignore[union-attr]
                 while conn.status == 0 and not conn.finished:
@@ -281,17 +374,14 @@ class StreamClient:
             if not conn.complete:
                 raise conn.error if isinstance(conn.error, OSError | ResponseError) else \
                     ResponseError(f"connection closed before the response's end ({conn.error!r})")
-            return conn.status, bytes(conn.body)
+            return conn.status, conn.body
         finally:
             self.release(conn)
 
     def release(self, conn: StreamConnection) -> None:
         """Keep a connection whose response was read completely; close any other."""
         if conn.complete and conn.keep_alive and not conn.closed and len(self._idle) < self.max_idle:
-            conn.status, conn.headers, conn.complete, conn.fresh = 0, {}, False, False
-            conn.body.clear()  # what is left belongs to the finished response (the blank line after [DONE])
-            conn.head.clear()
-            conn._state = "head"  # noqa: SLF001 (the protocol's own reset)
+            conn.reset()  # what is left belongs to the finished response (the blank line after [DONE])
             conn.idle_since = time.monotonic()
             self._idle.append(conn)
         else:
