@@ -213,6 +213,7 @@ class StreamAssembler:
         self.chunks = 0
         self._ids_bytes = 0  # length of the previous spliced chunk's ids interior
         self._text_raw = bytearray()  # raw JSON interior that decodes to self.text (cumulative text), when known
+        self._pieces: list[str] = []  # incremental text not yet joined onto self.text
 
     def _count_ids(self, buf: bytearray | bytes, start: int, end: int) -> int:
         """Ids in an ``output_ids`` interior. A cumulative chunk repeats the previous one's ids, so once
@@ -241,7 +242,6 @@ class StreamAssembler:
 
     def feed(self, buf: bytearray | bytes, start: int = 0, end: int | None = None) -> GenerateResult:
         end = len(buf) if end is None else end
-        self.chunks += 1
         try:
             spliced = None
             if end - start >= _SPLICE_MIN_BYTES:
@@ -251,63 +251,104 @@ class StreamAssembler:
             raw = spliced.light if spliced else bytes(buf[start:end])
             if b"\n" in raw:  # SSEReader may hand over a large event unscanned (see its doc): a JSON
                 raise BackendUnavailable("policy backend streamed a line break inside an event")  # line has none
-            data = _check_error(codec.loads(raw))
-            meta = data["meta_info"]
-            if spliced:
-                ids_start, ids_end = spliced.ids
-                lp_start, lp_end = spliced.triples
-                count = self._count_ids(buf, ids_start, ids_end)
-            else:
-                ids_list, triples = data["output_ids"], meta.get("output_token_logprobs") or []
-                count, self._ids_bytes = len(ids_list), 0
-                if len(triples) != count:
-                    raise BackendUnavailable(f"policy backend streamed {count} ids but {len(triples)} log-probs "
-                                             "(return_logprob off?)")
-            seen, n = len(self.ids), _completion_tokens(meta)
-            if n is None:  # an SGLang without completion_tokens: trust the mode seen so far, default cumulative
-                n = count if self.mode != "incremental" else seen + count
-            if count == n - seen:
-                mode, new = "incremental", count
-            elif count == n and n >= seen:
-                mode, new = "cumulative", n - seen
-            else:
-                raise BackendUnavailable(f"policy backend stream lost tokens: chunk {self.chunks} reports {n} "
-                                         f"completion tokens, holds {count} ids, {seen} were seen before")
-            if seen and self.mode is None:
-                self.mode = mode
-            elif seen and mode != self.mode:
-                raise BackendUnavailable(f"policy backend stream switched from {self.mode} to {mode} chunks")
-            if not new:
-                new_ids, new_triples = [], []
-            elif spliced:
-                ids_tail, triples_tail = _tail(buf, ids_start, ids_end, new, b","), _tail(buf, lp_start, lp_end, new, b"],[")
-                if b"\n" in ids_tail or b"\n" in triples_tail:
-                    raise BackendUnavailable("policy backend streamed a line break inside an event")
-                new_ids = [int(t) for t in codec.loads(b"[" + ids_tail + b"]")]
-                new_triples = codec.loads(b"[" + triples_tail + b"]")
-            else:
-                new_ids = [int(t) for t in ids_list[count - new:]]
-                new_triples = triples[len(triples) - new:]
-            declared = meta.get("output_token_logprobs_length")
-            if declared is not None and int(declared) != n:
-                raise BackendUnavailable(f"policy backend reports {n} completion tokens but {declared} log-probs")
-            self.logprobs += _aligned_logprobs(new_ids, new_triples)
-            self.ids += new_ids
-            cumulative = mode == "cumulative" or not seen  # a first chunk is both
-            if spliced and spliced.text is not None:
-                self.text = self._spliced_text(buf, spliced.text, cumulative)
-            else:
-                text = data.get("text")  # absent with --skip-tokenizer-init
-                self._text_raw = bytearray()
-                if text is not None:
-                    self.text = text if cumulative else self.text + text
-            finish, version = _finish_and_version(meta)
-            return GenerateResult(self.text, self.ids, self.logprobs, finish, int(meta.get("prompt_tokens", 0)),
-                                  version)
+            return self._result(self._apply(codec.loads(raw), buf, spliced))
         except codec.DecodeError as e:
             raise BackendUnavailable(f"policy backend streamed non-JSON: {e}") from e
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise BackendUnavailable(f"policy backend streamed malformed /generate output: {e!r}") from e
+
+    def feed_many(self, buf: bytearray | bytes, spans: list[tuple[int, int]]) -> GenerateResult | None:
+        """The events of one read (or gathering interval) as one snapshot. Cumulative: only the last is
+        decoded (it repeats the others). Small incremental events: one JSON decode for all of them (an
+        array of the events' bytes, which must hold exactly one object per event) and one snapshot;
+        each event is checked as ``feed`` checks it."""
+        if not spans:
+            return None
+        if self.mode == "cumulative":
+            return self.feed(buf, *spans[-1])
+        if self.mode is None or len(spans) == 1 or any(e - s >= _SPLICE_MIN_BYTES for s, e in spans):
+            for start, end in spans:
+                last = self.feed(buf, start, end)
+            return last
+        raw = b"[" + b",".join([buf[s:e] for s, e in spans]) + b"]"
+        try:
+            if b"\n" in raw:
+                raise BackendUnavailable("policy backend streamed a line break inside an event")
+            events = codec.loads(raw)
+            if len(events) != len(spans):  # an event of two objects ('{…},{…}') is not JSON
+                raise BackendUnavailable("policy backend streamed non-JSON: an event is not one object")
+            for data in events:
+                meta = self._apply(data, buf, None)
+            return self._result(meta)
+        except codec.DecodeError as e:
+            raise BackendUnavailable(f"policy backend streamed non-JSON: {e}") from e
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise BackendUnavailable(f"policy backend streamed malformed /generate output: {e!r}") from e
+
+    def _result(self, meta: dict[str, Any]) -> GenerateResult:
+        if self._pieces:  # incremental text: joined once per snapshot, not once per event
+            self.text += "".join(self._pieces)
+            self._pieces.clear()
+        finish, version = _finish_and_version(meta)
+        return GenerateResult(self.text, self.ids, self.logprobs, finish, int(meta.get("prompt_tokens", 0)), version)
+
+    def _apply(self, data: Any, buf: bytearray | bytes, spliced: _Spans | None) -> dict[str, Any]:
+        """Check one decoded event against what was seen and take its new tokens; its ``meta_info``."""
+        self.chunks += 1
+        data = _check_error(data)
+        meta = data["meta_info"]
+        if spliced:
+            ids_start, ids_end = spliced.ids
+            lp_start, lp_end = spliced.triples
+            count = self._count_ids(buf, ids_start, ids_end)
+        else:
+            ids_list, triples = data["output_ids"], meta.get("output_token_logprobs") or []
+            count, self._ids_bytes = len(ids_list), 0
+            if len(triples) != count:
+                raise BackendUnavailable(f"policy backend streamed {count} ids but {len(triples)} log-probs "
+                                         "(return_logprob off?)")
+        seen, n = len(self.ids), _completion_tokens(meta)
+        if n is None:  # an SGLang without completion_tokens: trust the mode seen so far, default cumulative
+            n = count if self.mode != "incremental" else seen + count
+        if count == n - seen:
+            mode, new = "incremental", count
+        elif count == n and n >= seen:
+            mode, new = "cumulative", n - seen
+        else:
+            raise BackendUnavailable(f"policy backend stream lost tokens: chunk {self.chunks} reports {n} "
+                                     f"completion tokens, holds {count} ids, {seen} were seen before")
+        if seen and self.mode is None:
+            self.mode = mode
+        elif seen and mode != self.mode:
+            raise BackendUnavailable(f"policy backend stream switched from {self.mode} to {mode} chunks")
+        if not new:
+            new_ids, new_triples = [], []
+        elif spliced:
+            ids_tail, triples_tail = _tail(buf, ids_start, ids_end, new, b","), _tail(buf, lp_start, lp_end, new, b"],[")
+            if b"\n" in ids_tail or b"\n" in triples_tail:
+                raise BackendUnavailable("policy backend streamed a line break inside an event")
+            new_ids = [int(t) for t in codec.loads(b"[" + ids_tail + b"]")]
+            new_triples = codec.loads(b"[" + triples_tail + b"]")
+        else:
+            new_ids = [int(t) for t in ids_list[count - new:]]
+            new_triples = triples[len(triples) - new:]
+        declared = meta.get("output_token_logprobs_length")
+        if declared is not None and int(declared) != n:
+            raise BackendUnavailable(f"policy backend reports {n} completion tokens but {declared} log-probs")
+        self.logprobs += _aligned_logprobs(new_ids, new_triples)
+        self.ids += new_ids
+        cumulative = mode == "cumulative" or not seen  # a first chunk is both
+        if spliced and spliced.text is not None:
+            self.text = self._spliced_text(buf, spliced.text, cumulative)
+        else:
+            text = data.get("text")  # absent with --skip-tokenizer-init
+            self._text_raw = bytearray()
+            if text is not None and cumulative:
+                self.text = text
+                self._pieces.clear()
+            elif text is not None:
+                self._pieces.append(text)
+        return meta
 
 
 class _PushedBytes:
@@ -490,13 +531,7 @@ class PolicyBackend:
     def _feed(reader: SSEReader, assembler: StreamAssembler, piece: bytes = b"") -> GenerateResult | None:
         """The events completed by one read, as one snapshot. Once the stream is known to be cumulative,
         only the read's last event is decoded: it repeats everything the earlier ones hold."""
-        last = None
-        spans = reader.push(piece)
-        if assembler.mode == "cumulative":
-            spans = spans[-1:]
-        for start, end in spans:
-            last = assembler.feed(reader.buf, start, end)
-        return last
+        return assembler.feed_many(reader.buf, reader.push(piece))
 
     async def _stream_raw(self, body: bytes, routing_key: str | None, gather_s: float = 0.0
                           ) -> AsyncIterator[GenerateResult]:
