@@ -13,10 +13,14 @@ Streaming works in both of SGLang's modes, at a cost linear in the reply length:
   reply). ``StreamAssembler`` cuts the text and the two big arrays out of the chunk's bytes (C-speed
   ``find``, started where the previous chunk's parts ended), decodes the small rest, and decodes only
   the text and array tails it has not seen yet; of several chunks that one read (or one gathering
-  interval) completed, only the last is decoded. What stays proportional to the bytes is receiving
-  them and finding the event ends (kernel copy, one ``memcpy``, one ``memchr``).
+  interval) completed, only the last is decoded, and the ones before it are dropped unread when the
+  buffer needs room. What stays proportional to the bytes is the kernel's copy into the body buffer:
+  the chunk framing is overwritten in place and an event alone in its HTTP chunk is not scanned for
+  its end (``rawstream``, ``SSEReader``).
 - ``--incremental-streaming-output``: each chunk carries only the new text, ids and triples; they are
-  appended. (Treating those chunks as cumulative is how a 1-token "response" got trained before.)
+  appended. The events of one read (or gathering interval) are decoded by one JSON call and checked
+  one by one (``feed_many``). (Treating those chunks as cumulative is how a 1-token "response" got
+  trained before.)
 
 The mode is read per chunk from the counts: ``completion_tokens`` is cumulative in both modes, so a
 chunk holding ``completion_tokens`` ids repeats everything, one holding ``completion_tokens - seen``

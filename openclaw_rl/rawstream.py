@@ -68,8 +68,8 @@ class StreamConnection(asyncio.BufferedProtocol):
         self.moved = 0  # body bytes moved after the kernel wrote them (framing cut out mid-line)
         self.dropped = 0  # superseded body bytes dropped unread
         self.superseded = False
-        """Set by the reader of a cumulative event stream: each complete event makes the ones before it
-        unneeded (it repeats them), so they may be dropped unread (``_make_room``)."""
+        """Set by the reader of a cumulative event stream: each complete ``data: {…}`` event makes the
+        ones before it unneeded (it repeats them), so they may be dropped unread (``_make_room``)."""
         self.aligned: deque[tuple[int, int]] = deque()
         """Chunk payloads that start a line in an event stream, as (start, end) offsets from the body's
         start (index + ``base``): where one event per chunk is written, the event's line ends there."""
@@ -93,8 +93,8 @@ class StreamConnection(asyncio.BufferedProtocol):
         gathers for a while would otherwise have every event of the interval moved here."""
         if self.superseded:  # keep from the last complete event on (what a gathering reader waits for)
             limit = self.base + self.end
-            for start, stop in reversed(self.aligned):
-                if stop <= limit:
+            for start, stop in reversed(self.aligned):  # not "[DONE]" nor a comment: an event's object
+                if stop <= limit and self.buf.startswith(b"data: {", start - self.base):
                     if start - self.base > self.lo:
                         self.dropped += start - self.base - self.lo
                         self.lo = start - self.base

@@ -179,3 +179,32 @@ def test_a_line_break_inside_a_large_event_fails_the_stream(where: str) -> None:
     assert bad != events[100] and len(bad) > 2048
     with pytest.raises(BackendUnavailable):
         read_through(wire([*events[:100], bad, *events[101:]]), [])
+
+
+def test_room_made_after_the_last_event_keeps_it() -> None:
+    """The buffer may need room after the final event and ``[DONE]`` have arrived and before the reader
+    looks: the final event (with the finish reason) must survive, not the ``[DONE]`` after it."""
+    chunks = synthetic(60, random.Random(5))
+    raw = wire([compact(c) for c in chunks])
+    conn, asm = StreamConnection(), StreamAssembler()
+    conn.sse = True
+    reader = SSEReader(conn)
+    for piece in (raw[:len(raw) // 3], raw[len(raw) // 3:-5]):  # all but the chunked terminator
+        while piece:
+            view = conn.get_buffer(-1)
+            k = min(len(view), len(piece))
+            view[:k] = piece[:k]
+            view.release()
+            conn.buffer_updated(k)
+            piece = piece[k:]
+        if asm.mode is None:
+            PolicyBackend._feed(reader, asm)
+            PolicyBackend._feed(reader, asm)
+            reader.consume()
+            conn.superseded = asm.mode == "cumulative"
+    assert conn.superseded
+    conn._make_room()  # what get_buffer does when the buffer is full
+    assert conn.dropped
+    result = PolicyBackend._feed(reader, asm)
+    assert reader.done and result is not None and result.finish_reason == "length"
+    expect(chunks, result)
