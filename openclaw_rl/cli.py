@@ -33,6 +33,9 @@ SERVE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--served-model-name", "proxy_served_model_name", {}),
     ("--prm-m", "judge_votes", {"type": int, "help": "judge votes per turn (majority wins)"}),
     ("--spool-dir", "spool_dir", {"help": "where finished samples persist"}),
+    ("--spool-sync", "spool_sync", {"choices": ["full", "normal"],
+                                    "help": "full (default): each commit is fsynced, a sample survives a power loss; "
+                                            "normal: it survives a crash of the proxy, not of the machine"}),
     ("--record-dir", "proxy_record_dir", {"help": "write JSONL conversation and judge records here"}),
     *(flag for mode in MODES.values() for flag in mode.cli_flags),  # each mode's own flags (registry)
     ("--session-ttl", "proxy_session_ttl_s", {"type": float, "help": "flush sessions idle this many seconds"}),

@@ -81,6 +81,8 @@ class SpoolSettings:
     dir: str = ""  # where finished samples persist; empty = a temp dir (lost on exit; tests only)
     max_bytes: int = 4 * 1024**3  # live (unacknowledged) sample bytes beyond which new samples wait in memory
     max_overflow: int = 10_000  # samples held in memory while the spool is full; beyond, new turns get 503
+    sync: str = "full"  # SQLite synchronous: "full" (a committed sample survives a power loss) or "normal"
+    # (opt-in: survives a crash of the proxy process, not of the machine; no fsync per commit)
 
 
 @dataclass
@@ -147,6 +149,8 @@ class Settings:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if j.votes < 1:
             raise ValueError("judge votes (openclaw_judge_votes / PRM_M) must be >= 1")
+        if self.spool.sync not in ("full", "normal"):
+            raise ValueError(f"openclaw_spool_sync must be 'full' or 'normal', not {self.spool.sync!r}")
         if p.pause_mode not in ("reject", "hold"):
             raise ValueError("openclaw_proxy_pause_mode must be 'reject' or 'hold'")
         if p.turn_classifier not in ("auto", "all_main", "tools_only"):

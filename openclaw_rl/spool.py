@@ -1,8 +1,12 @@
 """The durable sample spool: finished samples wait here until a training batch takes them.
 
 Stage: sessions → **spool** → rollout. SQLite in WAL mode, because a user's turns cannot be regenerated
-like a dataset prompt: a sample is committed (``synchronous=FULL``) before it counts as submitted,
-and it leaves the spool only when the batch holding it is acknowledged. ``lease`` marks samples with
+like a dataset prompt: a sample is committed (``synchronous=FULL``: fsynced, so it survives a power loss)
+before it counts as submitted. ``sync="normal"`` (opt-in, ``openclaw_spool_sync``) commits to the WAL
+without an fsync: a sample survives a crash of the proxy process (the OS keeps the write), not a power
+loss or kernel crash, which may roll back the last commits (the file stays consistent); measured here:
+0.46-0.51 vs 0.15 ms of CPU and 4.5-8 vs 0.1 ms of wall time (p50) per commit, two commits per turn.
+A sample leaves the spool only when the batch holding it is acknowledged. ``lease`` marks samples with
 a batch id, ``ack`` deletes them, ``release_leases`` (run at start-up) hands unacknowledged ones back,
 oldest first, so a crash between drain and training re-delivers instead of losing data. One SQLite file
 also lets ``openclaw-rl samples`` read a running proxy's spool from another process.
@@ -60,7 +64,9 @@ class SpoolCorrupt(ValueError):
 
 
 class Spool:
-    def __init__(self, directory: str | Path | None = None, max_bytes: int = 4 * 1024**3):
+    def __init__(self, directory: str | Path | None = None, max_bytes: int = 4 * 1024**3, *, sync: str = "full"):
+        if sync not in ("full", "normal"):
+            raise ValueError(f"spool sync must be 'full' or 'normal', not {sync!r}")
         if not directory:
             directory = tempfile.mkdtemp(prefix="openclaw-spool-")
             log.warning("no spool dir configured: samples live in %s and are lost when it is removed", directory)
@@ -76,7 +82,7 @@ class Spool:
             if problems != ["ok"]:
                 raise sqlite3.DatabaseError("; ".join(problems[:3]))
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute(f"PRAGMA synchronous={sync.upper()}")
             self._db.executescript(_SCHEMA)
             self._db.execute("INSERT OR IGNORE INTO spool_stats(name, value) SELECT 'live_bytes', "
                              "COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0) FROM samples")

@@ -120,3 +120,25 @@ def test_sample_invariants_are_enforced():
     with pytest.raises(ValueError, match="finite"):
         TrainingSample(session_id="s", turn=1, kind="opd", prompt_ids=[1], response_ids=[2],
                        rollout_log_probs=[0.0], loss_mask=[1], reward=0.0, teacher_log_probs=[float("nan")])
+
+
+def test_sync_normal_is_opt_in_and_survives_a_crash_of_the_process(tmp_path):
+    """``openclaw_spool_sync: normal`` skips the fsync per commit: what was committed survives the
+    process dying without closing anything (the power-loss case it gives up cannot be tested here)."""
+    import subprocess
+    import sys
+
+    from openclaw_rl.config import load_settings
+
+    assert Spool(tmp_path / "a")._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL by default
+    assert load_settings(env={}).spool.sync == "full"
+    assert load_settings({"spool_sync": "normal"}, env={}).spool.sync == "normal"
+    with pytest.raises(ValueError, match="openclaw_spool_sync"):
+        load_settings({"spool_sync": "off"}, env={})
+    code = ("import os, sys; sys.path.insert(0, sys.argv[2]); from test_spool import sample; "
+            "from openclaw_rl.spool import Spool; s = Spool(sys.argv[1], sync='normal'); "
+            "assert s._db.execute('PRAGMA synchronous').fetchone()[0] == 1; "
+            "s.put([sample(i) for i in range(3)]); os._exit(0)")
+    from pathlib import Path
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "b"), str(Path(__file__).parent)], check=True)
+    assert [s.turn for s in Spool(tmp_path / "b").iter_samples()] == [0, 1, 2]
