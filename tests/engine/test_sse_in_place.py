@@ -208,3 +208,37 @@ def test_room_made_after_the_last_event_keeps_it() -> None:
     result = PolicyBackend._feed(reader, asm)
     assert reader.done and result is not None and result.finish_reason == "length"
     expect(chunks, result)
+
+
+def test_a_batch_of_incremental_events_is_checked_event_by_event() -> None:
+    """``feed_many`` decodes a read's incremental events in one call: the result equals feeding them one
+    by one, and a data line holding two objects, or one event losing a token, still fails."""
+    from openclaw_rl.errors import BackendUnavailable
+
+    chunks = incremental(synthetic(40, random.Random(11)))
+    events = [compact(c) for c in chunks]
+    buf = bytearray()
+    spans = []
+    for e in events:
+        buf += b"data: "
+        spans.append((len(buf), len(buf) + len(e)))
+        buf += e + b"\n\n"
+    one = StreamAssembler()
+    for s, e in spans:
+        single = one.feed(buf, s, e)
+    many = StreamAssembler()
+    many.feed_many(buf, spans[:2])  # the mode is learnt from the first two
+    batched = many.feed_many(buf, spans[2:])
+    assert (batched.output_ids, batched.logprobs, batched.text) == (single.output_ids, single.logprobs, single.text)
+    assert batched.finish_reason == "length" and many.chunks == one.chunks == len(events)
+    asm = StreamAssembler()
+    asm.feed_many(buf, spans[:2])
+    merged = bytes(buf[spans[2][0]:spans[2][1]]) + b"," + bytes(buf[spans[3][0]:spans[3][1]])
+    line = b"data: " + merged + b"\n\n"
+    shifted = [(a + len(line), b + len(line)) for a, b in spans[4:6]]
+    with pytest.raises(BackendUnavailable, match="not one object"):  # '{…},{…}' in one event
+        asm.feed_many(bytearray(line) + buf, [(6, 6 + len(merged)), *shifted])
+    lossy = StreamAssembler()
+    lossy.feed_many(buf, spans[:2])
+    with pytest.raises(BackendUnavailable, match="lost tokens"):
+        lossy.feed_many(buf, spans[2:5] + spans[6:9])
