@@ -49,7 +49,6 @@ log = logging.getLogger(__name__)
 _IDS_KEY = b'"output_ids":['
 _LOGPROBS_KEY = b'"output_token_logprobs":['
 _SPLICE_MIN_BYTES = 2048  # below this a chunk is decoded whole: cutting it up costs more than it saves
-_ALIGNED_MIN = _SPLICE_MIN_BYTES  # events this large, alone in an HTTP chunk, are not scanned for newlines
 
 
 @dataclass(slots=True)
@@ -270,7 +269,13 @@ class StreamAssembler:
             return None
         if self.mode == "cumulative":
             return self.feed(buf, *spans[-1])
-        if self.mode is None or len(spans) == 1 or any(e - s >= _SPLICE_MIN_BYTES for s, e in spans):
+        while self.mode is None and spans:  # one by one until the mode is known (the second event)
+            last, spans = self.feed(buf, *spans[0]), spans[1:]
+            if self.mode == "cumulative" and spans:
+                return self.feed(buf, *spans[-1])
+        if not spans:
+            return last
+        if len(spans) == 1 or any(e - s >= _SPLICE_MIN_BYTES for s, e in spans):
             for start, end in spans:
                 last = self.feed(buf, start, end)
             return last
@@ -413,7 +418,7 @@ class SSEReader:
             if aligned:  # a large event alone in its HTTP chunk: its line ends at the chunk's end
                 while aligned and aligned[0][0] < pos + base:
                     aligned.popleft()
-                if aligned and aligned[0][0] == pos + base and aligned[0][1] - aligned[0][0] >= _ALIGNED_MIN:
+                if aligned and aligned[0][0] == pos + base:
                     b = aligned[0][1] - base
                     if b > end:
                         break  # not all here yet: wait for the rest without scanning it

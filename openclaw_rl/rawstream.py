@@ -29,6 +29,7 @@ _START_CAP = 256 * 1024
 _MAX_HEAD = 64 * 1024
 _PAUSE_AT = 64 * 1024 * 1024  # unconsumed body bytes at which reading pauses
 _NL = 0x0A
+ALIGNED_MIN = 2048  # chunk payloads at least this large that start a line are listed in ``aligned``
 
 
 class ResponseError(Exception):
@@ -71,8 +72,9 @@ class StreamConnection(asyncio.BufferedProtocol):
         """Set by the reader of a cumulative event stream: each complete ``data: {…}`` event makes the
         ones before it unneeded (it repeats them), so they may be dropped unread (``_make_room``)."""
         self.aligned: deque[tuple[int, int]] = deque()
-        """Chunk payloads that start a line in an event stream, as (start, end) offsets from the body's
-        start (index + ``base``): where one event per chunk is written, the event's line ends there."""
+        """Chunk payloads of ``ALIGNED_MIN`` bytes or more that start a line in an event stream, as
+        (start, end) offsets from the body's start (index + ``base``): where one event per chunk is
+        written, the event's line ends there."""
         self._waiter: asyncio.Future | None = None
         self._end_waiter: asyncio.Future | None = None
 
@@ -259,8 +261,8 @@ class StreamConnection(asyncio.BufferedProtocol):
                 if blank and (gap >= 0 or self._at_line_start):
                     gap = w if gap < 0 else gap
                     w += nxt - r  # overwritten by _blank before the next body byte or the read's end
-                    if state == "chunk_size" and self._state == "chunk":  # its payload starts a line at w
-                        self.aligned.append((self.base + w, self.base + w + self._left))
+                    if state == "chunk_size" and self._state == "chunk" and self._left >= ALIGNED_MIN:
+                        self.aligned.append((self.base + w, self.base + w + self._left))  # starts a line at w
                 r = nxt
         if gap >= 0:
             w = self._blank(gap, w)
