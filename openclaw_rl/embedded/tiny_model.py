@@ -185,6 +185,13 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "openclaw-rl"
 
 
+def tiny_model_path(preset: str = DEFAULT_PRESET, cache_dir: Path | None = None, seed: int = 0, *,
+                    openclaw: bool = False) -> Path:
+    """Where `ensure_tiny_model` keeps (preset, seed, variant); complete once it holds `MARKER_FILE`."""
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return root / f"tiny-{preset}{'-openclaw' if openclaw else ''}-s{seed}-v{FORMAT_VERSION}"
+
+
 def ensure_tiny_model(preset: str = DEFAULT_PRESET, cache_dir: Path | None = None, seed: int = 0, *,
                       openclaw: bool = False, log: Callable[[str], None] | None = None) -> Path:
     """Return the cached tiny-model directory for (preset, seed, variant), building it on first use.
@@ -197,8 +204,8 @@ def ensure_tiny_model(preset: str = DEFAULT_PRESET, cache_dir: Path | None = Non
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown tiny-model preset {preset!r}; choose one of {sorted(PRESETS)}")
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = root / f"tiny-{preset}{'-openclaw' if openclaw else ''}-s{seed}-v{FORMAT_VERSION}"
+    target = tiny_model_path(preset, cache_dir, seed, openclaw=openclaw)
+    root = target.parent
     if (target / MARKER_FILE).is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)
