@@ -48,6 +48,47 @@ def exact_preferred(model_dir: Path, shape: object, probes: int, style: str) -> 
     return opener_probabilities(model, tok, ids)[style]
 
 
+def instruction_probes(shape: object, probes: int, style: str) -> dict[str, list[dict]]:
+    """Request bodies in `shape` whose reply opener says whether the model follows an instruction inside
+    OpenClaw's prompt: `plain` (a fresh request), `corrected` (a reply in another style, then the scripted
+    user's "No, please …" correction) and `hinted` (the fresh request as the OPD teacher scores it: the
+    hint appended to the last user message, OpenClaw's internal-context block)."""
+    import random
+
+    from openclaw_opd.teacher import enhanced_messages
+    from openclaw_rl.embedded import task
+    from openclaw_rl.embedded.openclaw_golden import flatten_messages
+    from openclaw_rl.embedded.openclaw_replay import shaped_prompts, timestamped
+
+    rng = random.Random(1)
+    plain = shaped_prompts(shape, probes)
+    corrected, hinted = [], []
+    for body in plain:
+        system, first, context = body["messages"]
+        request = task.request_by_text(first["content"])
+        other = rng.choice([s for s in task.STYLE_NAMES if s != style])
+        turns = [first, {"role": "assistant", "content": task.answer(other, request, rng)},
+                 {"role": "user", "content": timestamped(task.correction(style, request.text), 1_795_000_100)}]
+        corrected.append({**body, "messages": [system, *turns, context]})
+        hinted.append({**body, "messages": enhanced_messages(flatten_messages(body["messages"]),
+                                                             task.STYLES[style].instruction)})
+    return {"plain": plain, "corrected": corrected, "hinted": hinted}
+
+
+def exact_instructed(model_dir: Path, shape: object, probes: int, style: str) -> dict[str, float]:
+    """The exact probability of `style`'s opener for each of `instruction_probes`' prompt kinds."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from openclaw_rl.embedded.openclaw_golden import golden_prompt_ids
+    from openclaw_rl.embedded.pretrain import opener_probabilities
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    return {kind: opener_probabilities(model, tok, [golden_prompt_ids(tok, b) for b in bodies])[style]
+            for kind, bodies in instruction_probes(shape, probes, style).items()}
+
+
 def heldout_replies(model_dir: Path, n: int, style: str, seed: int) -> dict:
     """Sampled replies to the held-out recorded requests (conversation_A: the person's real words, never
     replayed): the share in `style` and the share with any style, as OpenClaw would show them."""
@@ -127,12 +168,26 @@ def main() -> None:
                    help="sampled replies per held-out recorded request (conversation_A, 4 requests); 0: skip")
     p.add_argument("--evaluate", nargs="*", default=None, metavar="MODEL_DIR",
                    help="only print the held-out figures of these checkpoints (no replay)")
+    p.add_argument("--instructed", action="store_true",
+                   help="with --evaluate: also the exact opener probability after a correction and with the "
+                        "OPD teacher's hint inside OpenClaw's prompt (--probes prompts each)")
     p.add_argument("--out-dir", default="runs/openclaw-replay")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     ns = p.parse_args()
     fmt = lambda v: "n/a" if v is None else f"{v:.0%}"  # noqa: E731
     if ns.evaluate is not None:
+        shape = None
+        if ns.instructed:
+            from openclaw_rl.embedded.openclaw_replay import OpenClawShape
+
+            shape = OpenClawShape.from_recording(Path(ns.recording), ns.line)
         for model_dir in ns.evaluate:
+            if shape is not None:
+                probs = exact_instructed(Path(model_dir), shape, ns.probes, ns.preferred_style)
+                print(f"{model_dir}: exact '{ns.preferred_style}' opener probability "
+                      + ", ".join(f"{kind} {fmt(v)}" for kind, v in probs.items()), flush=True)
+            if not ns.heldout_n:
+                continue
             held = heldout_replies(Path(model_dir), ns.heldout_n, ns.preferred_style, ns.seed)
             print(f"{model_dir}: held-out replies {fmt(held['preferred'])} '{ns.preferred_style}', "
                   f"{fmt(held['styled'])} styled (of {held['replies']})", flush=True)
