@@ -1,12 +1,14 @@
 """Learning from OpenClaw-shaped conversations: the replay harness drives ``openclaw-rl local``'s stack
-(proxy, embedded engine, rule judge, trainer) with OpenClaw's recorded request shape and a scripted user
-who corrects the style; one GRPO step on those samples must raise the exact probability that a reply to
-an OpenClaw-shaped request opens in the preferred style.
+(proxy, embedded engine, rule judge, hinted teacher, trainer) with OpenClaw's recorded request shape and
+a scripted user who corrects the style; one OPD step on the corrected turns must raise the exact
+probability that a reply to an OpenClaw-shaped request opens in the preferred style.
 
-Reduced (one step, six interactions), and still ~6 minutes on two busy cores: the replies are cheap
-since the engine's prefix cache reuses OpenClaw's ~15K-token system prompt, but the training step runs
-four full forwards and a backward over each ~15.6K-token sample (plus ~9 minutes to build the OpenClaw
-variant once per change of openclaw_rl/embedded), so it runs in the full suite only (OPENCLAW_TEST_FULL=1). The full figure comes from scripts/openclaw_replay_learning.py (README, "Chat with it from OpenClaw").
+Reduced (one step of two samples, up to nine interactions), still minutes on two busy cores: the replies
+are cheap since the engine's prefix cache reuses OpenClaw's ~15K-token system prompt, but the teacher
+scores and the trainer runs a forward and a backward over each ~15.6K-token sample (plus ~13 minutes to
+build the OpenClaw variant once per change of openclaw_rl/embedded), so it runs in the full suite only
+(OPENCLAW_TEST_FULL=1). The full figure comes from scripts/openclaw_replay_learning.py (README, "Learning
+from OpenClaw conversations, measured").
 """
 
 from __future__ import annotations
