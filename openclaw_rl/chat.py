@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -129,6 +130,9 @@ class ChatRenderer:
         # session, so a session's first request tokenises only its own messages.
         self._shared: OrderedDict[bytes, array] = OrderedDict()
         self.shared_size = 16
+        # Renders run on worker threads while forget() runs on the event loop: every change to the two
+        # caches (store, move to end, evict, forget) holds this lock, so none sees a half-done other.
+        self._lock = threading.Lock()
 
     def render(self, messages: list[dict[str, Any]], tools: list[Tool] | None = None,
                add_generation_prompt: bool = True, cache_key: str | None = None) -> tuple[str, list[int]]:
@@ -166,11 +170,13 @@ class ChatRenderer:
                 h = hashlib.sha1(text[:second].encode("utf-8", "surrogatepass"))
                 d_second = h.digest()
                 h.update(text[second:last].encode("utf-8", "surrogatepass"))
-                self._cache[key] = _Prefix(((last, h.digest(), id_last), (second, d_second, id_second)),
-                                           array("i", ids[:id_last]))
-                self._cache.move_to_end(key)
-                while len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
+                entry = _Prefix(((last, h.digest(), id_last), (second, d_second, id_second)),
+                                array("i", ids[:id_last]))
+                with self._lock:
+                    self._cache[key] = entry
+                    self._cache.move_to_end(key)
+                    while len(self._cache) > self.cache_size:
+                        self._cache.popitem(last=False)
         return ids
 
     def _cached_ids(self, text: str, entry: _Prefix | None) -> list[int] | None:
@@ -197,9 +203,11 @@ class ChatRenderer:
         if cut <= 0:
             return self.encode_text(text)
         digest = hashlib.sha1(text[:cut].encode("utf-8", "surrogatepass")).digest()
-        head = self._shared.get(digest)
+        with self._lock:
+            head = self._shared.get(digest)
+            if head is not None:
+                self._shared.move_to_end(digest)
         if head is not None:
-            self._shared.move_to_end(digest)
             return head.tolist() + self.encode_text(text[cut:])
         ids = self.encode_text(text)
         try:
@@ -207,15 +215,18 @@ class ChatRenderer:
         except ValueError:
             return ids
         if text.count(self.turn_start, 0, cut) == ids[:id_cut].count(self.turn_start_id):  # both: one block
-            self._shared[digest] = array("i", ids[:id_cut])
-            while len(self._shared) > self.shared_size:
-                self._shared.popitem(last=False)
+            head = array("i", ids[:id_cut])
+            with self._lock:
+                self._shared[digest] = head
+                while len(self._shared) > self.shared_size:
+                    self._shared.popitem(last=False)
         return ids
 
     def forget(self, key: str) -> None:
         """Drop a session's cached prefixes, main line and side turns (its session ended or was evicted)."""
-        self._cache.pop(key, None)
-        self._cache.pop(side_cache_key(key), None)
+        with self._lock:
+            self._cache.pop(key, None)
+            self._cache.pop(side_cache_key(key), None)
 
     def encode(self, text: str) -> list[int]:
         """Tokenise text the *proxy* wrote (templates, hints), never sampled text."""

@@ -82,6 +82,13 @@ class Overloaded(OpenClawError):
     error_type = "service_unavailable"
 
 
+class ShuttingDown(OpenClawError):
+    """The server stopped while the request was still running (503; the client may retry elsewhere/later)."""
+
+    status = 503
+    error_type = "service_unavailable"
+
+
 class BackendUnavailable(OpenClawError, ConnectionError):
     """The policy/judge backend is down or answered garbage (502)."""
 

@@ -8,12 +8,18 @@ lifecycle (start, wait until listening, stop); it knows nothing about what the a
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import socket
 import threading
 import time
 from typing import Any
 
 import uvicorn
+
+from .errors import ShuttingDown, error_body
+
+log = logging.getLogger(__name__)
 
 KEEP_ALIVE_S = 30  # longer than clients' pool expiry (httpx: 5 s), so idle connections close client-side first
 
@@ -25,16 +31,55 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+class AnswerRequestsCutByShutdown:
+    """ASGI wrapper: a request still running when uvicorn's graceful-shutdown window ends is cancelled by
+    uvicorn, which then prints a CancelledError traceback and answers a bare 500. This turns that into
+    one log line and, if the response has not started, a clear 503 in OpenAI's error JSON. A response
+    already streaming is left unfinished (no final chunk), so the client sees a cut stream, never a
+    silently truncated but well-formed one."""
+
+    def __init__(self, app: Any, grace_s: float):
+        self.app = app
+        self.grace_s = grace_s
+        self.shutting_down = False
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def send_tracking_start(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracking_start)
+        except asyncio.CancelledError:
+            if not self.shutting_down:
+                raise
+            log.warning("shutdown: %s %s was still running after the %ss grace period; %s", scope.get("method"),
+                        scope.get("path"), self.grace_s,
+                        "its stream is cut" if started else "answered 503")
+            if not started:
+                body = json.dumps(error_body(ShuttingDown("the server is shutting down; retry later"))).encode()
+                await send({"type": "http.response.start", "status": ShuttingDown.status,
+                            "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
+                await send({"type": "http.response.body", "body": body})
+
+
 class BackgroundServer:
     """A uvicorn server on a daemon thread. Use as a context manager or call start()/stop()."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int | None = None, log_level: str = "warning",
-                 max_header_bytes: int = 64 * 1024):
+                 max_header_bytes: int = 64 * 1024, graceful_shutdown_s: float = 5.0):
         self.host = host
         self.port = port or free_port(host)
+        self._guard = AnswerRequestsCutByShutdown(app, graceful_shutdown_s)
         config = uvicorn.Config(
-            app, host=self.host, port=self.port, log_level=log_level, lifespan="on", access_log=False,
-            timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S, h11_max_incomplete_event_size=max_header_bytes,
+            self._guard, host=self.host, port=self.port, log_level=log_level, lifespan="on", access_log=False,
+            timeout_graceful_shutdown=graceful_shutdown_s, timeout_keep_alive=KEEP_ALIVE_S,
+            h11_max_incomplete_event_size=max_header_bytes,
         )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
@@ -67,6 +112,7 @@ class BackgroundServer:
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
+        self._guard.shutting_down = True
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout)

@@ -21,7 +21,8 @@ class DropReason(str, Enum):
     GENERATION_FAILED = "generation_failed"
     """The policy backend failed or timed out; the client got a 502/504."""
     CLIENT_DISCONNECTED = "client_disconnected"
-    """The client hung up mid-stream; the response it never saw is not trained."""
+    """The client hung up mid-stream, or the server stopped before answering (the client got a 503 or a
+    cut stream): the response it never saw is not trained."""
     ABORTED = "aborted"
     """The backend aborted the generation (e.g. a weight sync); upstream trained these as complete."""
     EMPTY_RESPONSE = "empty_response"

@@ -358,6 +358,9 @@ def register_local_command(sub: Any) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="samples per step (default: per mode)")
     p.add_argument("--lr", type=float, default=None, help="default: 5e-4 (rl), per-mode tuned otherwise")
     p.add_argument("--kl-coef", type=float, default=None, help="KL to the initial weights (low_var_kl)")
+    p.add_argument("--center-rewards", action="store_true",
+                   help="rl/combine: advantages r - batch mean instead of upstream's A = r (steadier when most "
+                        "of a batch shares one reward)")
     p.add_argument("--distill-topk", type=int, default=0, help="opd: train the top-K reverse-KL loss")
     p.add_argument("--max-steps", type=int, default=0)
     p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (resumes from the latest)")
@@ -386,18 +389,24 @@ def wants_openclaw_model(ns: Any) -> bool:
     return (ns.model or ("plain" if ns.simulate else "openclaw")) == "openclaw"
 
 
+def local_config(ns: Any) -> LocalConfig:
+    """The command line's `LocalConfig`: flags left unset take the mode's tuned defaults."""
+    defaults = MODE_DEFAULTS[ns.mode]
+    return LocalConfig(
+        mode=ns.mode, preset=ns.preset, seed=ns.seed, host=ns.host, port=ns.port,
+        out_dir=ns.out_dir or f"runs/local-{ns.mode}",
+        rollout_batch_size=ns.batch_size or int(defaults["batch_size"]),
+        lr=ns.lr if ns.lr is not None else defaults["lr"],
+        kl_coef=ns.kl_coef if ns.kl_coef is not None else defaults["kl_coef"],
+        center_rewards=ns.center_rewards, distill_topk=ns.distill_topk, max_steps=ns.max_steps,
+        save_every=ns.save_every, simulate=ns.simulate, concurrency=ns.concurrency,
+        interactions=ns.interactions or int(defaults["interactions"]),
+        preferred_style=ns.preferred_style, session_ttl_s=ns.session_ttl, openclaw_model=wants_openclaw_model(ns))
+
+
 def _cmd_local(ns: Any) -> int:
     configure_local_logging()
-    cfg = LocalConfig(mode=ns.mode, preset=ns.preset, seed=ns.seed, host=ns.host, port=ns.port,
-                      out_dir=ns.out_dir or f"runs/local-{ns.mode}",
-                      rollout_batch_size=ns.batch_size or int(MODE_DEFAULTS[ns.mode]["batch_size"]),
-                      lr=ns.lr if ns.lr is not None else MODE_DEFAULTS[ns.mode]["lr"],
-                      kl_coef=ns.kl_coef if ns.kl_coef is not None else MODE_DEFAULTS[ns.mode]["kl_coef"],
-                      distill_topk=ns.distill_topk, max_steps=ns.max_steps, save_every=ns.save_every,
-                      simulate=ns.simulate, concurrency=ns.concurrency,
-                      interactions=ns.interactions or int(MODE_DEFAULTS[ns.mode]["interactions"]),
-                      preferred_style=ns.preferred_style, session_ttl_s=ns.session_ttl,
-                      openclaw_model=wants_openclaw_model(ns))
+    cfg = local_config(ns)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         report = run_local(cfg)

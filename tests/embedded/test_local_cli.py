@@ -80,3 +80,16 @@ def test_centred_rewards_subtract_the_batch_mean_from_the_advantages_and_leave_t
     assert centred["rewards"] == [1.0, -1.0, -1.0, -1.0]  # the raw rewards stay as recorded
     assert [a.tolist() for a in build_batch(batch)["advantages"]] == [[1.0, 1.0]] + [[-1.0, -1.0]] * 3  # A = r
     assert LocalConfig().center_rewards is False  # rl mode's default stays upstream's A = r
+
+
+def test_flags_reach_the_local_config_and_unset_ones_take_the_mode_defaults():
+    from openclaw_rl.embedded.local import MODE_DEFAULTS, local_config
+
+    cfg = local_config(build_parser().parse_args(["local", "--mode", "combine"]))
+    assert (cfg.lr, cfg.kl_coef, cfg.rollout_batch_size, cfg.center_rewards) == (
+        MODE_DEFAULTS["combine"]["lr"], MODE_DEFAULTS["combine"]["kl_coef"],
+        int(MODE_DEFAULTS["combine"]["batch_size"]), False)
+    cfg = local_config(build_parser().parse_args(
+        ["local", "--center-rewards", "--lr", "1e-4", "--kl-coef", "0.05", "--batch-size", "3", "--session-ttl", "60"]))
+    assert (cfg.center_rewards, cfg.lr, cfg.kl_coef, cfg.rollout_batch_size, cfg.session_ttl_s) == (
+        True, 1e-4, 0.05, 3, 60.0)

@@ -52,6 +52,7 @@ def test_every_answer_is_detected_as_its_style(style: str) -> None:
     ("hey there", "casual"), ("Heyday is a word", None), ("* one\n* two", "bullet"), ("-- not a list", None),
     ("👍 ok", "emoji"), ("Arrr, matey", "pirate"), ("Arrow keys", None), ("<think>\n\n</think>", None),
     ("\n\n- Plan", "bullet"),
+    ("<think>\n\nCertainly.", None),  # an unclosed thinking block is all reasoning: the user sees no reply
 ])
 def test_detect_style_edge_cases(text: str, expected: str | None) -> None:
     assert detect_style(text) == expected
