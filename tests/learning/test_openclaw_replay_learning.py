@@ -3,7 +3,8 @@
 a scripted user who corrects the style; one OPD step on the corrected turns must raise the exact
 probability that a reply to an OpenClaw-shaped request opens in the preferred style.
 
-Reduced (one step of two samples, up to nine interactions), still minutes on two busy cores: the replies
+Reduced (one step of two samples; 30 interactions so that the users do not end before the teacher has
+scored them: measured 4% -> 9% in 108 s), still minutes on two busy cores: the replies
 are cheap since the engine's prefix cache reuses OpenClaw's ~15K-token system prompt, but the teacher
 scores and the trainer runs a forward and a backward over each ~15.6K-token sample (plus ~13 minutes to
 build the OpenClaw variant once per change of openclaw_rl/embedded), so it runs in the full suite only
@@ -36,9 +37,10 @@ def test_the_openclaw_replay_trains_and_moves_the_preferred_probability(tmp_path
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     # OPD: the variant follows the hint inside OpenClaw's prompt, so its frozen hinted teacher prefers the
-    # preferred opener on every corrected turn (8 such steps took it from 5% to 93%, README)
+    # preferred opener on every corrected turn (8 such steps took it from 5% to 93%, README). The users must
+    # outlast the first batch: when they end, `local` stops without training what is still being scored.
     ns = argparse.Namespace(recording=str(script.GOLDEN), line=0, mode="opd", model="openclaw", preset="h128", seed=0,
-                            preferred_style="formal", interactions=9, turns=3, concurrency=2, batch_size=2,
+                            preferred_style="formal", interactions=30, turns=3, concurrency=2, batch_size=2,
                             lr=5e-4, kl_coef=0.0, max_steps=1, max_new_tokens=24, window=3, probes=1, heldout_n=0,
                             out_dir=str(tmp_path / "replay"), progress=False)
     result = script.replay(ns)
