@@ -7,7 +7,9 @@ corrects the answer style, and report the preferred-style rate before and after.
 Two figures, both on OpenClaw-shaped requests (tests/data/openclaw-golden's system prompt, tools,
 Runtime line, timestamps and internal-context block):
 * replies: the scripted user's uninstructed requests answered in the preferred style, first window vs
-  last window (sampled, so noisy with few interactions);
+  last window (sampled, so noisy with few interactions; a later reply of a session may follow a
+  correction still in its history);
+* openings: the first reply of each session (no correction before it), first vs last window of sessions;
 * exact: the probability that the reply opens in the preferred style, averaged over `--probes` fresh
   OpenClaw-shaped first requests, for the served model before and for the trained checkpoint after.
 * held-out: `--heldout-n` sampled replies to each of conversation_A's four recorded requests (the
@@ -137,6 +139,7 @@ def replay(ns: argparse.Namespace) -> dict:
     return {"recording": f"{Path(ns.recording).name}#{ns.line}", "mode": ns.mode, "model": ns.model,
             "preferred_style": ns.preferred_style, "steps": report.steps, "interactions": report.interactions,
             "reply_rate_first_window": report.baseline_rate, "reply_rate_last_window": report.final_rate,
+            "opening_rate_first_window": report.opening_rate_first, "opening_rate_last_window": report.opening_rate_last,
             "exact_preferred_before": before, "exact_preferred_after": after,
             "heldout_before": held_before, "heldout_after": held_after,
             "logprob_abs_diff": report.logprob_abs_diff, "seconds": round(time.monotonic() - started, 1),
@@ -201,7 +204,8 @@ def main() -> None:
     print(f"OpenClaw replay ({result['mode']}, {result['recording']}): {result['interactions']} interactions, "
           f"{result['steps']} steps in {result['seconds']:.0f}s; preferred '{ns.preferred_style}' replies "
           f"{fmt(result['reply_rate_first_window'])} -> {fmt(result['reply_rate_last_window'])} (first/last "
-          f"{ns.window}); exact opener probability {fmt(result['exact_preferred_before'])} -> "
+          f"{ns.window}); sessions' first replies {fmt(result['opening_rate_first_window'])} -> "
+          f"{fmt(result['opening_rate_last_window'])}; exact opener probability {fmt(result['exact_preferred_before'])} -> "
           f"{fmt(result['exact_preferred_after'])}; held-out sampled replies in '{ns.preferred_style}' "
           f"{fmt(held[0] and held[0]['preferred'])} -> {fmt(held[1] and held[1]['preferred'])} (styled "
           f"{fmt(held[0] and held[0]['styled'])} -> {fmt(held[1] and held[1]['styled'])})")
