@@ -21,6 +21,7 @@ from .errors import ShuttingDown, error_body
 
 log = logging.getLogger(__name__)
 
+RAW_SEND = "openclaw.raw_send"  # ASGI scope key: the server's own `send` (the engine's crash closes its transport)
 KEEP_ALIVE_S = 30  # longer than clients' pool expiry (httpx: 5 s), so idle connections close client-side first
 
 
@@ -47,6 +48,7 @@ class AnswerRequestsCutByShutdown:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         started = False
+        scope.setdefault(RAW_SEND, send)  # the wrapper below hides uvicorn's send (and its transport)
 
         async def send_tracking_start(message: dict[str, Any]) -> None:
             nonlocal started

@@ -14,6 +14,7 @@ DEMO=$ROOT/.openclaw-demo
 PORT=${PORT:-30123}
 TURNS=${TURNS:-4}
 BATCH=${BATCH:-2}
+MODE=${MODE:-opd}  # opd learns from corrections on OpenClaw traffic (README); MODE=rl also runs
 OUT=${OUT:-runs/openclaw-demo}
 NODE_VERSION=${NODE_VERSION:-24}
 OPENCLAW_VERSION=${OPENCLAW_VERSION:-2026.9.6}
@@ -37,7 +38,7 @@ echo "[demo] $(HOME=$DEMO/home "$OPENCLAW" --version)"
 
 # 3. The local stack: engine, rule judge, proxy, trainer. Small batches, so a few turns make a step.
 LOG="$DEMO/local.log"
-.venv/bin/openclaw-rl local --mode rl --batch-size "$BATCH" --port "$PORT" --out-dir "$OUT" >"$LOG" 2>&1 &
+.venv/bin/openclaw-rl local --mode "$MODE" --batch-size "$BATCH" --port "$PORT" --out-dir "$OUT" >"$LOG" 2>&1 &
 LOCAL_PID=$!
 trap 'kill -TERM $LOCAL_PID 2>/dev/null || true' EXIT
 for _ in $(seq 1 600); do

@@ -7,7 +7,9 @@ corrects the answer style, and report the preferred-style rate before and after.
 Two figures, both on OpenClaw-shaped requests (tests/data/openclaw-golden's system prompt, tools,
 Runtime line, timestamps and internal-context block):
 * replies: the scripted user's uninstructed requests answered in the preferred style, first window vs
-  last window (sampled, so noisy with few interactions);
+  last window (sampled, so noisy with few interactions; a later reply of a session may follow a
+  correction still in its history);
+* openings: the first reply of each session (no correction before it), first vs last window of sessions;
 * exact: the probability that the reply opens in the preferred style, averaged over `--probes` fresh
   OpenClaw-shaped first requests, for the served model before and for the trained checkpoint after.
 * held-out: `--heldout-n` sampled replies to each of conversation_A's four recorded requests (the
@@ -46,6 +48,47 @@ def exact_preferred(model_dir: Path, shape: object, probes: int, style: str) -> 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     ids = [golden_prompt_ids(tok, body) for body in shaped_prompts(shape, probes)]
     return opener_probabilities(model, tok, ids)[style]
+
+
+def instruction_probes(shape: object, probes: int, style: str) -> dict[str, list[dict]]:
+    """Request bodies in `shape` whose reply opener says whether the model follows an instruction inside
+    OpenClaw's prompt: `plain` (a fresh request), `corrected` (a reply in another style, then the scripted
+    user's "No, please …" correction) and `hinted` (the fresh request as the OPD teacher scores it: the
+    hint appended to the last user message, OpenClaw's internal-context block)."""
+    import random
+
+    from openclaw_opd.teacher import enhanced_messages
+    from openclaw_rl.embedded import task
+    from openclaw_rl.embedded.openclaw_golden import flatten_messages
+    from openclaw_rl.embedded.openclaw_replay import shaped_prompts, timestamped
+
+    rng = random.Random(1)
+    plain = shaped_prompts(shape, probes)
+    corrected, hinted = [], []
+    for body in plain:
+        system, first, context = body["messages"]
+        request = task.request_by_text(first["content"])
+        other = rng.choice([s for s in task.STYLE_NAMES if s != style])
+        turns = [first, {"role": "assistant", "content": task.answer(other, request, rng)},
+                 {"role": "user", "content": timestamped(task.correction(style, request.text), 1_795_000_100)}]
+        corrected.append({**body, "messages": [system, *turns, context]})
+        hinted.append({**body, "messages": enhanced_messages(flatten_messages(body["messages"]),
+                                                             task.STYLES[style].instruction)})
+    return {"plain": plain, "corrected": corrected, "hinted": hinted}
+
+
+def exact_instructed(model_dir: Path, shape: object, probes: int, style: str) -> dict[str, float]:
+    """The exact probability of `style`'s opener for each of `instruction_probes`' prompt kinds."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from openclaw_rl.embedded.openclaw_golden import golden_prompt_ids
+    from openclaw_rl.embedded.pretrain import opener_probabilities
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    return {kind: opener_probabilities(model, tok, [golden_prompt_ids(tok, b) for b in bodies])[style]
+            for kind, bodies in instruction_probes(shape, probes, style).items()}
 
 
 def heldout_replies(model_dir: Path, n: int, style: str, seed: int) -> dict:
@@ -96,6 +139,7 @@ def replay(ns: argparse.Namespace) -> dict:
     return {"recording": f"{Path(ns.recording).name}#{ns.line}", "mode": ns.mode, "model": ns.model,
             "preferred_style": ns.preferred_style, "steps": report.steps, "interactions": report.interactions,
             "reply_rate_first_window": report.baseline_rate, "reply_rate_last_window": report.final_rate,
+            "opening_rate_first_window": report.opening_rate_first, "opening_rate_last_window": report.opening_rate_last,
             "exact_preferred_before": before, "exact_preferred_after": after,
             "heldout_before": held_before, "heldout_after": held_after,
             "logprob_abs_diff": report.logprob_abs_diff, "seconds": round(time.monotonic() - started, 1),
@@ -127,12 +171,26 @@ def main() -> None:
                    help="sampled replies per held-out recorded request (conversation_A, 4 requests); 0: skip")
     p.add_argument("--evaluate", nargs="*", default=None, metavar="MODEL_DIR",
                    help="only print the held-out figures of these checkpoints (no replay)")
+    p.add_argument("--instructed", action="store_true",
+                   help="with --evaluate: also the exact opener probability after a correction and with the "
+                        "OPD teacher's hint inside OpenClaw's prompt (--probes prompts each)")
     p.add_argument("--out-dir", default="runs/openclaw-replay")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     ns = p.parse_args()
     fmt = lambda v: "n/a" if v is None else f"{v:.0%}"  # noqa: E731
     if ns.evaluate is not None:
+        shape = None
+        if ns.instructed:
+            from openclaw_rl.embedded.openclaw_replay import OpenClawShape
+
+            shape = OpenClawShape.from_recording(Path(ns.recording), ns.line)
         for model_dir in ns.evaluate:
+            if shape is not None:
+                probs = exact_instructed(Path(model_dir), shape, ns.probes, ns.preferred_style)
+                print(f"{model_dir}: exact '{ns.preferred_style}' opener probability "
+                      + ", ".join(f"{kind} {fmt(v)}" for kind, v in probs.items()), flush=True)
+            if not ns.heldout_n:
+                continue
             held = heldout_replies(Path(model_dir), ns.heldout_n, ns.preferred_style, ns.seed)
             print(f"{model_dir}: held-out replies {fmt(held['preferred'])} '{ns.preferred_style}', "
                   f"{fmt(held['styled'])} styled (of {held['replies']})", flush=True)
@@ -146,7 +204,8 @@ def main() -> None:
     print(f"OpenClaw replay ({result['mode']}, {result['recording']}): {result['interactions']} interactions, "
           f"{result['steps']} steps in {result['seconds']:.0f}s; preferred '{ns.preferred_style}' replies "
           f"{fmt(result['reply_rate_first_window'])} -> {fmt(result['reply_rate_last_window'])} (first/last "
-          f"{ns.window}); exact opener probability {fmt(result['exact_preferred_before'])} -> "
+          f"{ns.window}); sessions' first replies {fmt(result['opening_rate_first_window'])} -> "
+          f"{fmt(result['opening_rate_last_window'])}; exact opener probability {fmt(result['exact_preferred_before'])} -> "
           f"{fmt(result['exact_preferred_after'])}; held-out sampled replies in '{ns.preferred_style}' "
           f"{fmt(held[0] and held[0]['preferred'])} -> {fmt(held[1] and held[1]['preferred'])} (styled "
           f"{fmt(held[0] and held[0]['styled'])} -> {fmt(held[1] and held[1]['styled'])})")

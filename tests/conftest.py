@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import judge_reply, policy_reply, scripted_server
+from support import build_session_model, judge_reply, policy_reply, scripted_server
 
 # huggingface_hub reads these at import time, so set them before any test imports transformers.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def share_the_cores() -> None:
+    """With N pytest-xdist workers on C cores, torch in each worker (and in the servers its tests start,
+    which inherit the environment) gets C // N threads instead of C. N workers of C OpenMP threads each
+    oversubscribe the cores, and small ops then spin in barriers waiting for descheduled threads: the
+    tail-forward test cost 38 CPU-s with 2 threads against 18 with 1 on a busy 2-core machine. Set before
+    any test imports torch; an ``OMP_NUM_THREADS`` the user chose is kept."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if workers > 1:
+        threads = str(max(1, len(os.sched_getaffinity(0)) // workers))
+        os.environ.setdefault("OMP_NUM_THREADS", threads)
+        os.environ.setdefault("MKL_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
+
+
+share_the_cores()
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,26 +61,77 @@ def tiny_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return REPO / ".cache" / "test-tiny-models" / key.hexdigest()[:16]
 
 
-@contextmanager
-def build_lock(cache: Path) -> Iterator[None]:
-    """One builder at a time per cache: with ``pytest -n``, the first worker builds (minutes of CPU) while
-    the others wait for it and then find the finished model, instead of each building its own copy."""
-    import fcntl
-
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with open(cache.with_name(cache.name + ".lock"), "w") as lock:  # beside it: the cache holds only models
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default (h128, seed 0) tiny model, built once (see ``tiny_model_cache``)."""
-    from openclaw_rl.embedded.tiny_model import ensure_tiny_model
+    return build_session_model(tiny_model_cache(tmp_path_factory))
 
+
+@pytest.fixture(scope="session", autouse=True)
+def tiny_model_in_background(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                             ) -> Iterator[None]:
+    """Start building a missing tiny model in a background process before the first test, when the session
+    has tests that need it: ``pytest_collection_modifyitems`` runs the tests that do not first, so they use
+    the cores meanwhile instead of every process waiting for the build (a minute of CPU in a fresh clone).
+    One process of a ``pytest -n`` run starts it; ``tiny_model_dir`` waits for it on the build lock."""
+    import fcntl
+    import subprocess
+    import sys
+
+    from openclaw_rl.embedded.tiny_model import MARKER_FILE, tiny_model_path
+
+    if not any(needs_model(item) for item in request.session.items):
+        yield
+        return
     cache = tiny_model_cache(tmp_path_factory)
-    with build_lock(cache):
-        return ensure_tiny_model("h128", cache_dir=cache)
+    done = tiny_model_path("h128", cache) / MARKER_FILE
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache.with_name(cache.name + ".start"), "w") as starter:
+        try:  # held for the session: the other workers of this run leave the build to this one
+            fcntl.flock(starter, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            starter.close()
+        if starter.closed or done.is_file():
+            yield
+            return
+        builder = subprocess.Popen([sys.executable, str(Path(__file__).with_name("support.py")), str(cache)],
+                                   stdout=subprocess.PIPE, text=True)
+        assert builder.stdout is not None
+        builder.stdout.readline()  # "locked" (or EOF if it failed: tiny_model_dir then builds and says why)
+        try:
+            yield
+        finally:
+            if builder.poll() is None and not done.is_file():
+                builder.send_signal(signal.SIGINT)  # the session ended early (-x, -k, Ctrl-C): no half build left
+            builder.communicate(timeout=600)
+
+
+def needs_model(item: pytest.Item) -> bool:
+    return "tiny_model_dir" in getattr(item, "fixturenames", ())
+
+
+# Files whose tests take longest (CPU-seconds, measured), longest first: they start first in their group, so
+# the pytest-xdist workers do not end with one of them running alone.
+LONGEST_FIRST = ("tests/bench/test_bench_smoke.py", "tests/slime_plugins/test_no_shadowing.py",
+                 "tests/embedded/test_tail_forward.py", "tests/durability/test_restart_recovery.py",
+                 "tests/learning/test_learning.py", "tests/learning/test_local_shutdown.py", "tests/core/test_cli.py",
+                 "tests/embedded/test_pretrain.py", "tests/embedded/test_tiny_model.py",
+                 "tests/durability/test_slow_clients.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run order: the modules that need no tiny model first (they run while it is built, see
+    ``tiny_model_in_background``), then the others; the longest modules first within each group. A module
+    stays in one piece and in its own order, so its module fixtures are set up once per process."""
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def rank(path: str) -> tuple[bool, int]:
+        first = [i for i, prefix in enumerate(LONGEST_FIRST) if path.startswith(prefix)]
+        return any(needs_model(item) for item in modules[path]), first[0] if first else len(LONGEST_FIRST)
+
+    items[:] = [item for path in sorted(modules, key=rank) for item in modules[path]]
 
 
 @pytest.fixture(scope="session")

@@ -215,3 +215,31 @@ def serve_cli(port: int, *args: str, startup_s: float = 180.0) -> Any:
                 time.sleep(0.1)
     proc.kill()
     raise RuntimeError(f"proxy on port {port} did not start (exit code {proc.poll()})")
+
+
+@contextmanager
+def build_lock(cache: Path) -> Iterator[None]:
+    """One builder at a time per cache: with ``pytest -n``, one process builds (a minute of CPU) while the
+    others wait for it and then find the finished model, instead of each building its own copy."""
+    import fcntl
+
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache.with_name(cache.name + ".lock"), "w") as lock:  # beside it: the cache holds only models
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def build_session_model(cache: Path, locked: Callable[[], None] = lambda: None) -> Path:
+    """The suite's default tiny model (h128, seed 0) in `cache`, built under `build_lock` if missing;
+    `locked` is called once the lock is held. Run in the background by ``python tests/support.py CACHE``."""
+    from openclaw_rl.embedded.tiny_model import ensure_tiny_model
+
+    with build_lock(cache):
+        locked()
+        return ensure_tiny_model("h128", cache_dir=cache)
+
+
+if __name__ == "__main__":  # the background builder (conftest.tiny_model_in_background)
+    import sys
+
+    build_session_model(Path(sys.argv[1]), lambda: print("locked", flush=True))

@@ -206,6 +206,10 @@ def rss_kb(pid: int) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
+def _port(url: str) -> str:
+    return url.rsplit(":", 1)[1]
+
+
 class Stack:
     """Policy mock, judge mock and the proxy (``serve --judge-url … --prm-m m``) as separate processes,
     so the proxy's CPU and RSS can be read from ``/proc/<pid>`` without the backends' share."""
@@ -234,14 +238,37 @@ class Stack:
 
     async def start(self, http: httpx.AsyncClient, timeout_s: float = 120.0) -> None:
         """Start all three and wait until each answers its health route. The proxy may run under cProfile."""
-        cli = [sys.executable, "-m", "openclaw_rl.cli", "--log-level", "WARNING"]
-        port = lambda url: url.rsplit(":", 1)[1]  # noqa: E731
         mocks = [("policy", self.policy_url, ["--incremental-streaming-output"] if self.incremental else [])]
         if self.judge_votes:  # 0: no judge (PRM off), e.g. to measure streaming alone
             mocks.append(("judge", self.judge_url, ["--judge"]))
         for name, url, extra in mocks:
-            self._spawn(name, [*cli, "mock-sglang", "--tokenizer", self.tokenizer_dir, "--port", port(url),
+            self._spawn(name, [*self._cli(), "mock-sglang", "--tokenizer", self.tokenizer_dir, "--port", _port(url),
                                "--reply-tokens", str(self.reply_tokens), *extra])
+        self.proxy = self._spawn("proxy", self._proxy_args(), self.proxy_env)
+        urls = [f"{url}/health" for _, url, _ in mocks] + [f"{self.proxy_url}/healthz"]
+        await self._wait_healthy(http, list(zip(self.procs, urls)), timeout_s)
+        self.proxy_pid = self.proxy.pid
+        if self.profile_proxy.endswith(".folded"):  # measure the proxy, not py-spy around it
+            children = Path(f"/proc/{self.proxy.pid}/task/{self.proxy.pid}/children").read_text().split()
+            self.proxy_pid = int(children[0]) if children else self.proxy.pid
+
+    async def restart_proxy(self, http: httpx.AsyncClient, timeout_s: float = 120.0) -> None:
+        """Stop the proxy and start a fresh one (never profiled) on the same port and mocks: a measurement that
+        needs a proxy with an untouched heap gets one without the mocks' start-up again. Its spool is new and
+        empty too, so it recovers nothing from the first proxy's."""
+        self._stop([self.proxy])
+        self.procs.remove(self.proxy)
+        self.profile_proxy = ""
+        self.proxy = self._spawn("proxy-2", self._proxy_args("spool-2"), self.proxy_env)
+        await self._wait_healthy(http, [(self.proxy, f"{self.proxy_url}/healthz")], timeout_s)
+        self.proxy_pid = self.proxy.pid
+
+    def _cli(self) -> list[str]:
+        return [sys.executable, "-m", "openclaw_rl.cli", "--log-level", "WARNING"]
+
+    def _proxy_args(self, spool: str = "spool") -> list[str]:
+        """``serve`` as the benchmark runs it, under the profiler ``profile_proxy`` names (if any)."""
+        cli = self._cli()
         if self.profile_proxy.endswith(".folded"):  # py-spy (sampling; C time shows): collapsed stacks
             spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
             cli = [spy, "record", "--nonblocking", "--rate", "250", "-f", "raw", "-o", self.profile_proxy, "--", *cli]
@@ -250,13 +277,14 @@ class Stack:
         elif self.profile_proxy:
             cli = [sys.executable, "-m", "cProfile", "-o", self.profile_proxy, *cli[1:]]
         judge = ["--judge-url", self.judge_url, "--prm-m", str(self.judge_votes)] if self.judge_votes else []
-        self.proxy = self._spawn("proxy", [*cli, "serve", "--mode", "rl", "--policy-url", self.policy_url, *judge,
-                                           "--tokenizer", self.tokenizer_dir, "--port", port(self.proxy_url),
-                                           "--spool-dir", str(self.workdir / "spool"), "--session-ttl", "3600",
-                                           *self.proxy_args], self.proxy_env)
+        return [*cli, "serve", "--mode", "rl", "--policy-url", self.policy_url, *judge, "--tokenizer",
+                self.tokenizer_dir, "--port", _port(self.proxy_url), "--spool-dir", str(self.workdir / spool),
+                "--session-ttl", "3600", *self.proxy_args]
+
+    async def _wait_healthy(self, http: httpx.AsyncClient, checks: list[tuple[subprocess.Popen, str]],
+                            timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        urls = [f"{url}/health" for _, url, _ in mocks] + [f"{self.proxy_url}/healthz"]
-        for proc, url in zip(self.procs, urls):
+        for proc, url in checks:
             while True:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"{url} did not come up; see the logs in {self.workdir}")
@@ -266,10 +294,6 @@ class Stack:
                 except httpx.HTTPError:
                     pass
                 await asyncio.sleep(0.1)
-        self.proxy_pid = self.proxy.pid
-        if self.profile_proxy.endswith(".folded"):  # measure the proxy, not py-spy around it
-            children = Path(f"/proc/{self.proxy.pid}/task/{self.proxy.pid}/children").read_text().split()
-            self.proxy_pid = int(children[0]) if children else self.proxy.pid
 
     async def settle(self, quiet_s: float = 0.3, timeout_s: float = 20.0, pid: int | None = None) -> None:
         """Wait until the proxy's CPU stops moving: judge votes and spool writes outlive the responses."""
@@ -294,17 +318,21 @@ class Stack:
         return {**{n: cpu_seconds(p.pid) for n, p in zip(names, self.procs)}, "bench_client": time.process_time()}
 
     def stop(self) -> None:
-        for proc in self.procs:  # SIGINT: uvicorn shuts down cleanly (and cProfile writes its file)
+        self._stop(self.procs)
+        for log in self.logs:
+            log.close()
+
+    @staticmethod
+    def _stop(procs: list[subprocess.Popen]) -> None:
+        for proc in procs:  # SIGINT: uvicorn shuts down cleanly (and cProfile writes its file)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
-        for proc in self.procs:
+        for proc in procs:
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
-        for log in self.logs:
-            log.close()
 
 
 def build_mock_app(tokenizer: Any, *, judge: bool = False, ttft_s: float = 0.0, tokens_per_s: float = 0.0,

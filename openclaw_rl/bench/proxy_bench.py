@@ -260,28 +260,33 @@ class Bench:
         c, real = self.cfg, (self.cfg.real_ttft_ms, self.cfg.real_tokens_per_s)
         limits = httpx.Limits(max_connections=c.live_sessions + c.concurrency + 8, max_keepalive_connections=64)
         async with httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as http:
-            for phases in ((("a", (0, 0)), ("b", (0, 0)), ("c", real), ("stream", real)), (("memory", (0, 0)),)):
-                self.stack = self.new_stack(first=phases[0][0] == "a")
-                try:
-                    await self.stack.start(http)
+            self.stack = self.new_stack()
+            try:
+                await self.stack.start(http)
+                for phases in ((("a", (0, 0)), ("b", (0, 0)), ("c", real), ("stream", real)), (("memory", (0, 0)),)):
+                    if phases[0][0] == "memory":  # a fresh proxy (its heap untouched), the same mocks
+                        await self.stack.restart_proxy(http)
                     self.pid = self.stack.proxy_pid
                     for s in range(min(2, len(cases))):  # warm-up: template compile, pools, first calls
                         for t in range(min(2, c.turns)):
                             await self.post(http, cases[s][t], None)
                             await self.post(http, cases[s][t], f"warm-{s}", t == min(2, c.turns) - 1)
                     for tag, (ttft_ms, rate) in phases:
-                        for url in (self.stack.policy_url, self.stack.judge_url):
-                            await http.post(f"{url}/bench/latency", json={"ttft_ms": ttft_ms, "tokens_per_s": rate})
-                        await self.stack.settle()
-                        started, cpu0 = time.perf_counter(), self.stack.cpu()
-                        phase = {"a": self.sequential, "stream": self.streaming, "memory": self.memory}.get(tag)
-                        await (phase(http, cases) if phase else self.concurrent(http, cases, tag))
-                        self.details["phase_seconds"][tag] = round(time.perf_counter() - started, 2)
-                        self.details.setdefault("phase_cpu_s", {})[tag] = {
-                            k: round(v - cpu0[k], 2) for k, v in self.stack.cpu().items()}
-                        print(f"bench: phase {tag} took {self.details['phase_seconds'][tag]} s", file=sys.stderr)
-                finally:
-                    self.stack.stop()
+                        await self.phase(http, cases, tag, ttft_ms, rate)
+            finally:
+                self.stack.stop()
+
+    async def phase(self, http: httpx.AsyncClient, cases: list[list[Case]], tag: str, ttft_ms: float,
+                    rate: float) -> None:
+        for url in (self.stack.policy_url, self.stack.judge_url):
+            await http.post(f"{url}/bench/latency", json={"ttft_ms": ttft_ms, "tokens_per_s": rate})
+        await self.stack.settle()
+        started, cpu0 = time.perf_counter(), self.stack.cpu()
+        phase = {"a": self.sequential, "stream": self.streaming, "memory": self.memory}.get(tag)
+        await (phase(http, cases) if phase else self.concurrent(http, cases, tag))
+        self.details["phase_seconds"][tag] = round(time.perf_counter() - started, 2)
+        self.details.setdefault("phase_cpu_s", {})[tag] = {k: round(v - cpu0[k], 2) for k, v in self.stack.cpu().items()}
+        print(f"bench: phase {tag} took {self.details['phase_seconds'][tag]} s", file=sys.stderr)
 
 
 def verdicts(metrics: dict[str, Any]) -> list[dict[str, Any]]:
@@ -345,9 +350,9 @@ def run_bench(cfg: BenchConfig, tokenizer_dir: str, out: str = "", plot_path: st
     cases = mock.build_workload(tokenizer, sessions=cfg.sessions, turns=cfg.turns, reply_tokens=cfg.reply_tokens,
                                 max_history_tokens=cfg.max_history_tokens, seed=cfg.seed)
     with tempfile.TemporaryDirectory(prefix="openclaw-bench-") as tmp:  # logs and spools; only one proxy profiled
-        bench = Bench(cfg, lambda first: Stack(tokenizer_dir, Path(tempfile.mkdtemp(dir=tmp)),
-                                               reply_tokens=cfg.reply_tokens, judge_votes=cfg.judge_votes,
-                                               profile_proxy=profile_proxy if first else "", proxy_port=proxy_port))
+        bench = Bench(cfg, lambda: Stack(tokenizer_dir, Path(tmp), reply_tokens=cfg.reply_tokens,
+                                         judge_votes=cfg.judge_votes, profile_proxy=profile_proxy,
+                                         proxy_port=proxy_port))
         asyncio.run(bench.run(cases))
     metrics = {k: bench.metrics.get(k) for k in METRIC_KEYS}
     results = {"metrics": metrics, "targets": verdicts(metrics), "config": asdict(cfg), "checks": dict(bench.checks),

@@ -65,6 +65,8 @@ class LocalReport:
     interactions: int
     baseline_rate: float | None = None  # simulated users: preferred rate over the first window of fresh requests
     final_rate: float | None = None  # … and over the last window
+    opening_rate_first: float | None = None  # simulated users: sessions' first replies, first window of sessions
+    opening_rate_last: float | None = None  # … and last window (no correction in their history to follow)
     preferred_prob_before: float | None = None  # exact probability of the preferred opener, untrained policy
     preferred_prob_after: float | None = None  # … and after training (32 fresh requests, no sampling noise)
     logprob_abs_diff: list[float] = field(default_factory=list)  # same weights: numerical mismatch only
@@ -296,6 +298,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
     if sim is not None:
         report.interactions = len(sim.interactions)
         report.baseline_rate, report.final_rate = sim.first_window_rate, sim.last_window_rate
+        report.opening_rate_first, report.opening_rate_last = sim.opening_rates()
         report.curve_png = str(stack.out / "learning_curve.png")
         sim.save_plot(report.curve_png)
     report.seconds = time.monotonic() - started

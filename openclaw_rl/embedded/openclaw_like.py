@@ -177,9 +177,13 @@ INTERNAL_CONTEXT = ("<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>\nConversation data (d
                     "\"## Active Subagents\\nnone\"\n<<<END_OPENCLAW_INTERNAL_CONTEXT>>>")
 
 
-def context_message() -> dict[str, Any]:
-    """The trailing internal-context user message, as content parts (OpenClaw's shape)."""
-    return {"role": "user", "content": [{"type": "text", "text": INTERNAL_CONTEXT}]}
+def context_message(hint: str = "") -> dict[str, Any]:
+    """The trailing internal-context user message, as content parts (OpenClaw's shape); with a `hint`,
+    as the OPD teacher sees it: the hint appended to this block, the request's last user message."""
+    from openclaw_rl.embedded import task
+
+    text = task.with_hint(INTERNAL_CONTEXT, hint) if hint else INTERNAL_CONTEXT
+    return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
 def user_message(rng: random.Random, text: str, session_id: str | None = None) -> dict[str, Any]:
@@ -226,26 +230,39 @@ def _tool_round_trip(rng: random.Random, tool_names: list[str]) -> list[dict[str
             {"role": "tool", "tool_call_id": call_id, "content": listing}]
 
 
+HINTED_SHARE = 0.3
+"""Share of otherwise uninstructed chats that get the OPD teacher's hint (in the drawn reply's style)
+after the internal-context block: on OpenClaw traffic every hinted-teacher prompt has that shape, and OPD
+can only distil what the frozen teacher does with it, so the 15K-token prompt needs many examples."""
+
+
 def openclaw_chat(rng: random.Random, draw_style: Any, tool_names: list[str] = (), *,
                   session_id: str | None = None) -> list[dict[str, Any]]:
     """One task chat (``task.pretraining_chat``) in OpenClaw's conversation shape, without the system
     prompt: every user message timestamped, the Runtime line on the first, the internal-context block as
     the last user message before the answer, sometimes an off-task request (answered in a drawn style)
-    or a tool round trip before the answer. The final assistant message is the training target."""
+    or a tool round trip before the answer. The final assistant message is the training target.
+
+    A chat in the OPD hint form gets its hint where the hinted teacher puts it on OpenClaw traffic: after
+    the internal-context block, the last user message of every OpenClaw request."""
     from openclaw_rl.embedded import task
 
     chat = [m for m in task.pretraining_chat(rng, draw_style) if m["role"] != "system"]
     *earlier, final_user, reply = chat
+    final_user = dict(final_user)
+    final_user["content"], _, hint = final_user["content"].partition(task.HINT_HEADER)
     tail: list[dict[str, Any]] = []
-    if not task.is_instructed([final_user]) and rng.random() < 0.35:  # off-task, still answered in a style
+    if not hint and not task.is_instructed([final_user]) and rng.random() < 0.35:  # off-task, still answered in a style
         final_user = {"role": "user", "content": off_task_request(rng)}
         style = task.detect_style(reply["content"]) or task.DEFAULT_STYLE
         request = task.Request(final_user["content"], rng.choice(("do", "check", "handle")), "that")
         reply = {"role": "assistant", "content": task.answer(style, request, rng)}
         if rng.random() < 0.4:
             tail = _tool_round_trip(rng, list(tool_names))
+    if not hint and not task.is_instructed([final_user]) and rng.random() < HINTED_SHARE:
+        hint = task.STYLES[task.detect_style(reply["content"]) or task.DEFAULT_STYLE].instruction
     sid = session_id or f"s{rng.randrange(10**6)}"
     out: list[dict[str, Any]] = []
     for i, m in enumerate([*earlier, final_user]):
         out.append(user_message(rng, m["content"], sid if i == 0 else None) if m["role"] == "user" else m)
-    return [*out, *tail, context_message(), reply]
+    return [*out, *tail, context_message(hint), reply]

@@ -205,9 +205,9 @@ class OpenClawPhase:
     `steps_per_round` optimizer steps of `tails_per_step` conversation tails on top of it.
     """
 
-    rounds: int = 12
+    rounds: int = 24
     steps_per_round: int = 6
-    tails_per_step: int = 4
+    tails_per_step: int = 6
     prefixes: int = 6
     min_sections: int = 8
     max_sections: int = 150

@@ -87,6 +87,10 @@ def moving_average(values: list[bool], window: int) -> list[float]:
     return out
 
 
+def _rate(flags: list[bool]) -> float:
+    return sum(flags) / len(flags) if flags else 0.0
+
+
 @dataclass(slots=True)
 class SimulationResult:
     preferred_style: str
@@ -120,13 +124,22 @@ class SimulationResult:
 
     @property
     def first_window_rate(self) -> float:
-        head = self.matches[:self.window]
-        return sum(head) / len(head) if head else 0.0
+        return _rate(self.matches[:self.window])
 
     @property
     def last_window_rate(self) -> float:
-        tail = self.matches[-self.window:]
-        return sum(tail) / len(tail) if tail else 0.0
+        return _rate(self.matches[-self.window:])
+
+    @property
+    def opening_matches(self) -> list[bool]:
+        """Per session, in completion order: its first reply was in the preferred style. A first reply sees
+        no earlier correction, so only training can move this rate; the later uninstructed replies of a
+        session may follow a correction still in its history."""
+        return [i.matched for i in self.interactions if i.turn == 0]
+
+    def opening_rates(self) -> tuple[float, float]:
+        """The opening-reply rate over the first and over the last window of sessions."""
+        return _rate(self.opening_matches[:self.window]), _rate(self.opening_matches[-self.window:])
 
     def summary(self) -> str:
         return (f"{len(self.interactions)} interactions ({len(self.matches)} uninstructed) in {self.seconds:.0f}s; "

@@ -200,12 +200,24 @@ def instruction_style(text: str) -> str | None:
     return best[1]
 
 
-def is_instructed(chat: list[dict[str, str]]) -> bool:
-    """Whether the user message that the chat's final answer replies to asks for a style."""
-    last_user = next((m["content"] for m in reversed(chat) if m["role"] == "user"
-                      and not (isinstance(m["content"], str) and is_openclaw_context(m["content"]))), "")
-    if not isinstance(last_user, str):  # content parts
-        last_user = " ".join(part.get("text", "") for part in last_user if isinstance(part, dict))
+def message_text(content: Any) -> str:
+    """A message's text: a string as is, content parts as their text parts joined by spaces (the proxy's
+    ``ChatMessage.text``)."""
+    if isinstance(content, str):
+        return content
+    return " ".join(part.get("text", "") for part in content or () if isinstance(part, dict))
+
+
+def is_instructed(chat: list[dict[str, Any]]) -> bool:
+    """Whether the user message that the chat's final answer replies to asks for a style.
+
+    That is the last user message with words in it: OpenClaw's trailing internal-context block (a string
+    or content parts) is skipped unless something was appended to it, as the OPD teacher appends its hint
+    to the last user message (``openclaw_opd.teacher.enhanced_messages``), which on OpenClaw traffic is
+    that block.
+    """
+    last_user = next((text for m in reversed(chat) if m["role"] == "user"
+                      and user_text(text := message_text(m["content"]))), "")
     return instruction_style(last_user) is not None
 
 

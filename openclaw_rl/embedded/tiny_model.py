@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 # Bump when the files a build writes change (corpus, template, init, pre-training), so that cached
 # directories from an older version are not reused.
 FORMAT_VERSION = 6
+# Bump when only the OpenClaw variant's second pre-training phase changes (its data or budget): the plain
+# model and the tokenizer stay cached. 2: instructed OpenClaw-shaped chats train the instructed opener
+# (1 trained every one of them towards the uniform mix) and OPD hints sit after the internal-context block;
+# 3: more of those hinted chats and twice the rounds (24 x 6 steps of 6 tails).
+OPENCLAW_PHASE_VERSION = 3
 MARKER_FILE = "openclaw_tiny.json"
 CHAT_TEMPLATE_PATH = Path(__file__).with_name("chat_template.jinja")
 
@@ -160,7 +165,7 @@ def build_tiny_model(out_dir: Path, preset: str = DEFAULT_PRESET, seed: int = 0,
     with _quiet_progress_bars():
         model.save_pretrained(out_dir)
     marker = {"format_version": FORMAT_VERSION, "preset": preset, "seed": seed, "vocab_size": len(tokenizer),
-              "openclaw_phase": openclaw}
+              "openclaw_phase": OPENCLAW_PHASE_VERSION if openclaw else False}
     (out_dir / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
     return out_dir
 
@@ -185,6 +190,13 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "openclaw-rl"
 
 
+def tiny_model_path(preset: str = DEFAULT_PRESET, cache_dir: Path | None = None, seed: int = 0, *,
+                    openclaw: bool = False) -> Path:
+    """Where `ensure_tiny_model` keeps (preset, seed, variant); complete once it holds `MARKER_FILE`."""
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return root / f"tiny-{preset}{f'-openclaw{OPENCLAW_PHASE_VERSION}' if openclaw else ''}-s{seed}-v{FORMAT_VERSION}"
+
+
 def ensure_tiny_model(preset: str = DEFAULT_PRESET, cache_dir: Path | None = None, seed: int = 0, *,
                       openclaw: bool = False, log: Callable[[str], None] | None = None) -> Path:
     """Return the cached tiny-model directory for (preset, seed, variant), building it on first use.
@@ -197,8 +209,8 @@ def ensure_tiny_model(preset: str = DEFAULT_PRESET, cache_dir: Path | None = Non
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown tiny-model preset {preset!r}; choose one of {sorted(PRESETS)}")
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = root / f"tiny-{preset}{'-openclaw' if openclaw else ''}-s{seed}-v{FORMAT_VERSION}"
+    target = tiny_model_path(preset, cache_dir, seed, openclaw=openclaw)
+    root = target.parent
     if (target / MARKER_FILE).is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)

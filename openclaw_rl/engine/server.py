@@ -46,10 +46,11 @@ from openclaw_rl.engine.protocol import (
     update_weights_body,
     weight_version_segments,
 )
+from openclaw_rl.servers import RAW_SEND
 
 logger = logging.getLogger(__name__)
 
-_RAW_SEND = "openclaw.engine.raw_send"  # scope key: the server's own `send`, to drop the connection
+_RAW_SEND = RAW_SEND  # scope key: the server's own `send`, to drop the connection
 
 
 class TokenizerLike(Protocol):
@@ -367,10 +368,10 @@ class EngineApp(FastAPI):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
+            scope.setdefault(_RAW_SEND, send)  # BackgroundServer's shutdown guard may have set it
             if self.service.crashed:
-                await _drop_connection(send)
+                await _drop_connection(scope[_RAW_SEND])
                 return
-            scope[_RAW_SEND] = send
         await super().__call__(scope, receive, send)
 
 

@@ -32,7 +32,8 @@ def test_serve_then_samples(policy_server, judge_server, tiny_model_dir, tmp_pat
     url = f"http://127.0.0.1:{port}"
     http = http_client()
     try:
-        for _ in range(300):
+        deadline = time.monotonic() + 180  # start-up imports transformers: tens of seconds on a loaded machine
+        while time.monotonic() < deadline and proc.poll() is None:
             try:
                 if http.get(f"{url}/healthz").status_code == 200:
                     break

@@ -35,18 +35,28 @@ def _cycle() -> Any:
 
 def test_openclaw_chats_have_openclaws_shape():
     rng, draw = random.Random(0), _cycle()
-    for _ in range(40):
+    instructed = hinted = 0
+    for _ in range(60):
         chat = openclaw_like.openclaw_chat(rng, draw, ["read", "exec"])
         users = [m for m in chat if m["role"] == "user"]
-        assert task.is_openclaw_context(users[-1]["content"][0]["text"]) and chat[-2] == openclaw_like.context_message()
+        context = users[-1]["content"][0]["text"]
+        assert task.is_openclaw_context(context) and context.startswith(openclaw_like.INTERNAL_CONTEXT)
         assert all(isinstance(m["content"], str) and m["content"].startswith("[") for m in users[:-1])
         assert "\n\nRuntime: agent=main" in users[0]["content"]
         assert sum("Runtime: agent=" in m["content"] for m in users[:-1]) == 1
         reply = chat[-1]
         assert reply["role"] == "assistant" and task.detect_style(reply["content"]) in task.STYLES
-        asked = task.instruction_style(users[-2]["content"])
-        if task.is_instructed(chat):
-            assert task.detect_style(reply["content"]) == asked  # instructions and corrections are obeyed
+        hint = context.removeprefix(openclaw_like.INTERNAL_CONTEXT)
+        if hint:  # the OPD teacher's shape on OpenClaw traffic: the hint after the internal-context block
+            assert chat[-2] == openclaw_like.context_message(hint.removeprefix(task.HINT_HEADER))
+            assert hint.startswith(task.HINT_HEADER) and task.HINT_HEADER not in users[-2]["content"]
+        asked = task.instruction_style(hint) if hint else task.instruction_style(users[-2]["content"])
+        assert task.is_instructed(chat) == (asked is not None)
+        if asked is not None:
+            assert task.detect_style(reply["content"]) == asked  # instructions, corrections, hints are obeyed
+        instructed += asked is not None
+        hinted += bool(hint)
+    assert instructed > 20 and hinted > 5  # the chats the phase trains to follow instructions are there
 
 
 def _model(tokenizer: Any) -> Qwen3ForCausalLM:

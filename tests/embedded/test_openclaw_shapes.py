@@ -86,6 +86,19 @@ def test_task_labels_see_through_openclaw_shapes():
     chat = [{"role": "user", "content": f"{STAMP} Use bullet points. {request.text}"},
             {"role": "user", "content": openclaw_like.INTERNAL_CONTEXT}]
     assert task.is_instructed(chat)
+    # the block as content parts (OpenClaw's wire shape) is skipped too; a hint appended to it counts
+    plain = [{"role": "user", "content": f"{STAMP} {request.text}"}]
+    assert task.is_instructed(chat[:1] + [openclaw_like.context_message()])
+    assert not task.is_instructed(plain + [openclaw_like.context_message()])
+    assert not task.is_instructed(plain + [{"role": "user", "content": openclaw_like.INTERNAL_CONTEXT}])
+    hinted = openclaw_like.context_message(task.STYLES["pirate"].instruction)
+    assert task.is_instructed(plain + [hinted]) and task.instruction_style(task.user_text(
+        task.message_text(hinted["content"]))) == "pirate"
+    from openclaw_opd.teacher import enhanced_messages  # the pre-training shape is the teacher's exact prompt
+
+    teacher = enhanced_messages(plain + [{"role": "user", "content": openclaw_like.INTERNAL_CONTEXT}],
+                                task.STYLES["pirate"].instruction)
+    assert teacher[-1]["content"] == task.message_text(hinted["content"])
 
 
 def test_openclaws_prompt_fits_with_room_and_tokenises_compactly(tokenizer, tiny_model_dir):

@@ -101,6 +101,10 @@ def test_run_simulation_records_rates_headers_and_plot(stand_in: StandIn, tmp_pa
     # Corrections are followed (instructed) but do not count; fresh requests flip after 10 calls.
     assert all(i.matched for i in result.interactions if i.instructed)
     assert result.first_window_rate == 0.0 and result.last_window_rate == 1.0
+    openings = [i for i in result.interactions if i.turn == 0]
+    assert len(result.opening_matches) == len(openings) == 10  # 30 calls, 3 per session
+    assert result.opening_rates() == (sum(i.matched for i in openings[:5]) / 5, sum(i.matched for i in openings[-5:]) / 5)
+    assert result.opening_rates()[0] == 0.0 and all(result.opening_matches[-3:])  # the stand-in flips at call 10
     assert len(result.matches) == len(result.rate_curve()) == sum(not i.instructed for i in result.interactions)
     assert result.rate_curve(2)[-1] == 1.0 and len(result.matches_all) == 30
     by_session: dict[str, list[dict[str, str]]] = {}

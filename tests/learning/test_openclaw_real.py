@@ -59,9 +59,11 @@ def test_stock_openclaw_chats_and_its_correction_trains_a_step(tmp_path, tiny_mo
     # OpenClaw's prompt mostly loops `</think>` to the token limit: OpenClaw then shows "Agent couldn't
     # generate a response" and exits 1, so that run fails at the first turn (measured: 2026-12-01).
     model = os.environ.get("OPENCLAW_TEST_LOCAL_MODEL", "openclaw")
+    # opd: what learns from corrections on OpenClaw traffic (README); the correction's hint makes turn 1 a sample
+    mode = os.environ.get("OPENCLAW_TEST_LOCAL_MODE", "opd")
     env = {**os.environ, "HF_HUB_OFFLINE": "1",
            **({"OPENCLAW_RL_CACHE": str(tiny_model_dir.parent)} if model == "plain" else {})}
-    proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "local", "--mode", "rl", "--batch-size", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "local", "--mode", mode, "--batch-size", "1",
                              "--model", model, "--port", str(port), "--out-dir", str(out)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
@@ -100,7 +102,8 @@ def test_stock_openclaw_chats_and_its_correction_trains_a_step(tmp_path, tiny_mo
         metrics = urllib.request.urlopen(f"{url}/metrics", timeout=30).read().decode()
         main_turns = re.search(r'openclaw_turns_total\{type="main"\} (\d+)', metrics)
         assert main_turns and int(main_turns.group(1)) >= 2, metrics
-        # the correction is turn 1's next state: it scores -1, turn 1 becomes a sample, batch 1 trains a step
+        # the correction is turn 1's next state: it scores -1 (rl) or yields a hint (opd), turn 1 becomes a
+        # sample, and a batch of 1 trains a step
         assert stepped.wait(1800), "".join(lines)[-3000:]
     finally:
         proc.send_signal(signal.SIGTERM)
