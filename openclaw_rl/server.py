@@ -59,6 +59,19 @@ from .writer import SampleWriter
 log = logging.getLogger(__name__)
 
 
+# tokenizer_config.json names these for a plain `tokenizers` tokenizer with no model-specific class
+# (transformers 5 writes TokenizersBackend; files meant for 4.x too say PreTrainedTokenizerFast).
+GENERIC_TOKENIZER_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend"})
+
+
+def _named_tokenizer_class(path: str) -> str | None:
+    try:
+        return json.loads(open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8").read()).get(
+            "tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def load_tokenizer(path: str, key: str = "openclaw_proxy_tokenizer") -> Any:
     if not path:
         raise ValueError("the proxy needs the policy tokenizer (--tokenizer / openclaw_proxy_tokenizer / "
@@ -66,9 +79,15 @@ def load_tokenizer(path: str, key: str = "openclaw_proxy_tokenizer") -> Any:
     if not os.path.isdir(path):
         raise ValueError(f"{key}: tokenizer directory {path!r} does not exist (expected a local HF model or "
                          "tokenizer dir holding tokenizer_config.json)")
-    from transformers import AutoTokenizer
-
     try:
+        if _named_tokenizer_class(path) in GENERIC_TOKENIZER_CLASSES:
+            # The class AutoTokenizer would pick too; AutoTokenizer first imports transformers' model-config
+            # stack, which imports torch (~4 CPU-s per proxy process). The proxy needs no torch.
+            from transformers import PreTrainedTokenizerFast
+
+            return PreTrainedTokenizerFast.from_pretrained(path)
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(path)
     except Exception as e:  # noqa: BLE001 - any loader failure is a configuration error here
         raise ValueError(f"{key}: cannot load a tokenizer from {path!r}: {type(e).__name__}: {e}") from None

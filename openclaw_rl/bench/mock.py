@@ -434,9 +434,10 @@ def add_mock_flags(p: argparse.ArgumentParser) -> None:
 
 def cmd_mock(ns: argparse.Namespace) -> int:
     import uvicorn
-    from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(ns.tokenizer)
+    from openclaw_rl.server import load_tokenizer
+
+    tokenizer = load_tokenizer(ns.tokenizer, "--tokenizer")
     app = build_mock_app(tokenizer, judge=ns.judge, ttft_s=ns.ttft_ms / 1000.0, tokens_per_s=ns.tokens_per_s,
                          reply_tokens=ns.reply_tokens, context_length=ns.context_length,
                          incremental_streaming_output=ns.incremental_streaming_output)
