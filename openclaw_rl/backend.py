@@ -32,9 +32,10 @@ log it and to recommend the incremental mode.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,6 +201,24 @@ def _json_string(raw: bytes | bytearray | memoryview) -> str:
     return value
 
 
+@contextlib.contextmanager
+def _malformed_events() -> Iterator[None]:
+    """A stream event that does not decode, or decodes to the wrong shape, is the backend's fault (502)."""
+    try:
+        yield
+    except codec.DecodeError as e:
+        raise BackendUnavailable(f"policy backend streamed non-JSON: {e}") from e
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise BackendUnavailable(f"policy backend streamed malformed /generate output: {e!r}") from e
+
+
+def _refuse_line_breaks(*parts: bytes | bytearray) -> None:
+    """A JSON event line holds no line break. ``SSEReader`` may hand over a large event without scanning
+    it (see its doc), so every part that gets decoded is checked here instead."""
+    if any(b"\n" in part for part in parts):
+        raise BackendUnavailable("policy backend streamed a line break inside an event")
+
+
 class StreamAssembler:
     """One streamed generation, assembled from SGLang's chunks in either streaming mode (see module doc).
 
@@ -245,20 +264,15 @@ class StreamAssembler:
 
     def feed(self, buf: bytearray | bytes, start: int = 0, end: int | None = None) -> GenerateResult:
         end = len(buf) if end is None else end
-        try:
+        with _malformed_events():
             spliced = None
             if end - start >= _SPLICE_MIN_BYTES:
                 hinted = self.mode == "cumulative"
                 spliced = _splice(buf, start, end, len(self._text_raw) if hinted else 0,
                                   self._ids_bytes if hinted else 0)
             raw = spliced.light if spliced else bytes(buf[start:end])
-            if b"\n" in raw:  # SSEReader may hand over a large event unscanned (see its doc): a JSON
-                raise BackendUnavailable("policy backend streamed a line break inside an event")  # line has none
+            _refuse_line_breaks(raw)
             return self._result(self._apply(codec.loads(raw), buf, spliced))
-        except codec.DecodeError as e:
-            raise BackendUnavailable(f"policy backend streamed non-JSON: {e}") from e
-        except (KeyError, TypeError, ValueError, IndexError) as e:
-            raise BackendUnavailable(f"policy backend streamed malformed /generate output: {e!r}") from e
 
     def feed_many(self, buf: bytearray | bytes, spans: list[tuple[int, int]]) -> GenerateResult | None:
         """The events of one read (or gathering interval) as one snapshot. Cumulative: only the last is
@@ -280,19 +294,14 @@ class StreamAssembler:
                 last = self.feed(buf, start, end)
             return last
         raw = b"[" + b",".join([buf[s:e] for s, e in spans]) + b"]"
-        try:
-            if b"\n" in raw:
-                raise BackendUnavailable("policy backend streamed a line break inside an event")
+        with _malformed_events():
+            _refuse_line_breaks(raw)
             events = codec.loads(raw)
             if len(events) != len(spans):  # an event of two objects ('{…},{…}') is not JSON
                 raise BackendUnavailable("policy backend streamed non-JSON: an event is not one object")
             for data in events:
                 meta = self._apply(data, buf, None)
             return self._result(meta)
-        except codec.DecodeError as e:
-            raise BackendUnavailable(f"policy backend streamed non-JSON: {e}") from e
-        except (KeyError, TypeError, ValueError, IndexError) as e:
-            raise BackendUnavailable(f"policy backend streamed malformed /generate output: {e!r}") from e
 
     def _result(self, meta: dict[str, Any]) -> GenerateResult:
         if self._pieces:  # incremental text: joined once per snapshot, not once per event
@@ -334,8 +343,7 @@ class StreamAssembler:
             new_ids, new_triples = [], []
         elif spliced:
             ids_tail, triples_tail = _tail(buf, ids_start, ids_end, new, b","), _tail(buf, lp_start, lp_end, new, b"],[")
-            if b"\n" in ids_tail or b"\n" in triples_tail:
-                raise BackendUnavailable("policy backend streamed a line break inside an event")
+            _refuse_line_breaks(ids_tail, triples_tail)
             new_ids = [int(t) for t in codec.loads(b"[" + ids_tail + b"]")]
             new_triples = codec.loads(b"[" + triples_tail + b"]")
         else:

@@ -51,7 +51,7 @@ class OpenClawShape:
         first_user = next(m for m in messages if m["role"] == "user")
         runtime = _RUNTIME.search(first_user["content"])
         if messages[0]["role"] != "system" or runtime is None or not task.is_openclaw_context(
-                _text(messages[-1]["content"])):
+                task.message_text(messages[-1]["content"])):
             raise ValueError(f"{path}#{line} is not an OpenClaw request (system, Runtime line, context block)")
         extra = {k: v for k, v in body.items() if k not in ("messages", "tools", "model", "prompt_cache_key")}
         return cls(messages[0], body["tools"], runtime.group(0), messages[-1], extra)
@@ -62,12 +62,6 @@ class OpenClawShape:
     def request(self, turns: list[dict[str, Any]]) -> dict[str, Any]:
         """The body OpenClaw would send for a session whose visible history is `turns`."""
         return {"messages": [self.system, *turns, copy.deepcopy(self.context)], "tools": self.tools, **self.extra}
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content or ""
 
 
 def timestamped(text: str, when: float) -> str:
