@@ -66,8 +66,8 @@ GENERIC_TOKENIZER_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBac
 
 def _named_tokenizer_class(path: str) -> str | None:
     try:
-        return json.loads(open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8").read()).get(
-            "tokenizer_class")
+        with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
+            return json.load(f).get("tokenizer_class")
     except (OSError, ValueError, AttributeError):
         return None
 

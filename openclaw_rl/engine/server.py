@@ -50,7 +50,6 @@ from openclaw_rl.servers import RAW_SEND
 
 logger = logging.getLogger(__name__)
 
-_RAW_SEND = RAW_SEND  # scope key: the server's own `send`, to drop the connection
 
 
 class TokenizerLike(Protocol):
@@ -164,7 +163,7 @@ class EngineService:
         """Die as CPU SGLang does: no response now, and every later request is dropped."""
         self.crashed = True
         logger.error("engine crashed like SGLang would (%s); all later requests are dropped", reason)
-        await _drop_connection(request.scope[_RAW_SEND])
+        await _drop_connection(request.scope[RAW_SEND])
         return Response(status_code=500)  # reaches nobody: the connection is already closed
 
     async def _complete(self, item: GenerationItem) -> dict[str, Any]:
@@ -368,9 +367,9 @@ class EngineApp(FastAPI):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            scope.setdefault(_RAW_SEND, send)  # BackgroundServer's shutdown guard may have set it
+            scope.setdefault(RAW_SEND, send)  # BackgroundServer's shutdown guard may have set it
             if self.service.crashed:
-                await _drop_connection(scope[_RAW_SEND])
+                await _drop_connection(scope[RAW_SEND])
                 return
         await super().__call__(scope, receive, send)
 
