@@ -255,12 +255,14 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
         sim_thread.start()
     pool = ThreadPoolExecutor(1, thread_name_prefix="collect")
     bar = make_progress(progress)
+    unlogged: dict[str, float] | None = None  # a trained step whose metrics line waits for the weight sync
     try:
         pending: Future = pool.submit(_collect, stack, cfg.rollout_batch_size, bar)
         current = pending.result()
         while current is not None and not stack.stop_event.is_set():
             pending = pool.submit(_collect, stack, cfg.rollout_batch_size, bar)  # batch k+1 fills while k trains
             result = stack.trainer.train(current.samples, current.metrics)
+            unlogged = result.metrics
             if progress:  # now, not after the next batch has filled (that may take minutes of chat)
                 _print_step(result.step, result.metrics, sim_result, bar)
             # counted now: a Ctrl-C while the next batch fills must not report the printed step as missing
@@ -273,6 +275,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
             result.metrics["perf/sync_ms"] = stack.trainer.sync()
             stack.runtime.ack(current.batch_id)
             stack.trainer.log(result.metrics)
+            unlogged = None
             current = nxt
             if cfg.max_steps and result.step >= cfg.max_steps:
                 break
@@ -282,6 +285,8 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
         why = "SIGTERM" if isinstance(exc, _Terminated) else "Ctrl-C"
         print(f"\ninterrupted ({why}): stopping (untrained samples stay in the spool for the next run)", flush=True)
     finally:
+        if unlogged is not None:  # printed and counted, so logged too; never synced, its batch stays in the spool
+            stack.trainer.log({**unlogged, "interrupted_before_sync": 1.0})
         stack.stop_event.set()
         stack.runtime.proxy.gate.open()  # no more weight syncs: let requests held at the gate finish
         loop, task = sim_result.get("loop"), sim_result.get("task")
