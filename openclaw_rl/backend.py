@@ -462,8 +462,11 @@ class SSEReader:
 
 class PolicyBackend:
     def __init__(self, http: httpx.AsyncClient, url: str, *, timeout_s: float = 600.0, api_key: str = "",
-                 connect_timeout_s: float = 10.0):
+                 connect_timeout_s: float = 10.0, stream_interval: int = 0):
         self.http, self.url, self.timeout_s = http, url.rstrip("/"), timeout_s
+        self.stream_interval = stream_interval
+        """Tokens per event asked of SGLang on streamed calls (``sampling_params.stream_interval``); 0 sends
+        nothing (the server's ``--stream-interval`` applies), and becomes 0 once the server refused the field."""
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # calls to a plain-http SGLang go through rawstream (streams: 10x less CPU per byte than httpx)
         self.streams = StreamClient(self.url, connect_timeout_s=connect_timeout_s) \
@@ -532,17 +535,36 @@ class PolicyBackend:
         cumulative stream only the last of those events is decoded. The end of a reply is never held."""
         if self._probe is None:  # once, in the background: never delays a request
             self._probe = asyncio.get_running_loop().create_task(self.read_stream_mode())
-        body = codec.dumps({**payload, "stream": True})
-        results = self._stream_raw(body, routing_key, gather_s) if self.streams else \
-            self._stream_httpx(body, routing_key)
         last = None
-        try:
-            async for last in results:
-                yield last
-        finally:  # a client that hangs up closes the backend connection now (SGLang then aborts the request)
-            await results.aclose()
+        for interval in (self.stream_interval, 0) if self.stream_interval else (0,):
+            results = self._stream_events(with_stream_interval(payload, interval), routing_key, gather_s)
+            try:
+                async for last in results:
+                    if interval != self.stream_interval:  # the retry without the field works: the field was it
+                        self._refused_interval()
+                    yield last
+                break
+            except (BadRequest, BackendUnavailable) as e:
+                if last is not None or not interval or not _may_refuse_interval(e):
+                    raise
+                log.info("streamed /generate with stream_interval %d failed before its first event (%s); retrying "
+                         "once without the field", interval, e)
+            finally:  # a client that hangs up closes the backend connection now (SGLang then aborts the request)
+                await results.aclose()
         if last is None or last.finish_reason is None:
             raise BackendUnavailable("policy backend stream ended without a finish_reason")
+
+    def _stream_events(self, payload: dict[str, Any], routing_key: str | None, gather_s: float
+                       ) -> AsyncIterator[GenerateResult]:
+        body = codec.dumps({**payload, "stream": True})
+        return self._stream_raw(body, routing_key, gather_s) if self.streams else self._stream_httpx(body, routing_key)
+
+    def _refused_interval(self) -> None:
+        if self.stream_interval:
+            log.warning("the policy SGLang refused sampling_params.stream_interval=%d (an SGLang older than "
+                        "the per-request field): streamed turns from %s now get one event per token. Start SGLang "
+                        "with --stream-interval N to have the server batch them", self.stream_interval, self.url)
+            self.stream_interval = 0
 
     @staticmethod
     def _feed(reader: SSEReader, assembler: StreamAssembler, piece: bytes = b"") -> GenerateResult | None:
@@ -634,6 +656,27 @@ async def post_whole(raw: StreamClient | None, http: httpx.AsyncClient, base_url
 
 
 # --- value range checks (kept apart from parsing) ------------------------------------------------------
+
+def with_stream_interval(payload: dict[str, Any], interval: int) -> dict[str, Any]:
+    """``payload`` asking SGLang for one stream event per ``interval`` tokens (0: unchanged). SGLang sends
+    the first token at once, then an event whenever at least ``interval`` tokens are unsent, and the
+    finish always; the events hold the same ids, log-probs and text, just fewer of them."""
+    if not interval:
+        return payload
+    return {**payload, "sampling_params": {**(payload.get("sampling_params") or {}), "stream_interval": interval}}
+
+
+def _may_refuse_interval(error: Exception) -> bool:
+    """Whether a streamed call that failed before its first event may have failed on the
+    ``stream_interval`` field: an error naming it (an SGLang whose SamplingParams lacks it raises
+    ``unexpected keyword argument 'stream_interval'``), or a server error or broken stream, which is how
+    such an SGLang's uncaught TypeError reaches the client. A 400 about anything else, an unreachable
+    server and a timeout are not retried."""
+    text = str(error)
+    if "stream_interval" in text or "unexpected keyword" in text:
+        return True
+    return isinstance(error, BackendUnavailable) and "unreachable" not in text
+
 
 def check_output_values(result: GenerateResult, vocab_size: int) -> str | None:
     """Why a final /generate answer cannot be trained on (None if it can): every id inside the

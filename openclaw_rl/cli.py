@@ -48,6 +48,8 @@ SERVE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--header-timeout", "proxy_header_timeout_s", {"type": float,
                                                     "help": "close connections whose request head takes longer (10)"}),
     ("--body-timeout", "proxy_body_timeout_s", {"type": float, "help": "408 for bodies slower than this (60)"}),
+    ("--stream-interval", "proxy_stream_interval", {
+        "type": int, "help": "tokens per SGLang stream event on streamed turns (8; 0 = the server's default)"}),
     ("--max-connections", "proxy_max_connections", {"type": int, "help": "close connections beyond this (2048)"}),
 ]
 

@@ -59,6 +59,9 @@ class ProxySettings:
     turn_classifier: str = "auto"  # "auto" (OpenClaw-aware heuristics), "all_main", "tools_only"
     record_dir: str = ""  # JSONL conversation + judge records when set
     rate_limit_per_min: int = 0  # per API key; 0 = unlimited
+    stream_interval: int = 8  # streamed /generate calls ask SGLang for one event per this many tokens
+    # (sampling_params.stream_interval; the first token and the finish come at once); 0 = send nothing,
+    # the server's --stream-interval applies. See docs/deployment.md "Stream interval".
 
 
 @dataclass
@@ -145,6 +148,9 @@ class Settings:
         for key, value in positive.items():
             if not value > 0:
                 raise ValueError(f"{key}: expected a positive number, got {value}")
+        if p.stream_interval < 0:
+            raise ValueError(f"openclaw_proxy_stream_interval: expected 0 (the server's default) or a number of "
+                             f"tokens >= 1, got {p.stream_interval}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if j.votes < 1:
@@ -177,7 +183,8 @@ ENV_FALLBACKS = {
     "OPENCLAW_COMBINE_W_RL": "combine_w_rl", "OPENCLAW_COMBINE_W_OPD": "combine_w_opd",
     "TOOL_CALL_PARSER": "proxy_tool_parser", "PRM_TEMPERATURE": "judge_temperature",
     "PRM_MAX_NEW_TOKENS": "judge_max_new_tokens",
-    "PRM_API_KEY": "judge_api_key",  # bearer key of an external judge (scripts/run_*.sh PRM_URL=...)
+    "PRM_API_KEY": "judge_api_key",
+    "OPENCLAW_STREAM_INTERVAL": "proxy_stream_interval",  # bearer key of an external judge (scripts/run_*.sh PRM_URL=...)
 }
 
 # Slime flags (attributes of Slime's args) → flat keys, lowest precedence

@@ -181,7 +181,7 @@ class Proxy:
         gate = SubmissionGate(is_open=gate_open, mode=p.pause_mode, hold_s=p.pause_hold_s)
         metrics.submission_open.set(1 if gate_open else 0)
         backend = PolicyBackend(http, p.policy_url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key,
-                                connect_timeout_s=p.connect_timeout_s)
+                                connect_timeout_s=p.connect_timeout_s, stream_interval=p.stream_interval)
         service = ChatService(p, renderer, OutputParser.named(p.reasoning_parser, p.tool_parser, renderer.format), backend, tracker,
                               gate, metrics, keep_messages=scorer.keeps_messages)
         auth = Authenticator(p.api_keys, p.rate_limit_per_min)

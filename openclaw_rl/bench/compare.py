@@ -84,8 +84,9 @@ def sessions_at(tokenizer: Any, *, sessions: int, history: int, reply: int, seed
 
 
 class Compare:
-    def __init__(self, stack: mock.Stack, upstream_pid: int, upstream_url: str):
+    def __init__(self, stack: mock.Stack, upstream_pid: int, upstream_url: str, stream_interval: int = 0):
         self.stack, self.upstream_pid, self.upstream_url = stack, upstream_pid, upstream_url
+        self.stream_interval = stream_interval  # what ours asks SGLang for; direct streamed turns ask the same
         self.errors: dict[str, int] = {}
 
     def url_pid(self, target: str) -> tuple[str, int | None]:
@@ -97,7 +98,8 @@ class Compare:
         """(seconds to the first content byte, seconds in all) of one turn; None if it failed (counted)."""
         base, _ = self.url_pid(target)
         if target == "direct":
-            url, body, headers = f"{base}/generate", mock.generate_body(case, cfg.reply, cfg.stream), mock.JSON_HEADERS
+            url, headers = f"{base}/generate", mock.JSON_HEADERS
+            body = mock.generate_body(case, cfg.reply, cfg.stream, self.stream_interval)
         else:
             url, body = f"{base}/v1/chat/completions", mock.chat_body(case, cfg.reply, cfg.stream)
             headers = {**mock.JSON_HEADERS, "X-Session-Id": sid, "X-Turn-Type": "main",
@@ -175,15 +177,16 @@ def ratios(s: dict[str, dict[str, Any]], cfg: CompareConfig) -> dict[str, Any]:
 
 
 async def _run(checkout: str, tokenizer_dir: str, workdir: Path, configs: list[CompareConfig], reps: int,
-               proxy_port: int | None, profile: str = "") -> dict[str, Any]:
+               proxy_port: int | None, profile: str = "", stream_interval: int = 0) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     stack = mock.Stack(tokenizer_dir, workdir, reply_tokens=64, judge_votes=3, proxy_port=proxy_port,
-                       proxy_args=["--record-dir", str(workdir / "records")], profile_proxy=profile)
+                       proxy_args=["--record-dir", str(workdir / "records"), "--stream-interval", str(stream_interval)],
+                       profile_proxy=profile)
     upstream_port = free_port(mock.HOST)
     upstream_url = f"http://{mock.HOST}:{upstream_port}"
-    results: dict[str, Any] = {"configs": [], "load_average_start": os.getloadavg()}
+    results: dict[str, Any] = {"configs": [], "load_average_start": os.getloadavg(), "stream_interval": stream_interval}
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx.AsyncClient(timeout=300, limits=limits, trust_env=False) as http:
         try:
@@ -202,7 +205,7 @@ async def _run(checkout: str, tokenizer_dir: str, workdir: Path, configs: list[C
                 except httpx.HTTPError:
                     pass
                 await asyncio.sleep(0.2)
-            cmp = Compare(stack, up.pid, upstream_url)
+            cmp = Compare(stack, up.pid, upstream_url, stream_interval)
             for i, cfg in enumerate(configs):
                 await http.post(f"{stack.policy_url}/bench/latency",
                                 json={"reply_tokens": cfg.reply, "incremental": not cfg.cumulative})
@@ -252,7 +255,8 @@ def format_row(row: dict[str, Any]) -> str:
 
 
 def run_compare(checkout: str, tokenizer_dir: str, *, quick: bool = False, reps: int = 2,
-                proxy_port: int | None = None, out: str = "", only: str = "", profile: str = "") -> dict[str, Any]:
+                proxy_port: int | None = None, out: str = "", only: str = "", profile: str = "",
+                stream_interval: int = 0) -> dict[str, Any]:
     if not (Path(checkout) / "openclaw-rl" / "openclaw_api_server.py").is_file():
         raise SystemExit(f"{checkout} is not a Gen-Verse/OpenClaw-RL checkout (no openclaw-rl/openclaw_api_server.py)")
     with tempfile.TemporaryDirectory(prefix="openclaw-compare-") as tmp:
@@ -264,7 +268,7 @@ def run_compare(checkout: str, tokenizer_dir: str, *, quick: bool = False, reps:
             if len(configs) != len(wanted):
                 raise SystemExit(f"unknown configurations in {only!r}; known: {[c.name for c in all_configs()]}")
         results = asyncio.run(_run(os.path.abspath(checkout), tokenizer_dir, Path(tmp), configs, reps, proxy_port,
-                                   profile))
+                                   profile, stream_interval))
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(results, indent=2) + "\n")

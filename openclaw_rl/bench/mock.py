@@ -149,9 +149,12 @@ def chat_body(case: Case, reply_tokens: int, stream: bool) -> bytes:
                        "max_tokens": reply_tokens + 8, "stream": stream}).encode()
 
 
-def generate_body(case: Case, reply_tokens: int, stream: bool) -> bytes:
-    """What the proxy sends SGLang for this turn (main line: rollout temperature 1.0, log-probs on)."""
+def generate_body(case: Case, reply_tokens: int, stream: bool, stream_interval: int = 0) -> bytes:
+    """What the proxy sends SGLang for this turn (main line: rollout temperature 1.0, log-probs on; a
+    streamed turn asks for ``stream_interval`` tokens per event, as the proxy does)."""
     params = {"max_new_tokens": reply_tokens + 8, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0}
+    if stream and stream_interval:
+        params["stream_interval"] = stream_interval
     return json.dumps({"input_ids": case.ids, "sampling_params": params, "return_logprob": True,
                        "stream": stream}).encode()
 
@@ -337,7 +340,7 @@ class Stack:
 
 def build_mock_app(tokenizer: Any, *, judge: bool = False, ttft_s: float = 0.0, tokens_per_s: float = 0.0,
                    reply_tokens: int = 64, context_length: int = 131072,
-                   incremental_streaming_output: bool = False) -> Any:
+                   incremental_streaming_output: bool = False, stream_interval: int = 1) -> Any:
     """The engine app over a ``ScriptedModel`` whose reply never depends on the prompt.
 
     A prompt-independent reply keeps the mock's own cost flat across history sizes, so any growth of
@@ -357,7 +360,7 @@ def build_mock_app(tokenizer: Any, *, judge: bool = False, ttft_s: float = 0.0, 
                           context_length=context_length)
     name = "mock-judge" if judge else "mock-policy"
     app = make_engine_app(model, tokenizer, served_model_name=name, model_path=name,
-                          incremental_streaming_output=incremental_streaming_output)
+                          incremental_streaming_output=incremental_streaming_output, stream_interval=stream_interval)
     app.state.model = model
 
     async def set_latency(request: Request) -> JSONResponse:
@@ -430,6 +433,8 @@ def add_mock_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge", action="store_true", help="answer every prompt with a short \\boxed{1} verdict")
     p.add_argument("--incremental-streaming-output", action="store_true",
                    help="stream only new text/ids/log-probs per chunk (SGLang's flag); default cumulative")
+    p.add_argument("--stream-interval", type=int, default=1,
+                   help="tokens per stream event when a request sets no sampling_params.stream_interval")
 
 
 def cmd_mock(ns: argparse.Namespace) -> int:
@@ -440,7 +445,8 @@ def cmd_mock(ns: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(ns.tokenizer, "--tokenizer")
     app = build_mock_app(tokenizer, judge=ns.judge, ttft_s=ns.ttft_ms / 1000.0, tokens_per_s=ns.tokens_per_s,
                          reply_tokens=ns.reply_tokens, context_length=ns.context_length,
-                         incremental_streaming_output=ns.incremental_streaming_output)
+                         incremental_streaming_output=ns.incremental_streaming_output,
+                         stream_interval=ns.stream_interval)
     logging.getLogger(__name__).info("mock SGLang (%s) on http://%s:%d", "judge" if ns.judge else "policy",
                                      HOST, ns.port)
     uvicorn.run(app, host=HOST, port=ns.port, log_level="warning", access_log=False)

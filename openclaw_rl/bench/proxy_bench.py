@@ -33,6 +33,7 @@ import httpx
 
 from openclaw_rl.bench import mock
 from openclaw_rl.bench.mock import Case, Stack
+from openclaw_rl.config import ProxySettings
 
 # History buckets (prompt tokens). The system prompt and 12 tools alone are ~1.9K tiny-tokenizer
 # tokens, so the smallest histories are ~2-3K; turns between 5.6K and 6.4K fall in no bucket.
@@ -388,6 +389,9 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proxy-env", action="append", default=[], metavar="KEY=VALUE",
                    help="environment of the proxy under test (--stream-cost), e.g. OPENCLAW_RL_JSON=json or "
                         "OPENCLAW_RL_UVICORN_LOOP=asyncio / OPENCLAW_RL_UVICORN_HTTP=h11 to measure what they buy")
+    p.add_argument("--stream-interval", type=int, default=ProxySettings.stream_interval,
+                   help="the proxy's --stream-interval (tokens per SGLang stream event; 0 or 1: one per token) for "
+                        "--stream-cost and --compare-upstream; default the proxy's own")
     p.add_argument("--compare-upstream", default="", metavar="PATH",
                    help="run upstream's proxy from this Gen-Verse/OpenClaw-RL checkout side by side with this one")
     p.add_argument("--compare-reps", type=int, default=2, help="interleaved repetitions per configuration")
@@ -405,7 +409,9 @@ def cmd_bench(ns: argparse.Namespace) -> int:
 
         results = run_compare(ns.compare_upstream, ns.tokenizer, quick=ns.quick, reps=ns.compare_reps,
                               proxy_port=ns.port, out=ns.out, only=ns.compare_configs,
-                              profile=ns.profile_proxy and os.path.abspath(ns.profile_proxy))
+                              profile=ns.profile_proxy and os.path.abspath(ns.profile_proxy),
+                              stream_interval=ns.stream_interval)
+        print(f"stream interval asked of SGLang on streamed turns: {ns.stream_interval}")
         print(f"load average at start {results['load_average_start']}, end {results['load_average_end']}; "
               f"errors {results.get('errors')}")
         return 0
@@ -416,7 +422,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         results = run_stream_cost(ns.tokenizer, lengths=lengths, scale=0.25 if ns.quick else ns.stream_scale,
                                   proxy_port=ns.port, modes=tuple(ns.stream_modes.split(",")),
                                   proxy_env=dict(kv.split("=", 1) for kv in ns.proxy_env),
-                                  profile=ns.profile_proxy and os.path.abspath(ns.profile_proxy))
+                                  profile=ns.profile_proxy and os.path.abspath(ns.profile_proxy),
+                                  stream_interval=ns.stream_interval)
         results["load_average"] = os.getloadavg()
         print_stream_cost(results)
         print(f"load average: {results['load_average']}")

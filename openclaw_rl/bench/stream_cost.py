@@ -56,10 +56,11 @@ async def _stream_turn(http: httpx.AsyncClient, url: str, case: mock.Case, lengt
 
 async def measure_mode(tokenizer: Any, tokenizer_dir: str, mode: str, lengths: tuple[int, ...], scale: float,
                        workdir: Path, proxy_port: int | None = None, profile: str = "",
-                       proxy_env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+                       proxy_env: dict[str, str] | None = None, stream_interval: int = 0) -> list[dict[str, Any]]:
     case = mock.build_workload(tokenizer, sessions=1, turns=1, max_history_tokens=2048, reply_tokens=64)[0][0]
     stack = mock.Stack(tokenizer_dir, workdir, reply_tokens=64, judge_votes=0, incremental=mode == "incremental",
-                       proxy_port=proxy_port, profile_proxy=profile, proxy_env=proxy_env)
+                       proxy_port=proxy_port, profile_proxy=profile, proxy_env=proxy_env,
+                       proxy_args=["--stream-interval", str(stream_interval)])
     rows = []
     async with httpx.AsyncClient(timeout=600, trust_env=False) as http:
         try:
@@ -79,7 +80,7 @@ async def measure_mode(tokenizer: Any, tokenizer_dir: str, mode: str, lengths: t
                 await stack.settle()
                 cpu = mock.cpu_seconds_fine(pid) - cpu0
                 tokens = received[0][1]
-                rows.append({"mode": mode, "reply_tokens": length, "completion_tokens": tokens, "turns": reps,
+                rows.append({"mode": mode, "stream_interval": stream_interval, "reply_tokens": length, "completion_tokens": tokens, "turns": reps,
                              "proxy_cpu_ms_per_turn": round(cpu / reps * 1e3, 2),
                              "proxy_cpu_us_per_token": round(cpu / reps / tokens * 1e6, 2),
                              "mock_cpu_ms_per_turn": round((mock.cpu_seconds(stack.procs[0].pid) - mock0) / reps * 1e3, 1),
@@ -101,7 +102,8 @@ def _per_mode(path: str, mode: str) -> str:
 
 def run_stream_cost(tokenizer_dir: str, *, lengths: tuple[int, ...] = LENGTHS, modes: tuple[str, ...] = MODES,
                     scale: float = 1.0, proxy_port: int | None = None,
-                    proxy_env: dict[str, str] | None = None, profile: str = "") -> dict[str, Any]:
+                    proxy_env: dict[str, str] | None = None, profile: str = "", stream_interval: int = 0
+                    ) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -110,16 +112,19 @@ def run_stream_cost(tokenizer_dir: str, *, lengths: tuple[int, ...] = LENGTHS, m
         for mode in modes:
             rows += asyncio.run(measure_mode(tokenizer, tokenizer_dir, mode, lengths, scale,
                                              Path(tempfile.mkdtemp(dir=tmp)), proxy_port,
-                                             profile=_per_mode(profile, mode), proxy_env=proxy_env))
+                                             profile=_per_mode(profile, mode), proxy_env=proxy_env,
+                                             stream_interval=stream_interval))
     ratios = {}
     for mode in modes:
         per = {r["reply_tokens"]: r["proxy_cpu_us_per_token"] for r in rows if r["mode"] == mode}
         if 512 in per and 8192 in per:
             ratios[mode] = round(per[8192] / per[512], 3)
-    return {"rows": rows, "per_token_ratio_8192_over_512": ratios, "proxy_env": proxy_env or {}}
+    return {"rows": rows, "per_token_ratio_8192_over_512": ratios, "proxy_env": proxy_env or {},
+            "stream_interval": stream_interval}
 
 
 def print_stream_cost(results: dict[str, Any]) -> None:
+    print(f"stream interval asked of SGLang: {results.get('stream_interval')} tokens per event (0: one per token)")
     cols = ("mode", "reply_tokens", "turns", "proxy_cpu_ms_per_turn", "proxy_cpu_us_per_token", "mock_cpu_ms_per_turn",
             "wall_ms_per_turn", "complete")
     print("  ".join(f"{c:>22}" for c in cols))

@@ -74,6 +74,7 @@ class SamplingParams(BaseModel):
     n: int = 1
     logit_bias: dict[str, float] | None = None
     sampling_seed: int | None = None
+    stream_interval: int | None = None  # tokens per stream event; None or 0: the server's --stream-interval
 
     @classmethod
     def parse(cls, raw: dict[str, Any] | None) -> SamplingParams:
@@ -316,6 +317,21 @@ def error_body(message: str) -> dict[str, Any]:
     return {"error": {"message": message}}
 
 
+# The keys SGLang 0.5.23 accepts in ``sampling_params``, in the order its "unknown field" 400 lists them.
+SAMPLING_FIELDS = ("max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
+                   "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema",
+                   "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
+                   "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias", "sampling_seed",
+                   "custom_params", "beam_width", "watermark", "choice")
+
+
+def unknown_field_body(field: str, known: Sequence[str]) -> dict[str, Any]:
+    """SGLang 0.5.23's 400 for a ``sampling_params`` key it does not know (streamed or not: a plain JSON
+    body, before any stream starts); ``error`` is a string here, not an object."""
+    expected = ", ".join(f"`{k}`" for k in known)
+    return {"error": f"unknown field `{field}`, expected one of {expected}"}
+
+
 def stream_error_body(message: str) -> dict[str, Any]:
     """Validation error of a streaming request, sent as a data event on an HTTP 200 stream."""
     return {"error": {"message": message, "type": "invalid_request_error", "code": 400, "retryable": False}}
@@ -372,11 +388,12 @@ def model_info_body(*, model_path: str, served_model_name: str, weight_version: 
 
 
 def server_info_body(*, model_path: str, served_model_name: str, context_length: int,
-                     max_total_num_tokens: int, incremental_streaming_output: bool = False) -> dict[str, Any]:
+                     max_total_num_tokens: int, incremental_streaming_output: bool = False,
+                     stream_interval: int = 1) -> dict[str, Any]:
     """``/get_server_info``: a small subset of SGLang's 556 server args plus its status keys."""
     return {"model_path": model_path, "tokenizer_path": model_path, "served_model_name": served_model_name,
             "skip_tokenizer_init": False, "context_length": None, "max_total_tokens": max_total_num_tokens,
-            "stream_interval": 1, "incremental_streaming_output": incremental_streaming_output,
+            "stream_interval": stream_interval, "incremental_streaming_output": incremental_streaming_output,
             "is_embedding": False, "status": "ready", "max_total_num_tokens": max_total_num_tokens,
             "max_req_input_len": context_length - 1, "internal_states": [{}], "version": SGLANG_VERSION,
             "frontend": "python"}

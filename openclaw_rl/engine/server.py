@@ -25,6 +25,7 @@ from fastapi.responses import Response, StreamingResponse
 from openclaw_rl.engine.model import EngineModel, TokenStep
 from openclaw_rl.engine.protocol import (
     FLUSH_CACHE_TEXT,
+    SAMPLING_FIELDS,
     SSE_DONE,
     EngineRequestError,
     GenerateRequest,
@@ -43,6 +44,7 @@ from openclaw_rl.engine.protocol import (
     server_info_body,
     sse_event,
     stream_error_body,
+    unknown_field_body,
     update_weights_body,
     weight_version_segments,
 )
@@ -120,9 +122,13 @@ class EngineService:
 
     def __init__(self, model: EngineModel, tokenizer: TokenizerLike, *, served_model_name: str, model_path: str,
                  crash_on_bad_ids: bool = True, max_total_num_tokens: int | None = None,
-                 incremental_streaming_output: bool = False):
+                 incremental_streaming_output: bool = False, stream_interval: int = 1,
+                 refused_sampling_fields: frozenset[str] = frozenset()):
         self.model = model
+        # keys answered with SGLang's "unknown field" 400, as an SGLang without them would (compatibility tests)
+        self.refused_sampling_fields = refused_sampling_fields
         self.incremental_streaming_output = incremental_streaming_output
+        self.stream_interval = stream_interval  # SGLang's --stream-interval: a request's own value wins
         self.tokenizer = tokenizer
         self.served_model_name = served_model_name
         self.model_path = model_path
@@ -138,6 +144,10 @@ class EngineService:
     # --- /generate ------------------------------------------------------------------------------
 
     async def generate(self, body: GenerateRequest, request: Request) -> Response:
+        refused = self._refused_field(body.sampling_params)
+        if refused:
+            known = [k for k in SAMPLING_FIELDS if k not in self.refused_sampling_fields]
+            return json_response(unknown_field_body(refused, known), status_code=400)
         try:
             items = body.to_items(self.tokenizer.encode, context_length=self.model.context_length,
                                   vocab_size=self.model.vocab_size)
@@ -151,6 +161,15 @@ class EngineService:
             return StreamingResponse(self._stream(items, body.returns_list), media_type="text/event-stream")
         outputs = await asyncio.gather(*(self._complete(item) for item in items))
         return json_response(outputs if body.returns_list else outputs[0])
+
+    def _refused_field(self, params: Any) -> str | None:
+        if not self.refused_sampling_fields:
+            return None
+        for one in params if isinstance(params, list) else [params]:
+            for key in one or {}:
+                if key in self.refused_sampling_fields:
+                    return key
+        return None
 
     @staticmethod
     def _reject(message: str, *, stream: bool) -> Response:
@@ -180,24 +199,31 @@ class EngineService:
             await chunks.aclose()
 
     async def _chunks(self, item: GenerationItem) -> AsyncGenerator[dict[str, Any], None]:
-        """One output per token: cumulative (SGLang's default ``incremental_streaming_output=false``), or
-        only what is new since the previous chunk (``--incremental-streaming-output``). In both,
-        ``completion_tokens`` and ``output_token_logprobs_length`` count everything so far."""
+        """One output per ``stream_interval`` tokens (SGLang's rule: the first token at once, then whenever
+        at least that many tokens are unsent, and the finish always): cumulative (SGLang's default
+        ``incremental_streaming_output=false``), or only what is new since the previous chunk
+        (``--incremental-streaming-output``). In both, ``completion_tokens`` and
+        ``output_token_logprobs_length`` count everything so far. The text is decoded only for an output
+        (SGLang's detokenizer sees only the outputs), so its held-back UTF-8 follows the same steps."""
         skip = item.params.skip_special_tokens
+        interval = item.params.stream_interval or self.stream_interval
         text = _HeldBackText(lambda ids: self.tokenizer.decode(ids, skip_special_tokens=skip))
         runs = self._drive(item)
         first, sent_ids, sent_text = True, 0, ""
         try:
             async for run in runs:
                 final = run.finish is not None
+                unsent = len(run.output_ids) - sent_ids
+                if not (final or interval == 1 or unsent >= interval or (not sent_ids and unsent > 0)):
+                    continue
                 shown = self._final_text(run) if final else text.update(run.output_ids)
                 if not self.incremental_streaming_output:
                     yield self._output(run, shown, final=final, first=first)
                 else:
                     delta = shown[len(sent_text):] if shown.startswith(sent_text) else ""
                     yield self._output(run, delta, final=final, first=first, since=sent_ids)
-                    sent_ids, sent_text = len(run.output_ids), shown if len(shown) > len(sent_text) else sent_text
-                first = False
+                    sent_text = shown if len(shown) > len(sent_text) else sent_text
+                sent_ids, first = len(run.output_ids), False
         finally:
             await runs.aclose()
 
@@ -376,12 +402,14 @@ class EngineApp(FastAPI):
 
 def make_engine_app(model: EngineModel, tokenizer: TokenizerLike, *, served_model_name: str, model_path: str,
                     crash_on_bad_ids: bool = True, max_total_num_tokens: int | None = None,
-                    incremental_streaming_output: bool = False) -> EngineApp:
+                    incremental_streaming_output: bool = False, stream_interval: int = 1,
+                    refused_sampling_fields: frozenset[str] = frozenset()) -> EngineApp:
     """SGLang's native routes over ``model``. ``crash_on_bad_ids=False`` answers out-of-vocabulary
     ids with a 400 instead of dropping every connection from then on (``app.crashed``)."""
     service = EngineService(model, tokenizer, served_model_name=served_model_name, model_path=model_path,
                             crash_on_bad_ids=crash_on_bad_ids, max_total_num_tokens=max_total_num_tokens,
-                            incremental_streaming_output=incremental_streaming_output)
+                            incremental_streaming_output=incremental_streaming_output,
+                            stream_interval=stream_interval, refused_sampling_fields=refused_sampling_fields)
     app = EngineApp(service, title="openclaw-rl engine (SGLang-compatible)")
 
     @app.exception_handler(RequestValidationError)
@@ -409,7 +437,8 @@ def make_engine_app(model: EngineModel, tokenizer: TokenizerLike, *, served_mode
         return json_response(server_info_body(model_path=service.model_path, served_model_name=served_model_name,
                                               context_length=model.context_length,
                                               max_total_num_tokens=service.max_total_num_tokens,
-                                              incremental_streaming_output=service.incremental_streaming_output))
+                                              incremental_streaming_output=service.incremental_streaming_output,
+                                              stream_interval=service.stream_interval))
 
     @app.get("/v1/models")
     async def list_models() -> Response:
