@@ -28,12 +28,7 @@ def stream(name, body, notes):
     t0 = time.time()
     conn.request("POST", "/generate", body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     r = conn.getresponse()
-    lines = []
-    while True:
-        line = r.readline()
-        if not line:
-            break
-        lines.append(line.decode("utf-8").rstrip("\r\n"))
+    lines = [line.rstrip("\r") for line in r.read().decode("utf-8").split("\n")[:-1]]  # every line, as capture.py
     conn.close()
     rows.append({"name": f"{LABEL}_{name}", "method": "POST", "path": "/generate", "request_json": body,
                  "status": r.status, "response_headers": {"content-type": r.getheader("content-type")},
