@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import operator
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -91,10 +92,15 @@ def _completion_tokens(meta: dict[str, Any]) -> int | None:
     return None if n is None else int(n)
 
 
+_LOGPROB, _TOKEN = operator.itemgetter(0), operator.itemgetter(1)
+
+
 def _aligned_logprobs(ids: list[int], triples: list[Any]) -> list[float]:
-    if len(triples) != len(ids) or any(int(t[1]) != i for t, i in zip(triples, ids)):
+    """The log-probs of ``triples`` (``[logprob, id, text]``), which must score exactly ``ids``. Per token
+    this runs in C (``map``): it is the one loop over every token of a streamed reply."""
+    if len(triples) != len(ids) or list(map(int, map(_TOKEN, triples))) != ids:
         raise BackendUnavailable("policy backend log-probs do not match its output ids (return_logprob off?)")
-    return [float(t[0]) for t in triples]
+    return list(map(float, map(_LOGPROB, triples)))
 
 
 def parse_generate(data: Any, *, final: bool) -> GenerateResult:
@@ -344,10 +350,10 @@ class StreamAssembler:
         elif spliced:
             ids_tail, triples_tail = _tail(buf, ids_start, ids_end, new, b","), _tail(buf, lp_start, lp_end, new, b"],[")
             _refuse_line_breaks(ids_tail, triples_tail)
-            new_ids = [int(t) for t in codec.loads(b"[" + ids_tail + b"]")]
+            new_ids = list(map(int, codec.loads(b"[" + ids_tail + b"]")))
             new_triples = codec.loads(b"[" + triples_tail + b"]")
         else:
-            new_ids = [int(t) for t in ids_list[count - new:]]
+            new_ids = list(map(int, ids_list[count - new:]))
             new_triples = triples[len(triples) - new:]
         declared = meta.get("output_token_logprobs_length")
         if declared is not None and int(declared) != n:
@@ -681,12 +687,15 @@ def _may_refuse_interval(error: Exception) -> bool:
 def check_output_values(result: GenerateResult, vocab_size: int) -> str | None:
     """Why a final /generate answer cannot be trained on (None if it can): every id inside the
     vocabulary (which also makes it fit a 32-bit token array), every log-prob a finite number ≤ 0."""
-    for i, t in enumerate(result.output_ids):
-        if not 0 <= t < vocab_size:
-            return f"output id {t} at position {i} is outside the vocabulary of {vocab_size}"
-    for i, lp in enumerate(result.logprobs):
-        if not (math.isfinite(lp) and lp <= 0.0):
-            return f"log-prob {lp!r} at position {i} is not a finite number <= 0"
+    ids, logprobs = result.output_ids, result.logprobs
+    if ids and not (min(ids) >= 0 and max(ids) < vocab_size):  # in C; the loop below only names the culprit
+        for i, t in enumerate(ids):
+            if not 0 <= t < vocab_size:
+                return f"output id {t} at position {i} is outside the vocabulary of {vocab_size}"
+    if logprobs and not (all(map(math.isfinite, logprobs)) and max(logprobs) <= 0.0):
+        for i, lp in enumerate(logprobs):
+            if not (math.isfinite(lp) and lp <= 0.0):
+                return f"log-prob {lp!r} at position {i} is not a finite number <= 0"
     return None
 
 

@@ -72,6 +72,8 @@ async def measure_mode(tokenizer: Any, tokenizer_dir: str, mode: str, lengths: t
                 await http.post(f"{stack.policy_url}/bench/latency", json={"reply_tokens": length - 1})
                 await _stream_turn(http, stack.proxy_url, case, length, f"warm-{mode}-{length}")
                 await stack.settle()
+                if length == lengths[0]:
+                    stack.profile_reset()  # a yappi profile (--profile-proxy X.pstat) leaves out start-up
                 reps = reps_for(length, scale)
                 cpu0, mock0, wall0 = mock.cpu_seconds_fine(pid), mock.cpu_seconds(stack.procs[0].pid), time.perf_counter()
                 received = [await _stream_turn(http, stack.proxy_url, case, length, f"{mode}-{length}-{i}")
