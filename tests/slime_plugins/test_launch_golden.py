@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_launch_scripts import fake_slime, parse_submit, script
+from test_launch_scripts import THIS_PYTHON_FIRST, fake_slime, parse_submit, script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = REPO_ROOT / "tests" / "data" / "launch-golden"
@@ -106,7 +106,7 @@ def _env(tmp_path: Path, env: dict[str, str], flavour: str) -> dict[str, str]:
                        "setsid": "#!/bin/sh\nexit 1\n"}.items():
         (stubs / name).write_text(body)
         (stubs / name).chmod(0o755)
-    base = {"PATH": f"{stubs}:{os.environ['PATH']}", "HOME": str(tmp_path), "LANG": "C.UTF-8", "DRY_RUN": "1",
+    base = {"PATH": f"{stubs}:{THIS_PYTHON_FIRST}", "HOME": str(tmp_path), "LANG": "C.UTF-8", "DRY_RUN": "1",
             "SLIME_DIR": str(slime), "HF_CKPT": str(models / "Qwen3-4B"), "PRM_MODEL_PATH": str(models / "judge"),
             "SAVE_CKPT": str(tmp_path / "ckpt"), "RUN_DIR": str(tmp_path / "run"), "USE_WANDB": "0"}
     base.update({k: v.replace("<TMP>", str(tmp_path)) for k, v in env.items()})

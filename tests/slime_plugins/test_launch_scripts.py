@@ -40,6 +40,11 @@ def script(variant: str) -> Path:
 ALL_SHELL_FILES = [script(v) for v in ALL_VARIANTS] + [COMMON]
 
 
+# The scripts run `python3` (PYTHON's default) from PATH: this interpreter's, with the project's dependencies,
+# rather than whatever `python3` the host has first (e.g. a pyenv shim, itself a chain of bash processes).
+THIS_PYTHON_FIRST = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+
+
 # --- fixtures -------------------------------------------------------------------------------------------
 
 
@@ -149,7 +154,7 @@ def launch(tmp_path):
 
     def run(variant: str, *args: str, flavour: str = "bundled", **env: str) -> Run:
         run_dir = tmp_path / f"run{next(counter)}"
-        base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LANG": "C.UTF-8", "DRY_RUN": "1",
+        base = {"PATH": THIS_PYTHON_FIRST, "HOME": str(tmp_path), "LANG": "C.UTF-8", "DRY_RUN": "1",
                 "SLIME_DIR": str(slimes[flavour]), "HF_CKPT": str(models / "Qwen3-4B"),
                 "PRM_MODEL_PATH": str(models / "judge"), "SAVE_CKPT": str(tmp_path / "ckpt"),
                 "RUN_DIR": str(run_dir), "USE_WANDB": "0"}
