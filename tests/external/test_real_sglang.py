@@ -120,3 +120,28 @@ def test_lora_on_a_qwen3_checkpoint_syncs_merged_weights_into_real_sglang(tmp_pa
     assert out["metrics"]["train/rollout_fidelity_abs_diff"] < 1e-4  # SGLang fp32 vs the trainer, same weights
     assert out["version"] == "step-1" and out["fresh_versions"] == {"step-1"}
     assert out["synced"] < 1e-3 < 1e-2 < out["moved"], (out["synced"], out["moved"])
+
+
+def test_streamed_turns_at_interval_8_assemble_what_interval_1_does(sglang_server, make_proxy):
+    """The proxy's per-request ``stream_interval`` against real SGLang, both intervals greedy (rollout
+    temperature 0) so the two replies are the same tokens: the samples must hold
+    the same ids and text, and log-probs equal within SGLang's run-to-run noise (prefix caching)."""
+    from support import wait_for_samples
+
+    samples, texts = {}, {}
+    for interval in (1, 8):
+        proxy, url = make_proxy(sglang_server, proxy_stream_interval=interval, proxy_rollout_temperature=0.0,
+                                rl_keep_masked_samples=True)
+        req = {"messages": [{"role": "user", "content": "Tell me about Paris."}], "stream": True, "max_tokens": 40}
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=req, timeout=120,
+                          headers={"X-Session-Id": f"i{interval}", "X-Session-Done": "1"}) as r:
+            assert r.status_code == 200
+            events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+        assert not any("error" in e for e in events), events
+        texts[interval] = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e.get("choices"))
+        samples[interval] = wait_for_samples(proxy, 1)[0]
+        assert proxy.service.backend.stream_interval == interval  # SGLang 0.5.23 accepted the field
+    one, eight = samples[1], samples[8]
+    assert texts[1] == texts[8]
+    assert one.response_ids == eight.response_ids and len(one.response_ids) > 8
+    assert max(abs(a - b) for a, b in zip(one.rollout_log_probs, eight.rollout_log_probs)) < 1e-3
