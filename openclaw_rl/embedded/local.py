@@ -262,11 +262,10 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
         while current is not None and not stack.stop_event.is_set():
             pending = pool.submit(_collect, stack, cfg.rollout_batch_size, bar)  # batch k+1 fills while k trains
             result = stack.trainer.train(current.samples, current.metrics)
-            unlogged = result.metrics
+            # counted now, and logged even if Ctrl-C comes while the next batch fills (see finally)
+            unlogged, report.steps = result.metrics, result.step
             if progress:  # now, not after the next batch has filled (that may take minutes of chat)
                 _print_step(result.step, result.metrics, sim_result, bar)
-            # counted now: a Ctrl-C while the next batch fills must not report the printed step as missing
-            report.steps = result.step
             diff = result.metrics.get("train/rollout_fidelity_abs_diff")
             if diff is not None:
                 report.logprob_abs_diff.append(diff)
