@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from openclaw_rl.modes import MODES
+from openclaw_rl.spool import Spool
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class LocalReport:
     curve_png: str | None = None
     metrics_path: str = ""
     seconds: float = 0.0
+    untrained_samples: int = 0  # left in the spool at the end (the next run on this --out-dir trains them first)
 
 
 def provider_json(url: str, model: str, api_key: str = "local", *, context_window: int = 32768,
@@ -297,6 +299,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
         if bar is not None:
             bar.close()
         stack.close()
+    report.untrained_samples = Spool(stack.out / "spool").depth()
     report.preferred_prob_after = _preferred_probability(stack, cfg)
     sim = sim_result.get("result") or sim_result.get("live")
     if sim is not None:
@@ -424,4 +427,7 @@ def _cmd_local(ns: Any) -> int:
         print(f"learning curve: {report.curve_png} (preferred-behaviour rate {report.baseline_rate:.0%} -> "
               f"{report.final_rate:.0%} over {report.interactions} interactions; probability of the preferred "
               f"opener {report.preferred_prob_before:.0%} -> {report.preferred_prob_after:.0%})")
+    if report.untrained_samples:
+        print(f"{report.untrained_samples} samples collected after the last step stay in {cfg.out_dir}/spool: "
+              "the next run with this --out-dir trains them first")
     return 0
