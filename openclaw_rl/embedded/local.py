@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from openclaw_rl.modes import MODES
+from openclaw_rl.spool import Spool
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class LocalReport:
     curve_png: str | None = None
     metrics_path: str = ""
     seconds: float = 0.0
+    untrained_samples: int = 0  # left in the spool at the end (the next run on this --out-dir trains them first)
 
 
 def provider_json(url: str, model: str, api_key: str = "local", *, context_window: int = 32768,
@@ -262,11 +264,10 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
         while current is not None and not stack.stop_event.is_set():
             pending = pool.submit(_collect, stack, cfg.rollout_batch_size, bar)  # batch k+1 fills while k trains
             result = stack.trainer.train(current.samples, current.metrics)
-            unlogged = result.metrics
+            # counted now, and logged even if Ctrl-C comes while the next batch fills (see finally)
+            unlogged, report.steps = result.metrics, result.step
             if progress:  # now, not after the next batch has filled (that may take minutes of chat)
                 _print_step(result.step, result.metrics, sim_result, bar)
-            # counted now: a Ctrl-C while the next batch fills must not report the printed step as missing
-            report.steps = result.step
             diff = result.metrics.get("train/rollout_fidelity_abs_diff")
             if diff is not None:
                 report.logprob_abs_diff.append(diff)
@@ -298,6 +299,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
         if bar is not None:
             bar.close()
         stack.close()
+    report.untrained_samples = Spool(stack.out / "spool").depth()
     report.preferred_prob_after = _preferred_probability(stack, cfg)
     sim = sim_result.get("result") or sim_result.get("live")
     if sim is not None:
@@ -425,4 +427,7 @@ def _cmd_local(ns: Any) -> int:
         print(f"learning curve: {report.curve_png} (preferred-behaviour rate {report.baseline_rate:.0%} -> "
               f"{report.final_rate:.0%} over {report.interactions} interactions; probability of the preferred "
               f"opener {report.preferred_prob_before:.0%} -> {report.preferred_prob_after:.0%})")
+    if report.untrained_samples:
+        print(f"{report.untrained_samples} samples collected after the last step stay in {cfg.out_dir}/spool: "
+              "the next run with this --out-dir trains them first")
     return 0

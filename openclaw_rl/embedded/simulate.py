@@ -468,4 +468,7 @@ def drive_simulation(base_url: str, stop_event: Any, out: dict[str, Any], *, run
     finally:
         out["done"] = True
         stop_event.set()
-        loop.close()
+        try:  # as asyncio.run does: finalize the clients' async generators on this loop, not at garbage collection
+            loop.run_until_complete(loop.shutdown_asyncgens())  # (that printed "Task was destroyed but it is pending")
+        finally:
+            loop.close()
