@@ -183,8 +183,8 @@ ENV_FALLBACKS = {
     "OPENCLAW_COMBINE_W_RL": "combine_w_rl", "OPENCLAW_COMBINE_W_OPD": "combine_w_opd",
     "TOOL_CALL_PARSER": "proxy_tool_parser", "PRM_TEMPERATURE": "judge_temperature",
     "PRM_MAX_NEW_TOKENS": "judge_max_new_tokens",
-    "PRM_API_KEY": "judge_api_key",
-    "OPENCLAW_STREAM_INTERVAL": "proxy_stream_interval",  # bearer key of an external judge (scripts/run_*.sh PRM_URL=...)
+    "PRM_API_KEY": "judge_api_key",  # bearer key of an external judge (scripts/run_*.sh PRM_URL=...)
+    "OPENCLAW_STREAM_INTERVAL": "proxy_stream_interval",
 }
 
 # Slime flags (attributes of Slime's args) → flat keys, lowest precedence
