@@ -163,11 +163,12 @@ class EngineService:
         return json_response(outputs if body.returns_list else outputs[0])
 
     def _refused_field(self, params: Any) -> str | None:
-        if not self.refused_sampling_fields:
-            return None
+        """A ``sampling_params`` key SGLang 0.5.23 would refuse: one it does not know, or one this engine
+        was told to refuse (an older SGLang). A client that sends a misspelt key learns it here, as
+        from SGLang, instead of having it ignored."""
         for one in params if isinstance(params, list) else [params]:
-            for key in one or {}:
-                if key in self.refused_sampling_fields:
+            for key in one if isinstance(one, dict) else {}:
+                if key not in SAMPLING_FIELDS or key in self.refused_sampling_fields:
                     return key
         return None
 

@@ -243,3 +243,17 @@ def test_which_failures_may_be_the_field() -> None:
                                                "least 0, got -1."))
     assert not _may_refuse_interval(ContextLengthExceeded("policy backend rejected the request: context length"))
     assert not _may_refuse_interval(BackendUnavailable("policy backend at http://x is unreachable: refused"))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_unknown_sampling_field_is_refused_as_sglang_refuses_it(engines: dict[str, Any], stream: bool) -> None:
+    """Real SGLang 0.5.23 answers a ``sampling_params`` key it does not know with a 400 and a plain JSON body,
+    streamed or not (tests/data/sglang-golden/README.md); the engine used to ignore it, so a client's
+    misspelt key went unnoticed here and failed only against real SGLang."""
+    req = body(stream)
+    req["sampling_params"]["no_such_field"] = 1
+    r = httpx.post(f"{engines['cumulative'].url}/generate", json=req, timeout=60)
+    assert r.status_code == 400 and r.headers["content-type"].startswith("application/json")
+    error = r.json()["error"]
+    assert isinstance(error, str) and error.startswith("unknown field `no_such_field`, expected one of `max_new_tokens`")
+    assert "`stream_interval`" in error
