@@ -473,6 +473,7 @@ class PolicyBackend:
         self.stream_interval = stream_interval
         """Tokens per event asked of SGLang on streamed calls (``sampling_params.stream_interval``); 0 sends
         nothing (the server's ``--stream-interval`` applies), and becomes 0 once the server refused the field."""
+        self._unexplained_failures = 0  # in a row, each fixed by a retry without the field
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # calls to a plain-http SGLang go through rawstream (streams: 10x less CPU per byte than httpx)
         self.streams = StreamClient(self.url, connect_timeout_s=connect_timeout_s) \
@@ -541,17 +542,21 @@ class PolicyBackend:
         cumulative stream only the last of those events is decoded. The end of a reply is never held."""
         if self._probe is None:  # once, in the background: never delays a request
             self._probe = asyncio.get_running_loop().create_task(self.read_stream_mode())
-        last = None
+        last, suspicion = None, ""
         for interval in (self.stream_interval, 0) if self.stream_interval else (0,):
             results = self._stream_events(with_stream_interval(payload, interval), routing_key, gather_s)
             try:
                 async for last in results:
-                    if interval != self.stream_interval:  # the retry without the field works: the field was it
-                        self._refused_interval()
+                    if suspicion:  # the retry without the field works
+                        self._retry_worked_without_interval(suspicion)
+                        suspicion = ""
+                    elif interval:
+                        self._unexplained_failures = 0  # the field works here: a failure was something else
                     yield last
                 break
             except (BadRequest, BackendUnavailable) as e:
-                if last is not None or not interval or not _may_refuse_interval(e):
+                suspicion = _may_refuse_interval(e) if last is None and interval else ""
+                if not suspicion:
                     raise
                 log.info("streamed /generate with stream_interval %d failed before its first event (%s); retrying "
                          "once without the field", interval, e)
@@ -565,7 +570,15 @@ class PolicyBackend:
         body = codec.dumps({**payload, "stream": True})
         return self._stream_raw(body, routing_key, gather_s) if self.streams else self._stream_httpx(body, routing_key)
 
-    def _refused_interval(self) -> None:
+    def _retry_worked_without_interval(self, suspicion: str) -> None:
+        """A streamed call failed with the field and worked without it. An error naming the field settles
+        it at once. A bare server error or broken stream (how an SGLang whose SamplingParams lacks the field
+        fails) may also be a passing overload: only ``UNEXPLAINED_FAILURES_TO_DROP`` of those in a row, with
+        no call that worked with the field between them, stop the proxy sending it."""
+        if suspicion == "generic":
+            self._unexplained_failures += 1
+            if self._unexplained_failures < UNEXPLAINED_FAILURES_TO_DROP:
+                return
         if self.stream_interval:
             log.warning("the policy SGLang refused sampling_params.stream_interval=%d (an SGLang older than "
                         "the per-request field): streamed turns from %s now get one event per token. Start SGLang "
@@ -672,16 +685,19 @@ def with_stream_interval(payload: dict[str, Any], interval: int) -> dict[str, An
     return {**payload, "sampling_params": {**(payload.get("sampling_params") or {}), "stream_interval": interval}}
 
 
-def _may_refuse_interval(error: Exception) -> bool:
+UNEXPLAINED_FAILURES_TO_DROP = 3  # see PolicyBackend._retry_worked_without_interval
+
+
+def _may_refuse_interval(error: Exception) -> str:
     """Whether a streamed call that failed before its first event may have failed on the
-    ``stream_interval`` field: an error naming it (an SGLang whose SamplingParams lacks it raises
-    ``unexpected keyword argument 'stream_interval'``), or a server error or broken stream, which is how
-    such an SGLang's uncaught TypeError reaches the client. A 400 about anything else, an unreachable
-    server and a timeout are not retried."""
+    ``stream_interval`` field: ``"named"`` for an error naming it (an SGLang whose SamplingParams lacks it
+    raises ``unexpected keyword argument 'stream_interval'``), ``"generic"`` for a server error or broken
+    stream, which is how such an SGLang's uncaught TypeError reaches the client, and ``""`` (not retried)
+    for a 400 about anything else, an unreachable server or a timeout."""
     text = str(error)
     if "stream_interval" in text or "unexpected keyword" in text:
-        return True
-    return isinstance(error, BackendUnavailable) and "unreachable" not in text
+        return "named"
+    return "generic" if isinstance(error, BackendUnavailable) and "unreachable" not in text else ""
 
 
 def check_output_values(result: GenerateResult, vocab_size: int) -> str | None:

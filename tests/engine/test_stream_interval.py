@@ -235,10 +235,11 @@ def test_a_server_that_refuses_the_field_costs_one_retry_once(engines: dict[str,
 
 def test_which_failures_may_be_the_field() -> None:
     assert _may_refuse_interval(BadRequest("policy backend rejected the request: {\"error\":\"unknown field "
-                                           "`stream_interval`, expected one of `max_new_tokens`\"}"))
-    assert _may_refuse_interval(BadRequest("__init__() got an unexpected keyword argument 'x'"))
-    assert _may_refuse_interval(BackendUnavailable("policy backend answered HTTP 500: Internal Server Error"))
-    assert _may_refuse_interval(BackendUnavailable("policy backend stream failed: ConnectionResetError()"))
+                                           "`stream_interval`, expected one of `max_new_tokens`\"}")) == "named"
+    assert _may_refuse_interval(BadRequest("__init__() got an unexpected keyword argument 'x'")) == "named"
+    assert _may_refuse_interval(BackendUnavailable("policy backend answered HTTP 500: Internal Server Error")) \
+        == "generic"
+    assert _may_refuse_interval(BackendUnavailable("policy backend stream failed: ConnectionResetError()")) == "generic"
     assert not _may_refuse_interval(BadRequest("policy backend rejected the request: max_new_tokens must be at "
                                                "least 0, got -1."))
     assert not _may_refuse_interval(ContextLengthExceeded("policy backend rejected the request: context length"))
@@ -257,3 +258,57 @@ def test_an_unknown_sampling_field_is_refused_as_sglang_refuses_it(engines: dict
     error = r.json()["error"]
     assert isinstance(error, str) and error.startswith("unknown field `no_such_field`, expected one of `max_new_tokens`")
     assert "`stream_interval`" in error
+
+
+class ServerErrorWithTheField:
+    """ASGI wrapper: the next ``fails`` streamed ``/generate`` calls that carry ``stream_interval`` get a bare
+    500, which is how an SGLang whose SamplingParams lacks the field fails, and also how a passing overload
+    looks."""
+
+    def __init__(self, app: Any, fails: int):
+        self.app, self.fails, self.calls = app, fails, 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/generate":
+            return await self.app(scope, receive, send)
+        self.calls += 1
+        messages, more = [], True
+        while more:
+            messages.append(await receive())
+            more = messages[-1].get("more_body", False)
+        if self.fails > 0 and b'"stream_interval"' in b"".join(m.get("body", b"") for m in messages):
+            self.fails -= 1
+            await send({"type": "http.response.start", "status": 500, "headers": [(b"content-type", b"text/plain")]})
+            return await send({"type": "http.response.body", "body": b"Internal Server Error"})
+        replay = iter(messages)
+        return await self.app(scope, lambda: _next(replay, receive), send)
+
+
+async def _next(replay: Iterator[Any], receive: Any) -> Any:
+    return next(replay, None) or await receive()
+
+
+@pytest.mark.parametrize(("fails", "calls", "dropped"), [(1, 3, False), (100, 7, True)])
+def test_a_bare_server_error_drops_the_field_only_when_it_keeps_happening(tokenizer: Any, make_proxy: Any,
+                                                                          caplog: pytest.LogCaptureFixture,
+                                                                          fails: int, calls: int,
+                                                                          dropped: bool) -> None:
+    """One 500 fixed by a retry without the field is retried, not taken as a refusal: the next call with
+    the field works and the proxy keeps asking for it (a passing overload must not cost every later
+    streamed turn 2-4x the CPU). Three in a row with no success with the field between them drop it."""
+    app = ServerErrorWithTheField(make_engine_app(ScriptedModel(tokenizer, responder=lambda ids: REPLY,
+                                                                context_length=65536), tokenizer,
+                                                  served_model_name="tiny", model_path="tiny"), fails)
+    server = BackgroundServer(app).start()
+    try:
+        proxy, url = make_proxy(server.url, proxy_stream_interval=8, rl_keep_masked_samples=True)
+        with caplog.at_level(logging.WARNING, logger="openclaw_rl.backend"):
+            replies = [stream_turn(url, f"t{i}") for i in range(3 if dropped else 2)] + \
+                ([stream_turn(url, "after")] if dropped else [])
+    finally:
+        server.stop()
+    assert len(set(replies)) == 1 and len(replies[0]) > 100
+    assert app.calls == calls  # 1 fail: fail, retry, with the field; 100: 3 x (fail, retry), then without it
+    warnings = [r for r in caplog.records if "refused sampling_params.stream_interval" in r.getMessage()]
+    assert len(warnings) == int(dropped)
+    assert proxy.service.backend.stream_interval == (0 if dropped else 8)
