@@ -299,7 +299,9 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
         if bar is not None:
             bar.close()
         stack.close()
-    report.untrained_samples = Spool(stack.out / "spool").depth()
+    spool = Spool(stack.out / "spool")  # read once the proxy has settled and closed its own
+    report.untrained_samples = spool.depth()
+    spool.close()
     report.preferred_prob_after = _preferred_probability(stack, cfg)
     sim = sim_result.get("result") or sim_result.get("live")
     if sim is not None:
