@@ -266,12 +266,11 @@ class ServerErrorWithTheField:
     looks."""
 
     def __init__(self, app: Any, fails: int):
-        self.app, self.fails, self.calls = app, fails, 0
+        self.app, self.fails = app, fails
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["path"] != "/generate":
             return await self.app(scope, receive, send)
-        self.calls += 1
         messages, more = [], True
         while more:
             messages.append(await receive())
@@ -296,9 +295,9 @@ def test_a_bare_server_error_drops_the_field_only_when_it_keeps_happening(tokeni
     """One 500 fixed by a retry without the field is retried, not taken as a refusal: the next call with
     the field works and the proxy keeps asking for it (a passing overload must not cost every later
     streamed turn 2-4x the CPU). Three in a row with no success with the field between them drop it."""
-    app = ServerErrorWithTheField(make_engine_app(ScriptedModel(tokenizer, responder=lambda ids: REPLY,
-                                                                context_length=65536), tokenizer,
-                                                  served_model_name="tiny", model_path="tiny"), fails)
+    app = Counting(ServerErrorWithTheField(make_engine_app(ScriptedModel(tokenizer, responder=lambda ids: REPLY,
+                                                                         context_length=65536), tokenizer,
+                                                           served_model_name="tiny", model_path="tiny"), fails))
     server = BackgroundServer(app).start()
     try:
         proxy, url = make_proxy(server.url, proxy_stream_interval=8, rl_keep_masked_samples=True)
