@@ -18,6 +18,7 @@ from typing import Any
 
 from . import chat_format
 from .chat_format import ChatFormat
+from .chat_template import ChatTemplateText
 from .errors import BadRequest
 from .protocol import ChatMessage, Tool
 
@@ -116,6 +117,7 @@ class ChatRenderer:
         self.template_kwargs: dict[str, Any] = {}
         if enable_thinking is not None:
             self.template_kwargs["enable_thinking"] = enable_thinking
+        self.template = ChatTemplateText(tokenizer, **self.template_kwargs)
         detected = chat_format.detect(tokenizer)
         self.format = fmt or detected or chat_format.DEFAULT
         self.turn_start = self.format.turn_start
@@ -138,9 +140,7 @@ class ChatRenderer:
                add_generation_prompt: bool = True, cache_key: str | None = None) -> tuple[str, list[int]]:
         tool_dicts = [t.model_dump(exclude_none=True) for t in tools] if tools else None
         try:
-            text = self.tokenizer.apply_chat_template(messages, tools=tool_dicts, tokenize=False,
-                                                      add_generation_prompt=add_generation_prompt,
-                                                      **self.template_kwargs)
+            text = self.template(messages, tool_dicts, add_generation_prompt)
         except Exception as e:  # jinja raise_exception(), bad role order, …: the client's conversation
             raise BadRequest(f"the conversation cannot be rendered with the policy's chat template: {e}",
                              param="messages") from e

@@ -22,6 +22,7 @@ import httpx
 from . import chat_format, codec
 from .backend import post_whole
 from .chat_format import ChatFormat
+from .chat_template import ChatTemplateText
 from .config import JudgeSettings
 from .errors import BackendTimeout, BackendUnavailable, BadRequest
 from .rawstream import StreamClient
@@ -184,6 +185,7 @@ class JudgeClient:
         self.tokenizer, self.m = tokenizer, settings.votes
         # the judge model's family (its think tags), which need not be the policy's
         self.format = chat_format.detect(tokenizer) or chat_format.DEFAULT
+        self._template = ChatTemplateText(tokenizer) if getattr(tokenizer, "chat_template", None) else None
         self.temperature, self.max_new_tokens = settings.temperature, settings.max_new_tokens
         self.timeout_s, self.api, self.model = settings.timeout_s, settings.api, settings.model
         self.headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
@@ -201,9 +203,9 @@ class JudgeClient:
 
     def render(self, system: str, user: str) -> str:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+        if self._template is None:
             return f"{system}\n\n{user}\n"
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self._template(messages)
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
         async with self._slots:

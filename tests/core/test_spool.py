@@ -142,3 +142,33 @@ def test_sync_normal_is_opt_in_and_survives_a_crash_of_the_process(tmp_path):
     from pathlib import Path
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "b"), str(Path(__file__).parent)], check=True)
     assert [s.turn for s in Spool(tmp_path / "b").iter_samples()] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("bad", ["rollout", "reward", "topk", "metadata", "surrogate", "none"])
+def test_samples_come_back_from_the_spool_with_the_values_they_went_in_with(tmp_path, bad):
+    """Samples are stored with orjson, which writes NaN and infinities as null: a sample holding one is
+    written by json instead, so every value (non-ASCII text, a lone surrogate, NaN, ±inf) comes back."""
+    import math
+
+    nan, inf = float("nan"), float("inf")
+    s = TrainingSample(session_id="s\u00e9", turn=1, kind="rl", prompt_ids=[1, 2], response_ids=[3, 4],
+                       rollout_log_probs=[-0.1, nan if bad == "rollout" else -0.2], loss_mask=[1, 1],
+                       reward=-inf if bad == "reward" else 0.5, response_text="caf\u00e9 🙂" + ("\ud800" if bad == "surrogate" else ""),
+                       teacher_topk_log_probs=[[-1.0], [inf if bad == "topk" else -2.0]], teacher_topk_indices=[[5], [6]],
+                       metadata={"votes": [1, None, -1], "x": [[nan if bad == "metadata" else 1.5]]})
+    spool = Spool(tmp_path)
+    spool.put([s])
+    _, (got,) = spool.lease(1)
+
+    def same(a, b):
+        if isinstance(a, float) and isinstance(b, float):
+            return a == b or (math.isnan(a) and math.isnan(b))
+        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+            return len(a) == len(b) and all(map(same, a, b))
+        if isinstance(a, dict) and isinstance(b, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        return a == b and type(a) is type(b)
+
+    for name in ("session_id", "prompt_ids", "response_ids", "rollout_log_probs", "reward", "response_text",
+                 "teacher_topk_log_probs", "teacher_topk_indices", "metadata"):
+        assert same(getattr(got, name), getattr(s, name)), name

@@ -1,0 +1,100 @@
+"""A tokenizer's chat template rendered to text, without ``apply_chat_template``'s per-call copying.
+
+Stage: used by the **chat renderer** (``chat.py``, every turn's prompt) and the **judge** (its vote
+prompts). ``transformers``' ``apply_chat_template(tokenize=False)`` rebuilds every message, tool schema
+and keyword as fresh plain data on each call (so that rich objects such as images or tensors never reach
+the template's sandbox) before it renders the compiled template. With OpenClaw's twelve tools that
+copying cost as much CPU as the template itself (profile of the side-by-side benchmark: 8.8% of the
+proxy's CPU in ``_plain_template_data`` against 9.8% in ``Template.render``). The proxy's messages and
+tools are plain JSON data already (``normalize_messages`` and pydantic's ``model_dump`` build them), so
+here the compiled template is called directly with what ``apply_chat_template`` passes it: the template
+chosen for these tools, the messages without ``None`` values and with the reasoning field aliases,
+the tokenizer's special tokens and the extra keywords.
+
+Exactness is checked, not assumed: at construction a probe conversation (tools, tool calls, a tool
+result, reasoning, non-ASCII text) must render identically both ways, or every call goes through
+``apply_chat_template``; so does any input that is not plain JSON data, and any ``transformers`` without
+the two helpers used here. Tests compare both paths on the project's templates and random conversations.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+try:  # transformers' own compile cache and reasoning-field aliasing: what apply_chat_template runs
+    from transformers.utils.chat_template_utils import _alias_reasoning_fields, _compile_jinja_template
+except ImportError:  # pragma: no cover - another transformers: the slow path, which is always exact
+    _alias_reasoning_fields = _compile_jinja_template = None  # type: ignore[assignment]
+
+_PLAIN = (str, int, float, bool, type(None))
+
+_PROBE_TOOLS = [{"type": "function", "function": {
+    "name": "read", "description": "Read a file (caf\u00e9 🙂).",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string", "description": "where"},
+                                                    "limit": {"type": "integer"}}, "required": ["path"]}}}]
+_PROBE = [
+    {"role": "system", "content": "You are a careful assistant.  \n"},
+    {"role": "user", "content": "Read a.txt, please \u00e9\u0301 🙂"},
+    {"role": "assistant", "content": "", "reasoning_content": "The user wants a file.",
+     "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "read", "arguments": {"path": "a.txt"}}}]},
+    {"role": "tool", "tool_call_id": "call_1", "name": "read", "content": "hello\nworld"},
+    {"role": "assistant", "content": "It says hello."},
+    {"role": "user", "content": "<tool_response>\nthanks\n</tool_response>"},
+]
+
+
+def _is_plain(value: Any) -> bool:
+    """JSON data of exact builtin types, which ``apply_chat_template`` would pass on unchanged."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return True
+    if kind is dict:
+        return all(type(k) is str and _is_plain(v) for k, v in value.items())
+    if kind is list:
+        return all(_is_plain(v) for v in value)
+    return False
+
+
+class ChatTemplateText:
+    """``tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=…,
+    **kwargs)``, the same text at less cost (see the module docstring)."""
+
+    def __init__(self, tokenizer: Any, **kwargs: Any):
+        self.tokenizer, self.kwargs = tokenizer, kwargs
+        self._compiled: dict[str, Any] = {}
+        self.fast = _compile_jinja_template is not None and _is_plain(kwargs)
+        if self.fast:
+            try:
+                self.fast = all(self._render(_PROBE[:n], tools, gen) == self._slow(_PROBE[:n], tools, gen)
+                                for n in (2, 4, len(_PROBE)) for tools in (None, _PROBE_TOOLS) for gen in (True, False))
+            except Exception:  # noqa: BLE001 - a template that cannot render the probe: always the slow path
+                self.fast = False
+            if not self.fast:
+                log.info("chat template rendered through apply_chat_template (the direct path differs on a probe)")
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                 add_generation_prompt: bool = True) -> str:
+        if self.fast and messages and _is_plain(messages) and (tools is None or _is_plain(tools)):
+            return self._render(messages, tools, add_generation_prompt)
+        return self._slow(messages, tools, add_generation_prompt)
+
+    def _slow(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+              add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt, **self.kwargs)
+
+    def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                add_generation_prompt: bool) -> str:
+        tok = self.tokenizer
+        template = tok.get_chat_template(None, tools)  # a dict of templates picks "tool_use" when tools are given
+        compiled = self._compiled.get(template)
+        if compiled is None:
+            compiled = self._compiled[template] = _compile_jinja_template(template)
+        # apply_chat_template's steps on plain data: drop None values, alias the reasoning fields
+        chat = _alias_reasoning_fields([{k: v for k, v in m.items() if v is not None} for m in messages])
+        context = {**tok.special_tokens_map, **self.kwargs}
+        return compiled.render(messages=chat, tools=tools, documents=None,
+                               add_generation_prompt=add_generation_prompt, **context)
