@@ -129,6 +129,31 @@ def test_bad_requests_get_openai_errors_and_leave_state_unchanged(policy_server,
     assert httpx.get(f"{url}/v1/nope").status_code == 404
 
 
+
+def test_the_chat_route_served_in_front_of_fastapi_keeps_its_answers(policy_server, make_proxy, monkeypatch):
+    """POST /v1/chat/completions is served without FastAPI's routing layers (DirectRoute): its errors, the
+    header limit, the request metrics and other methods on the path must stay what FastAPI gave."""
+    from openclaw_rl.server import DirectRoute
+
+    proxy, url = make_proxy(policy_server.url, proxy_max_header_bytes=4096)
+    assert isinstance(proxy.app, DirectRoute)
+    chat = f"{url}/v1/chat/completions"
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    assert httpx.post(chat, json=body).status_code == 200
+    assert metric(proxy, "openclaw_requests_total", route="/v1/chat/completions", code="200") == 1
+    r = httpx.post(chat, json=body, headers={"x-big": "x" * 5000})
+    assert r.status_code == 431 and r.json()["error"]["code"] == 431
+    assert httpx.get(chat).status_code == 405  # other methods: FastAPI's answer
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(proxy.service, "complete", broken)
+    r = httpx.post(chat, json=body)
+    assert r.status_code == 500 and r.json()["error"]["type"] and "a bug" not in r.text
+    assert metric(proxy, "openclaw_requests_total", route="/v1/chat/completions", code="500") == 1
+    assert metric(proxy, "openclaw_requests_total", route="/v1/chat/completions", code="431") == 1
+
 def test_backend_down_and_timeout_map_to_502_504(make_proxy, tokenizer):
     from support import scripted_server
 
