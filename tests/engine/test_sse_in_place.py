@@ -242,3 +242,78 @@ def test_a_batch_of_incremental_events_is_checked_event_by_event() -> None:
     lossy.feed_many(buf, spans[:2])
     with pytest.raises(BackendUnavailable, match="lost tokens"):
         lossy.feed_many(buf, spans[2:5] + spans[6:9])
+
+
+def _variant(event: dict[str, Any], kind: str) -> Any:
+    """One incremental event changed the ways a backend could: legal-but-unusual shapes and faults."""
+    e = json.loads(json.dumps(event))
+    meta = e["meta_info"]
+    if kind == "tokens as str":
+        meta["completion_tokens"] = str(meta["completion_tokens"])
+    elif kind == "tokens as float":
+        meta["completion_tokens"] = float(meta["completion_tokens"])
+    elif kind == "tokens missing":
+        del meta["completion_tokens"]
+    elif kind == "declared wrong":
+        meta["output_token_logprobs_length"] += 1
+    elif kind == "declared as str":
+        meta["output_token_logprobs_length"] = str(meta["output_token_logprobs_length"])
+    elif kind == "declared missing":
+        del meta["output_token_logprobs_length"]
+    elif kind == "triple scores another id":
+        meta["output_token_logprobs"][0][1] += 1
+    elif kind == "one triple short":
+        meta["output_token_logprobs"].pop()
+    elif kind == "ids as str":
+        e["output_ids"] = [str(i) for i in e["output_ids"]]
+    elif kind == "no ids":
+        e["output_ids"], meta["output_token_logprobs"] = [], []
+        meta["completion_tokens"] -= len(event["output_ids"])
+        meta.pop("output_token_logprobs_length", None)
+    elif kind == "text missing":
+        del e["text"]
+    elif kind == "text not a string":
+        e["text"] = 5
+    elif kind == "meta missing":
+        del e["meta_info"]
+    elif kind == "error":
+        e = {"error": {"message": "boom"}}
+    elif kind == "wrapped in a list":
+        e = [e]
+    elif kind == "lost a token":
+        meta["completion_tokens"] += 1
+    return e
+
+
+@pytest.mark.parametrize("kind", ["same", "tokens as str", "tokens as float", "tokens missing", "declared wrong",
+                                  "declared as str", "declared missing", "triple scores another id",
+                                  "one triple short", "ids as str", "no ids", "text missing", "text not a string",
+                                  "meta missing", "error", "wrapped in a list", "lost a token"])
+def test_a_batch_takes_each_event_as_feed_takes_it(kind: str) -> None:
+    """The batch's fast path for common incremental events gives exactly what ``feed`` gives event by event:
+    the same ids, log-probs and text, or the same error, whatever one event in the middle looks like."""
+    chunks = incremental(synthetic(12, random.Random(5)))
+    events = [compact(c) for c in chunks[:6]] + [compact(_variant(chunks[6], kind))] + [compact(c) for c in chunks[7:]]
+    buf, spans = bytearray(), []
+    for e in events:
+        buf += b"data: "
+        spans.append((len(buf), len(buf) + len(e)))
+        buf += e + b"\n\n"
+
+    def run(batched: bool) -> Any:
+        asm = StreamAssembler()
+        try:
+            if batched:
+                asm.feed_many(buf, spans[:2])
+                last = asm.feed_many(buf, spans[2:])
+            else:
+                for s, e in spans:
+                    last = asm.feed(buf, s, e)
+            return ("ok", last.output_ids, last.logprobs, last.text, last.finish_reason, asm.chunks)
+        except Exception as exc:  # noqa: BLE001 - the error itself is what is compared
+            return (type(exc).__name__, str(exc))
+
+    batched, single = run(True), run(False)
+    if kind == "text not a string":  # both fail joining the text: once per batch, or once per event
+        batched, single = batched[0], single[0]
+    assert batched == single
