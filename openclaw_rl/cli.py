@@ -40,7 +40,8 @@ SERVE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     *(flag for mode in MODES.values() for flag in mode.cli_flags),  # each mode's own flags (registry)
     ("--session-ttl", "proxy_session_ttl_s", {"type": float, "help": "flush sessions idle this many seconds"}),
     ("--pause-mode", "proxy_pause_mode", {"choices": ["reject", "hold"]}),
-    ("--rollout-temperature", "proxy_rollout_temperature", {"type": float}),
+    ("--rollout-temperature", "proxy_rollout_temperature", {
+        "help": "main-line turns sample at this temperature (1.0); none lets the client's through (upstream)"}),
     ("--policy-timeout", "proxy_request_timeout_s", {"type": float,
                                                      "help": "seconds before a policy call becomes a 504 (600)"}),
     ("--context-length", "proxy_context_length", {"type": int,

@@ -10,7 +10,10 @@ rejects unknown ``openclaw_*`` keys so a typo in a config file fails loudly inst
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,6 +206,7 @@ def flat_keys() -> set[str]:
 
 
 TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+NULL_WORDS = ("none", "null")  # how a string (flag, environment variable) unsets an optional field
 
 
 def is_truthy(value: str) -> bool:
@@ -211,10 +215,9 @@ def is_truthy(value: str) -> bool:
 
 
 def _coerce(value: Any, current: Any, key: str) -> Any:
-    """``value`` as the type of the field's default; raises TypeError naming the expected type.
-    Strings are parsed (environment variables and comma lists); other types must already fit."""
-    if value is None:
-        return None
+    """``value`` as the type of ``current`` (the field's value, or an example of its declared type);
+    raises TypeError naming the expected type. Strings are parsed (environment variables and comma
+    lists); other types must already fit."""
     if isinstance(current, bool):
         if isinstance(value, bool):
             return value
@@ -233,7 +236,7 @@ def _coerce(value: Any, current: Any, key: str) -> Any:
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
             return int(value)
         raise TypeError("expected an integer")
-    if isinstance(current, float) or (current is None and key == "proxy_rollout_temperature"):
+    if isinstance(current, float):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         if isinstance(value, str):
@@ -249,14 +252,34 @@ def _coerce(value: Any, current: Any, key: str) -> Any:
     return value
 
 
+@functools.cache
+def _optional_type(section: type, name: str) -> type | None:
+    """The declared type inside ``X | None`` for an optional settings field, else None. A field whose
+    default is None (``enable_thinking``) would otherwise take a raw string: "false" would then switch
+    thinking on, being a non-empty string."""
+    hint = typing.get_type_hints(section)[name]
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        return next(a for a in args if a is not type(None))
+    return None
+
+
+def _is_null(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() in NULL_WORDS)
+
+
 def _apply(settings: Settings, key: str, value: Any, source: str = "settings") -> None:
     if key == "mode":
         settings.mode = str(value)
         return
     section, _, name = key.partition("_")
     obj = getattr(settings, section)
+    optional = _optional_type(type(obj), name)
     try:
-        setattr(obj, name, _coerce(value, getattr(obj, name), key))
+        if optional is not None and _is_null(value):
+            setattr(obj, name, None)
+        else:
+            setattr(obj, name, _coerce(value, optional() if optional is not None else getattr(obj, name), key))
     except (TypeError, ValueError) as e:
         raise ValueError(f"{source}: {PREFIX}{key}: {e}, got {value!r:.80}") from None
 
@@ -284,8 +307,8 @@ def load_settings(values: Mapping[str, Any] | None = None, *, env: Mapping[str, 
     if env.get("OPENCLAW_RECORD_ENABLED") == "1" and env.get("OPENCLAW_RECORD_FILE"):
         settings.proxy.record_dir = str(Path(env["OPENCLAW_RECORD_FILE"]).parent or ".")
     merged: dict[str, Any] = {}
-    if slime_args is not None:
-        merged.update({k: v for k, v in vars(slime_args).items() if k.startswith(PREFIX)})
+    if slime_args is not None:  # None there is a flag nobody set (argparse's default), never a choice
+        merged.update({k: v for k, v in vars(slime_args).items() if k.startswith(PREFIX) and v is not None})
     merged.update(values or {})
     unknown = []
     for raw_key, value in merged.items():
@@ -293,8 +316,10 @@ def load_settings(values: Mapping[str, Any] | None = None, *, env: Mapping[str, 
         if key not in known:
             unknown.append(raw_key)
             continue
-        if value is not None:
-            _apply(settings, key, value, sources.get(raw_key, "settings"))
+        section, _, name = key.partition("_")
+        if value is None and (key == "mode" or _optional_type(type(getattr(settings, section)), name) is None):
+            continue  # an empty YAML value keeps the default; on an optional field, null unsets it
+        _apply(settings, key, value, sources.get(raw_key, "settings"))
     if unknown:
         raise ValueError(f"unknown openclaw setting(s) {sorted(unknown)}; known keys: "
                          f"{', '.join(PREFIX + k for k in sorted(known))}")

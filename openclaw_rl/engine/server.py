@@ -217,6 +217,8 @@ class EngineService:
                 unsent = len(run.output_ids) - sent_ids
                 if not (final or interval == 1 or unsent >= interval or (not sent_ids and unsent > 0)):
                     continue
+                if not final and self._may_become_a_stop_string(run):
+                    continue  # held, as SGLang does: a streamed text never shows what the stop trims away
                 shown = self._final_text(run) if final else text.update(run.output_ids)
                 if not self.incremental_streaming_output:
                     yield self._output(run, shown, final=final, first=first)
@@ -318,6 +320,16 @@ class EngineService:
                 if stop in tail:
                     return finish_stop(stop)
         return None
+
+    def _may_become_a_stop_string(self, run: _Run) -> bool:
+        """SGLang's ``check_match_stop_str_prefix``: the output's tail holds a stop string or ends with the
+        start of one. SGLang sends no stream event then, so the trimmed text never shrinks mid-stream."""
+        stops = [s for s in run.item.params.stop_strings or () if s]
+        if not stops:
+            return False
+        tail = self.tokenizer.decode(run.output_ids[-run.item.stop_window:], skip_special_tokens=False)
+        return any(stop in tail or any(tail.endswith(stop[:i]) for i in range(1, min(len(tail), len(stop)) + 1))
+                   for stop in stops)
 
     def _final_text(self, run: _Run) -> str:
         """The matched stop token is cut before decoding and a matched string after, unless no_stop_trim."""

@@ -132,8 +132,12 @@ def build(mode: str, script: str, base: Path, run_dir: Path, judge_url: str, jud
         data = load_yaml(str(base))
         data.pop("mode", None)
         api_keys = {"proxy_api_keys": env["SGLANG_API_KEY"]} if env.get("SGLANG_API_KEY") else {}
-        load_settings({**data, **{PREFIX + k: v for k, v in values.items()}, **api_keys, "mode": mode}, env={})
+        settings = load_settings({**data, **{PREFIX + k: v for k, v in values.items()}, **api_keys, "mode": mode},
+                                 env={})
     except ValueError as e:
         raise LaunchError(str(e)) from None
+    if settings.proxy.rollout_temperature is None:  # the trainer's log-probs are taken at this temperature
+        raise LaunchError("ROLLOUT_TEMPERATURE / openclaw_proxy_rollout_temperature must be a number here: it is "
+                          "also Slime's --rollout-temperature, the temperature the trainer computes log-probs at")
     ordered = {k: values[k] for k in sorted(values, key=lambda k: (ORDER.index(k) if k in ORDER else len(ORDER), k))}
     return render(mode, script, base, ordered), values, warnings

@@ -76,3 +76,43 @@ def test_malformed_yaml_names_the_file_and_line(tmp_path):
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
     with pytest.raises(ValueError, match="list.yaml: expected a mapping of openclaw_\\* keys, got a list"):
         load_yaml(tmp_path / "list.yaml")
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    ("false", False), ("no", False), ("0", False), ("true", True), ("1", True), (False, False), (True, True),
+    (None, None), ("none", None), ("null", None)])
+def test_enable_thinking_takes_booleans_and_null_not_raw_strings(given, expected):
+    """Its default is None, so its type is the declared one: "false" used to be kept as a string, which the
+    chat template read as true."""
+    assert load_settings({"openclaw_proxy_enable_thinking": given}).proxy.enable_thinking is expected
+
+
+def test_enable_thinking_refuses_what_is_not_a_boolean():
+    with pytest.raises(ValueError, match="openclaw_proxy_enable_thinking: expected a boolean"):
+        load_settings({"openclaw_proxy_enable_thinking": "maybe"})
+
+
+@pytest.mark.parametrize("unset", [None, "none", "None", "null"])
+def test_rollout_temperature_can_be_unset_to_let_the_clients_through(unset):
+    """None is the documented upstream behaviour; a YAML null and the word none were skipped or refused."""
+    assert load_settings({"openclaw_proxy_rollout_temperature": unset}).proxy.rollout_temperature is None
+    assert load_settings({"openclaw_proxy_rollout_temperature": "0.7"}).proxy.rollout_temperature == 0.7
+
+
+def test_a_null_on_a_required_field_keeps_its_default_and_unset_slime_flags_change_nothing():
+    assert load_settings({"openclaw_proxy_port": None}).proxy.port == 30000
+    args = SimpleNamespace(openclaw_proxy_rollout_temperature=None, openclaw_proxy_enable_thinking=None)
+    assert load_settings(slime_args=args, env={}).proxy.rollout_temperature == 1.0
+
+
+def test_serve_flags_take_none_and_refuse_a_non_number_for_the_rollout_temperature():
+    from openclaw_rl.cli import build_parser, settings_from_cli
+
+    def settings(*flags: str):
+        return settings_from_cli(build_parser().parse_args(["serve", *flags]))
+
+    assert settings("--rollout-temperature", "none").proxy.rollout_temperature is None
+    assert settings("--rollout-temperature", "0.6").proxy.rollout_temperature == 0.6
+    assert settings().proxy.rollout_temperature == 1.0
+    with pytest.raises(ValueError, match="--rollout-temperature: openclaw_proxy_rollout_temperature: expected a number"):
+        settings("--rollout-temperature", "warm")

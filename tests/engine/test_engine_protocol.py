@@ -120,6 +120,31 @@ def test_stop_string_is_trimmed_from_text_and_its_tokens_stay_in_output_ids(
     assert kept["text"].endswith("in Paris")
 
 
+@pytest.mark.parametrize("incremental", [False, True])
+def test_a_stream_holds_what_may_become_a_stop_string(tokenizer: Any, prompt: list[int], incremental: bool) -> None:
+    """SGLang (``check_match_stop_str_prefix``) sends no event while the text ends with the start of a stop
+    string, so what the stop trims is never shown: ``in P``, ``in Pa``... are held, then the stop ends it."""
+    running = Engine(ScriptedModel(tokenizer, responder=lambda ids: REPLY), tokenizer,
+                     incremental_streaming_output=incremental)
+    try:
+        body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": 200, "stop": ["Paris"]}}
+        chunks = events(running.stream(**body))
+        whole = running.generate(**body)
+    finally:
+        running.close()
+    texts = [c["text"] for c in chunks]
+    shown = "".join(texts) if incremental else texts[-1]
+    assert shown == whole["text"] == "<think>Weather?</think>The weather in "
+    so_far = ""
+    for text in texts[:-1]:
+        so_far = so_far + text if incremental else text
+        assert not any(so_far.endswith("Paris"[:i]) for i in range(1, 6)), so_far  # "P" and on are held
+    if not incremental:
+        assert all(b.startswith(a) for a, b in zip(texts, texts[1:]))  # the cumulative text never shrinks
+    ids = [i for c in chunks for i in c["output_ids"]] if incremental else chunks[-1]["output_ids"]
+    assert ids == whole["output_ids"]  # held tokens come with the next event, none is lost
+
+
 def test_stop_token_ids_and_ignore_eos(engine: Engine, prompt: list[int]) -> None:
     comma = engine.model.encode_non_canonical(",")[0]
     out = engine.generate(input_ids=prompt, sampling_params={"max_new_tokens": 200, "stop_token_ids": [comma]})

@@ -144,7 +144,10 @@ def tokenizer(tiny_model_dir: Path) -> Any:
 
 
 class Replayer:
-    """One engine reused across exchanges; each replay resets the weight version to the golden one."""
+    """One engine reused across exchanges; each replay starts from the golden weight version and an
+    unpaused engine. pytest-xdist hands these tests out one at a time (scripts/run_tests.sh), so
+    ``pause_generation`` and ``continue_generation`` can run on different workers' engines: a pause left in
+    place made every later ``/generate`` on that worker hang until the client's timeout."""
 
     def __init__(self, tokenizer: Any, model_path: str):
         self.tokenizer = tokenizer
@@ -160,6 +163,7 @@ class Replayer:
         if exchange["name"] == "get_model_info_after_update":
             version = "v2"
         self.client.post("/update_weights_from_disk", json={"model_path": self.model_path, "weight_version": version})
+        self.client.post("/continue_generation")
         request = exchange["request_json"]
         if isinstance(request, dict) and "__raw_body__" in request:
             return self.client.request(exchange["method"], exchange["path"], content=request["__raw_body__"],

@@ -432,6 +432,13 @@ def test_external_judge_with_prm_gpus_warns_and_frees_them(launch):
     assert "--num-gpus 6" in run.out
 
 
+def test_an_unset_rollout_temperature_is_refused_with_the_reason(launch):
+    """``serve`` takes ``none`` (the client's temperature, as upstream); Slime's --rollout-temperature cannot."""
+    run = launch("rl", ROLLOUT_TEMPERATURE="none")
+    assert run.rc == 2 and "must be a number here" in run.err and "--rollout-temperature" in run.err, run.err
+    assert "ray job submit" not in run.out
+
+
 def test_proxy_refuses_a_public_bind_without_a_key(launch):
     run = launch("rl", PROXY_HOST="0.0.0.0")
     assert run.rc == 2 and "refusing to expose the proxy" in run.err and "SGLANG_API_KEY" in run.err
