@@ -67,13 +67,23 @@ class ChatTemplateText:
         self._compiled: dict[str, Any] = {}
         self.fast = _compile_jinja_template is not None and _is_plain(kwargs)
         if self.fast:
-            try:
-                self.fast = all(self._render(_PROBE[:n], tools, gen) == self._slow(_PROBE[:n], tools, gen)
-                                for n in (2, 4, len(_PROBE)) for tools in (None, _PROBE_TOOLS) for gen in (True, False))
-            except Exception:  # noqa: BLE001 - a template that cannot render the probe: always the slow path
-                self.fast = False
+            outcomes = [self._both(_PROBE[i:n], tools, gen) for i, n in ((0, 2), (1, 2), (0, 4), (1, 4), (0, 6), (1, 6))
+                        for tools in (None, _PROBE_TOOLS) for gen in (True, False)]
+            # each probe renders alike both ways or fails alike (a template may refuse e.g. a system
+            # message), and at least one renders
+            self.fast = all(same for same, _ in outcomes) and any(rendered for _, rendered in outcomes)
             if not self.fast:
                 log.info("chat template rendered through apply_chat_template (the direct path differs on a probe)")
+
+    def _both(self, messages: list[dict[str, Any]], tools: Any, gen: bool) -> tuple[bool, bool]:
+        """(the two paths agree: same text or the same kind of error, the slow path rendered)."""
+        out = []
+        for path in (self._slow, self._render):
+            try:
+                out.append(path(messages, tools, gen))
+            except Exception as e:  # noqa: BLE001 - a template's refusal is an outcome to compare
+                out.append(type(e))
+        return out[0] == out[1], isinstance(out[0], str)
 
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                  add_generation_prompt: bool = True) -> str:

@@ -123,6 +123,25 @@ def test_a_template_that_differs_on_the_probe_is_rendered_by_transformers(tokeni
     assert text([{"role": "user", "content": "a"}]) == "a"
 
 
+
+def test_a_template_that_refuses_system_messages_still_renders_directly(tokenizer):
+    """A refusal (raise_exception) on some probes is an outcome both paths share: such a template keeps
+    the direct path, and refuses the same conversations through it."""
+    import copy
+
+    from jinja2.exceptions import TemplateError
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = ("{% if messages[0].role == 'system' %}{{ raise_exception('no system role') }}{% endif %}"
+                         "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    text = ChatTemplateText(tok)
+    assert text.fast
+    msgs = [{"role": "user", "content": "hi 🙂"}, {"role": "assistant", "content": "ok"}]
+    assert text(msgs) == reference(tok, msgs)
+    with pytest.raises(TemplateError):
+        text([{"role": "system", "content": "s"}, *msgs])
+
 def test_non_plain_input_takes_apply_chat_template(tokenizer):
     class Text(str):
         pass
