@@ -149,7 +149,7 @@ class Proxy:
     service: ChatService
     auth: Authenticator
     probes: BackendProbes
-    app: FastAPI | None = None
+    app: Any = None  # the ASGI app: FastAPI behind DirectRoute (make_app)
 
     @classmethod
     def build(cls, settings: Settings, *, tokenizer: Any = None, judge_tokenizer: Any = None,
