@@ -11,8 +11,9 @@ here the compiled template is called directly with what ``apply_chat_template`` 
 chosen for these tools, the messages without ``None`` values and with the reasoning field aliases,
 the tokenizer's special tokens and the extra keywords.
 
-Exactness is checked, not assumed: at construction a probe conversation (tools, tool calls, a tool
-result, reasoning, non-ASCII text) must render identically both ways, or every call goes through
+Exactness is checked, not assumed: at construction probe conversations (tools, tool calls, a tool
+result, reasoning, non-ASCII text) must render identically both ways (or be refused alike by the
+template, with at least one rendered), or every call goes through
 ``apply_chat_template``; so does any input that is not plain JSON data, and any ``transformers`` without
 the two helpers used here. Tests compare both paths on the project's templates and random conversations.
 """
