@@ -136,22 +136,9 @@ class Spool:
 
     def save_turn(self, key: TurnKey, payload: str) -> None:
         """Persist (or update) a turn that waits for its next state or its judgement."""
-        self.save_turns([(key, payload)])
-
-    def save_turns(self, rows: list[tuple[TurnKey, str]]) -> None:
-        """``save_turn`` for several turns in one transaction (one commit, one fsync): all or none."""
-        sql = "INSERT OR REPLACE INTO pending_turns(session_key, epoch, turn, payload) VALUES (?,?,?,?)"
         with self._lock:
-            if len(rows) == 1:  # one statement commits on its own
-                self._db.execute(sql, (*rows[0][0], rows[0][1]))
-                return
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany(sql, [(*key, payload) for key, payload in rows])
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            self._db.execute("INSERT OR REPLACE INTO pending_turns(session_key, epoch, turn, payload) VALUES (?,?,?,?)",
+                             (*key, payload))
 
     def pending_turns(self) -> list[str]:
         with self._lock:

@@ -10,10 +10,6 @@ Retry-After (``overloaded``) until the backlog drains; turns already admitted st
 ``save_turn`` returns a future that is done once the waiting turn is committed, so the reply's last
 byte can wait for it (a SIGKILL after the client saw a reply never loses that turn).
 Record files are append-only and never truncated (upstream truncated them at every weight sync).
-Group commit: what is queued when the thread wakes is written together, each run of turn saves in one
-transaction and each run of outcomes in one, in queue order. Under concurrency the commits (each an
-fsync with ``synchronous=FULL``, milliseconds of wall time here) were the thread's queue: replies waited
-for commits of other sessions' turns. Every future is still set only after its own row is committed.
 """
 
 from __future__ import annotations
@@ -25,7 +21,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -108,73 +103,37 @@ class SampleWriter:
             try:
                 item = self._queue.get(timeout=1.0 if self.overflow else None)
             except queue.Empty:  # idle with a backlog: the trainer may have acknowledged a batch since
-                self._persist(list(self.overflow), retrying=len(self.overflow), settled=[])
+                self._persist(list(self.overflow), retrying=len(self.overflow), settled=None)
                 continue
-            batch = [item]
-            while batch[-1] is not None and len(batch) < GROUP_MAX:  # what else is queued: one commit per run
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            for op, run in groupby(batch, key=lambda it: None if it is None else it[0]):
-                if op is None:
-                    return
-                items = list(run)
-                if op == "flush":
-                    for _, done, _ in items:
-                        done.set()
-                elif op == "turn":
-                    self._save_turns([(turn, fut) for _, turn, fut in items])
-                else:
-                    self._guarded(op, items[0][1], self._write, [(turn, outcome) for _, turn, outcome in items])
-
-    def _guarded(self, op: str, first: Any, fn: Callable[..., None], *args: Any) -> bool:
-        """Run one write; a failure is counted and logged (the caller's turns stay pending for a restart)."""
-        try:
-            fn(*args)
-            return True
-        except Exception:
-            self.metrics.spool_errors.inc()
-            log.exception("spool write (%s) for session %s failed", op, log_safe(getattr(first, "session_id", "?")))
-            return False
-
-    def _save_turns(self, items: list[tuple[Turn, Future]]) -> None:
-        """Waiting turns, one transaction for all; a turn that cannot be serialised fails only its own future."""
-        rows, waiting = [], []
-        for turn, fut in items:
+            if item is None:
+                return
+            op, a, b = item
             try:
-                rows.append(((turn.session_key, turn.epoch, turn.index), codec.dumps_str(turn.to_record())))
-                waiting.append(fut)
+                if op == "flush":
+                    a.set()
+                elif op == "turn":
+                    self.spool.save_turn((a.session_key, a.epoch, a.index), codec.dumps_str(a.to_record()))
+                    b.set_result(True)
+                else:
+                    self._write(a, b)
             except Exception as e:
-                fut.set_exception(e)
-                self._guarded("turn", turn, _reraise, e)
-        if not rows:
-            return
-        try:
-            self.spool.save_turns(rows)
-        except Exception as e:
-            for fut in waiting:
-                fut.set_exception(e)
-            self._guarded("turn", items[0][0], _reraise, e)
-            return
-        for fut in waiting:
-            fut.set_result(True)
+                if op == "turn" and not b.done():
+                    b.set_exception(e)
+                self.metrics.spool_errors.inc()
+                log.exception("spool write (%s) for session %s failed", op,
+                              log_safe(getattr(a, "session_id", "?")))
 
-    def _write(self, outcomes: list[tuple[Turn, Outcome]]) -> None:
-        """Turns' final outcomes: their samples and settled rows in one transaction, then their records."""
-        for _, outcome in outcomes:
-            if outcome.eval_score is not None:
-                with self._eval_lock:
-                    self._eval_scores.append(outcome.eval_score)
-        self._persist(list(self.overflow) + [s for _, outcome in outcomes for s in outcome.samples],
-                      retrying=len(self.overflow),
-                      settled=[(turn.session_key, turn.epoch, turn.index) for turn, _ in outcomes])
+    def _write(self, turn: Turn, outcome: Outcome) -> None:
+        if outcome.eval_score is not None:
+            with self._eval_lock:
+                self._eval_scores.append(outcome.eval_score)
+        self._persist(list(self.overflow) + outcome.samples, retrying=len(self.overflow),
+                      settled=(turn.session_key, turn.epoch, turn.index))
         if self._records is not None:
-            for turn, outcome in outcomes:
-                self._record(turn, outcome)
+            self._record(turn, outcome)
 
-    def _persist(self, samples: list[TrainingSample], retrying: int, settled: list[Any]) -> None:
-        keys = self._overflow_settled + settled
+    def _persist(self, samples: list[TrainingSample], retrying: int, settled: Any) -> None:
+        keys = self._overflow_settled + ([settled] if settled is not None else [])
         try:
             self.spool.put(samples, settled=keys)
         except SpoolFull as e:
@@ -223,13 +182,6 @@ class SampleWriter:
             judge_line = {"session_id": turn.session_id, "turn": turn.index, **outcome.record}
             self._prm_records.write(_record_line(judge_line))  # type: ignore[union-attr]
             self._prm_records.flush()  # type: ignore[union-attr]
-
-
-GROUP_MAX = 64  # queued writes taken together at most
-
-
-def _reraise(error: BaseException) -> None:
-    raise error
 
 
 def _record_line(obj: dict[str, Any]) -> bytes:

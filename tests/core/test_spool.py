@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 
 import pytest
@@ -173,69 +172,3 @@ def test_samples_come_back_from_the_spool_with_the_values_they_went_in_with(tmp_
     for name in ("session_id", "prompt_ids", "response_ids", "rollout_log_probs", "reward", "response_text",
                  "teacher_topk_log_probs", "teacher_topk_indices", "metadata"):
         assert same(getattr(got, name), getattr(s, name)), name
-
-
-class _GatedSpool(Spool):
-    """A spool whose first write waits for ``gate``, so that everything the test enqueues meanwhile is
-    taken by the writer in one batch; records every call's row count."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.gate, self.entered, self.calls = threading.Event(), threading.Event(), []
-
-    def save_turns(self, rows):
-        self.entered.set()
-        self.gate.wait(60)
-        self.calls.append(("turns", len(rows)))
-        super().save_turns(rows)
-
-    def put(self, samples, settled=None):
-        self.gate.wait(60)
-        self.calls.append(("put", len(settled or [])))
-        super().put(samples, settled)
-
-
-def _turn(i: int, broken: bool = False):
-    from array import array
-
-    from openclaw_rl.turns import Generation, Turn
-
-    turn = Turn(session_key=f"ns\x1fs{i}", session_id=f"s{i}", index=1, prompt_ids=array("i", [1, 2]), messages=None,
-                tools=None, sampling_temperature=None, epoch="e")
-    turn.generation = Generation(array("i", [3]), array("d", [-0.5]), "x", "stop")
-    if broken:
-        turn.next_state = {"role": "user", "content": object()}  # cannot be serialised
-    return turn
-
-
-def test_the_writer_commits_what_is_queued_together_in_queue_order(tmp_path):
-    """Group commit: turn saves queued while the writer is busy are committed in one transaction and each
-    future is set after it; outcomes likewise; a turn that cannot be serialised fails only its own future."""
-    from openclaw_rl.metrics import ProxyMetrics
-    from openclaw_rl.scoring import Outcome
-    from openclaw_rl.writer import SampleWriter
-
-    spool = _GatedSpool(tmp_path)
-    writer = SampleWriter(spool, ProxyMetrics(), record_dir=str(tmp_path / "records"))
-    try:
-        first = writer.save_turn(_turn(0))  # taken alone: the writer waits at the gate with it
-        assert spool.entered.wait(60)  # the writer holds it at the gate
-        futures = [writer.save_turn(_turn(i, broken=(i == 2))) for i in range(1, 5)]
-        for i in (0, 1):
-            writer(_turn(i), Outcome(samples=[sample(i, session=f"s{i}")]))
-        futures.append(writer.save_turn(_turn(9)))
-        spool.gate.set()
-        writer.flush()
-        assert first.result(5) and all(f.result(5) for i, f in enumerate(futures) if i != 1)
-        with pytest.raises(TypeError):
-            futures[1].result(5)
-        assert spool.calls == [("turns", 1), ("turns", 3), ("put", 2), ("turns", 1)]
-        # turns 0 and 1 settled (their rows gone with their samples), 3, 4 and 9 wait, 2 was never stored
-        pending = sorted(json.loads(p)["session_id"] for p in spool.pending_turns())
-        assert pending == ["s3", "s4", "s9"] and spool.depth() == 2
-        records = (tmp_path / "records" / "conversations.jsonl").read_text().splitlines()
-        assert [json.loads(r)["session_id"] for r in records] == ["s0", "s1"]
-    finally:
-        spool.gate.set()
-        writer.close()
-
