@@ -306,40 +306,8 @@ class StreamAssembler:
             if len(events) != len(spans):  # an event of two objects ('{…},{…}') is not JSON
                 raise BackendUnavailable("policy backend streamed non-JSON: an event is not one object")
             for data in events:
-                meta = self._apply_incremental(data)
-                if meta is None:  # not the common shape: the general checks (and their errors)
-                    meta = self._apply(data, buf, None)
+                meta = self._apply(data, buf, None)
             return self._result(meta)
-
-    def _apply_incremental(self, data: Any) -> dict[str, Any] | None:
-        """``_apply`` for the common event of an established incremental stream: an object without an
-        error whose integer ``completion_tokens`` counts exactly the ids seen plus its own non-empty ids,
-        with as many log-prob triples (and a matching declared count). It takes the tokens as ``_apply``
-        does (the triples must score exactly these ids, else the stream fails); None, with nothing
-        changed, for anything else, which ``_apply`` then checks and reports."""
-        if type(data) is not dict or "error" in data or self.mode != "incremental":
-            return None
-        meta, ids = data.get("meta_info"), data.get("output_ids")
-        if type(meta) is not dict or type(ids) is not list:
-            return None
-        triples, n, count = meta.get("output_token_logprobs"), meta.get("completion_tokens"), len(ids)
-        if (type(n) is not int or type(triples) is not list or not count or len(triples) != count
-                or n != len(self.ids) + count):
-            return None
-        declared = meta.get("output_token_logprobs_length")
-        if declared is not None and (type(declared) is not int or declared != n):
-            return None
-        self.chunks += 1
-        self._ids_bytes = 0
-        new_ids = list(map(int, ids))
-        self.logprobs += _aligned_logprobs(new_ids, triples)
-        self.ids += new_ids
-        if self._text_raw:
-            self._text_raw = bytearray()
-        text = data.get("text")
-        if text is not None:
-            self._pieces.append(text)
-        return meta
 
     def _result(self, meta: dict[str, Any]) -> GenerateResult:
         if self._pieces:  # incremental text: joined once per snapshot, not once per event
