@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -101,6 +102,18 @@ def metric(proxy: Any, name: str, **labels: str) -> float:
     return 0.0 if value is None else value
 
 
+def request_count(proxy: Any, code: int, route: str = "/v1/chat/completions", timeout: float = 10.0,
+                  expected: float = 1.0) -> float:
+    """``openclaw_requests_total`` for (route, code) once it reaches ``expected`` (or the deadline passes).
+    The request metrics are counted when the app returns, after the last byte is sent: a client can hold
+    the response before its request is counted."""
+    deadline = time.monotonic() + timeout
+    while (value := metric(proxy, "openclaw_requests_total", route=route, code=str(code))) < expected \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return value
+
+
 def on_loop(proxy: Any, fn: Callable[[], Any]) -> Any:
     """Run ``fn`` on the proxy's event loop (session state is only touched there) and return its result."""
     import asyncio
@@ -128,7 +141,6 @@ class FaultBackend:
 
     def app(self) -> Any:
         import asyncio
-        import time
 
         from fastapi import FastAPI
         from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -198,7 +210,6 @@ def serve_cli(port: int, *args: str, startup_s: float = 180.0) -> Any:
     import os
     import subprocess
     import sys
-    import time
 
     import httpx
 
