@@ -252,11 +252,18 @@ def _coerce(value: Any, current: Any, key: str) -> Any:
     return value
 
 
+def _optional_type(settings: Settings, key: str) -> type | None:
+    """The declared type inside ``X | None`` for the optional settings field ``key``, else None. A field
+    whose default is None (``enable_thinking``) would otherwise take a raw string: "false" would then
+    switch thinking on, being a non-empty string."""
+    if key == "mode":
+        return None
+    section, _, name = key.partition("_")
+    return _declared_optional(type(getattr(settings, section)), name)
+
+
 @functools.cache
-def _optional_type(section: type, name: str) -> type | None:
-    """The declared type inside ``X | None`` for an optional settings field, else None. A field whose
-    default is None (``enable_thinking``) would otherwise take a raw string: "false" would then switch
-    thinking on, being a non-empty string."""
+def _declared_optional(section: type, name: str) -> type | None:
     hint = typing.get_type_hints(section)[name]
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
@@ -274,7 +281,7 @@ def _apply(settings: Settings, key: str, value: Any, source: str = "settings") -
         return
     section, _, name = key.partition("_")
     obj = getattr(settings, section)
-    optional = _optional_type(type(obj), name)
+    optional = _optional_type(settings, key)
     try:
         if optional is not None and _is_null(value):
             setattr(obj, name, None)
@@ -316,8 +323,7 @@ def load_settings(values: Mapping[str, Any] | None = None, *, env: Mapping[str, 
         if key not in known:
             unknown.append(raw_key)
             continue
-        section, _, name = key.partition("_")
-        if value is None and (key == "mode" or _optional_type(type(getattr(settings, section)), name) is None):
+        if value is None and _optional_type(settings, key) is None:
             continue  # an empty YAML value keeps the default; on an optional field, null unsets it
         _apply(settings, key, value, sources.get(raw_key, "settings"))
     if unknown:
