@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 from openclaw_rl.bench import mock
+from openclaw_rl.bench.loadclient import LoadClient, LoadClientError
 from openclaw_rl.servers import free_port
 
 TARGETS = ("direct", "ours", "upstream")
@@ -93,7 +94,7 @@ class Compare:
         return {"direct": (self.stack.policy_url, None), "ours": (self.stack.proxy_url, self.stack.proxy_pid),
                 "upstream": (self.upstream_url, self.upstream_pid)}[target]
 
-    async def turn(self, http: httpx.AsyncClient, target: str, cfg: CompareConfig, case: mock.Case, sid: str,
+    async def turn(self, load: LoadClient, target: str, cfg: CompareConfig, case: mock.Case, sid: str,
                    last: bool) -> tuple[float, float] | None:
         """(seconds to the first content byte, seconds in all) of one turn; None if it failed (counted)."""
         base, _ = self.url_pid(target)
@@ -108,23 +109,21 @@ class Compare:
         first = None
         try:
             if not cfg.stream:
-                (await http.post(url, content=body, headers=headers)).raise_for_status()
+                await load.post(url, body, headers)
                 total = time.perf_counter() - start
                 return total, total
-            async with http.stream("POST", url, content=body, headers=headers) as r:
-                r.raise_for_status()
-                async for line in r.aiter_lines():
-                    if first is None and line.startswith("data: {") and (target == "direct" or '"content":"' in line
-                                                                         and '"content":""' not in line):
-                        first = time.perf_counter() - start
+            async for line in load.post_lines(url, body, headers):
+                if first is None and line.startswith(b"data: {") and (
+                        target == "direct" or b'"content":"' in line and b'"content":""' not in line):
+                    first = time.perf_counter() - start
             total = time.perf_counter() - start
             return (first if first is not None else total), total
-        except httpx.HTTPError as e:
+        except LoadClientError as e:
             key = f"{target}: {type(e).__name__}"
             self.errors[key] = self.errors.get(key, 0) + 1
             return None
 
-    async def batch(self, http: httpx.AsyncClient, target: str, cfg: CompareConfig, sessions: list[list[mock.Case]],
+    async def batch(self, load: LoadClient, target: str, cfg: CompareConfig, sessions: list[list[mock.Case]],
                     tag: str) -> dict[str, Any]:
         _, pid = self.url_pid(target)
         if pid:
@@ -136,7 +135,7 @@ class Compare:
         async def worker() -> None:
             for s in queue:
                 for t, case in enumerate(sessions[s]):
-                    r = await self.turn(http, target, cfg, case, f"{tag}-{s}", t == len(sessions[s]) - 1)
+                    r = await self.turn(load, target, cfg, case, f"{tag}-{s}", t == len(sessions[s]) - 1)
                     results.extend([r] if r else [])
 
         start = time.perf_counter()
@@ -188,7 +187,7 @@ async def _run(checkout: str, tokenizer_dir: str, workdir: Path, configs: list[C
     upstream_url = f"http://{mock.HOST}:{upstream_port}"
     results: dict[str, Any] = {"configs": [], "load_average_start": os.getloadavg(), "stream_interval": stream_interval}
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    async with httpx.AsyncClient(timeout=300, limits=limits, trust_env=False) as http:
+    async with httpx.AsyncClient(timeout=300, limits=limits, trust_env=False) as http, LoadClient(300.0) as load:
         try:
             await stack.start(http)
             up = stack._spawn("upstream", [sys.executable, "-m", "openclaw_rl.bench.upstream", "--checkout", checkout,
@@ -212,7 +211,7 @@ async def _run(checkout: str, tokenizer_dir: str, workdir: Path, configs: list[C
                 n = 8 if cfg.concurrency == 1 else 32
                 warm = sessions_at(tokenizer, sessions=2, history=cfg.history, reply=cfg.reply, seed=10_000 + i)
                 for target in TARGETS:  # warm-up: template compile, pools, first calls of this shape
-                    await cmp.batch(http, target, CompareConfig(1, cfg.history, cfg.stream, cfg.reply), warm,
+                    await cmp.batch(load, target, CompareConfig(1, cfg.history, cfg.stream, cfg.reply), warm,
                                     f"warm{i}")
                 if i == 0:
                     stack.profile_reset()  # a yappi profile (--profile-proxy X.pstat) leaves out start-up
@@ -222,7 +221,7 @@ async def _run(checkout: str, tokenizer_dir: str, workdir: Path, configs: list[C
                                            seed=i * 100 + rep)
                     order = TARGETS if rep % 2 == 0 else TARGETS[::-1]
                     for target in order:
-                        per[target].append(await cmp.batch(http, target, cfg, sessions, f"{target}{i}r{rep}"))
+                        per[target].append(await cmp.batch(load, target, cfg, sessions, f"{target}{i}r{rep}"))
                 summary = {t: _summary(b) for t, b in per.items()}
                 row = {"config": cfg.name, **{k: v for k, v in cfg.__dict__.items()}, "summary": summary,
                        "ratios": ratios(summary, cfg), "load_average": os.getloadavg(),

@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 
 from openclaw_rl.bench import mock
+from openclaw_rl.bench.loadclient import LoadClient, LoadClientError
 from openclaw_rl.bench.mock import Case, Stack
 from openclaw_rl.config import ProxySettings
 
@@ -97,6 +98,7 @@ class Bench:
         self.details: dict[str, Any] = {"phase_seconds": {}}
         self.checks: Counter[str] = Counter()
         self.reply = mock.reply_text(cfg.reply_tokens)
+        self.load = LoadClient()  # replaced by run()'s, which it closes
 
     def _request(self, case: Case, sid: str | None, done: bool, stream: bool) -> tuple[str, bytes, dict[str, str]]:
         """Through the proxy when ``sid`` is given (OpenAI body), else straight to the mock (token ids)."""
@@ -111,13 +113,13 @@ class Bench:
         url, body, headers = self._request(case, sid, done, False)
         start = time.perf_counter()
         try:
-            r = (await http.post(url, content=body, headers=headers)).raise_for_status()
-        except httpx.HTTPError as e:  # counted, reported under "checks"
+            raw = await self.load.post(url, body, headers)
+        except LoadClientError as e:  # counted, reported under "checks"
             self.checks[f"error {type(e).__name__}"] += 1
             return None
         elapsed = time.perf_counter() - start
         if sid:  # the comparison is only fair if the proxy rendered the very same ids
-            data = r.json()
+            data = json.loads(raw)
             self.checks["prompt_token_mismatches"] += data["usage"]["prompt_tokens"] != len(case.ids)
             self.checks["content_mismatches"] += data["choices"][0]["message"]["content"] != self.reply
         return elapsed
@@ -127,14 +129,13 @@ class Bench:
         url, body, headers = self._request(case, sid, done, True)
         first, start = None, time.perf_counter()
         try:
-            async with http.stream("POST", url, content=body, headers=headers) as r:
-                async for line in r.raise_for_status().aiter_lines():
-                    if first is not None or not line.startswith("data:") or line[5:].strip() == "[DONE]":
-                        continue
-                    delta = ((json.loads(line[5:]).get("choices") or [{}])[0].get("delta") or {}) if sid else {}
-                    if not sid or delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
-                        first = time.perf_counter() - start
-        except httpx.HTTPError as e:
+            async for line in self.load.post_lines(url, body, headers):
+                if first is not None or not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+                    continue
+                delta = ((json.loads(line[5:]).get("choices") or [{}])[0].get("delta") or {}) if sid else {}
+                if not sid or delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
+                    first = time.perf_counter() - start
+        except LoadClientError as e:
             self.checks[f"error {type(e).__name__}"] += 1
         return first
 
@@ -260,7 +261,8 @@ class Bench:
     async def run(self, cases: list[list[Case]]) -> None:
         c, real = self.cfg, (self.cfg.real_ttft_ms, self.cfg.real_tokens_per_s)
         limits = httpx.Limits(max_connections=c.live_sessions + c.concurrency + 8, max_keepalive_connections=64)
-        async with httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as http:
+        async with httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as http, LoadClient(120.0) as load:
+            self.load = load  # the measured turns (see loadclient.py); httpx for the rest
             self.stack = self.new_stack()
             try:
                 await self.stack.start(http)
