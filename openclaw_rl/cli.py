@@ -131,7 +131,10 @@ def strict_json(value: Any) -> Any:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or, given the ``command`` about to run, only that subcommand's extra
+    module: registering them all imports the embedded stack and the benchmarks (0.4 CPU-s), which a
+    ``serve`` process would pay at every start. Help and unknown commands get every subcommand."""
     parser = argparse.ArgumentParser(prog="openclaw-rl", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default=os.environ.get("OPENCLAW_LOG_LEVEL", "INFO"))
     parser.add_argument("--log-json", action="store_true", help="structured JSON log lines")
@@ -148,8 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     samples.add_argument("--limit", type=int, default=0)
     samples.set_defaults(fn=cmd_samples)
 
-    for register in _EXTRA_COMMANDS:
-        register(sub)
+    if command in _EXTRA_COMMANDS:
+        _EXTRA_COMMANDS[command](sub)
+    elif command not in ("serve", "samples"):
+        for register in dict.fromkeys(_EXTRA_COMMANDS.values()):  # each once
+            register(sub)
     return parser
 
 
@@ -185,7 +191,23 @@ def _register_simulate(sub: Any) -> None:
     register_simulate_command(sub)
 
 
-_EXTRA_COMMANDS: list[Any] = [_register_local, _register_train, _register_engine, _register_bench, _register_simulate]
+# subcommand -> what registers it (mock-sglang and bench come together from the benchmarks)
+_EXTRA_COMMANDS: dict[str, Any] = {"local": _register_local, "train": _register_train, "engine": _register_engine,
+                                   "mock-sglang": _register_bench, "bench": _register_bench,
+                                   "simulate": _register_simulate}
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The subcommand in ``argv`` (the first word after the top-level options), None for help."""
+    args = iter(argv)
+    for arg in args:
+        if arg in ("-h", "--help"):
+            return None
+        if arg == "--log-level":
+            next(args, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
 
 
 def setup_logging(level: str, as_json: bool) -> None:
@@ -204,7 +226,8 @@ def setup_logging(level: str, as_json: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ns = build_parser().parse_args(argv)
+    args = sys.argv[1:] if argv is None else argv
+    ns = build_parser(_command_of(args)).parse_args(args)
     setup_logging(ns.log_level, ns.log_json)
     try:
         return int(ns.fn(ns) or 0)

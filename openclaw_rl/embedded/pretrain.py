@@ -51,13 +51,26 @@ def encode_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[list[in
     The two parts are encoded separately, as the proxy encodes the prompt and the engine samples the
     reply; the trailing newline after ``<|im_end|>`` is not part of any reply and is dropped.
     """
-    prompt = tokenizer.apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True)
-    full = tokenizer.apply_chat_template(messages, tokenize=False)
-    if not full.startswith(prompt):
-        raise ValueError("the chat template's generation prompt is not a prefix of the rendered chat")
-    target = full[len(prompt):].removesuffix("\n")
-    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
-    return prompt_ids + tokenizer.encode(target, add_special_tokens=False), len(prompt_ids)
+    return encode_chats(tokenizer, [messages])[0]
+
+
+def encode_chats(tokenizer: Any, chats: list[list[dict[str, Any]]]) -> list[tuple[list[int], int]]:
+    """``encode_chat`` of each chat, rendered and encoded as the proxy does it (``ChatTemplateText``,
+    ``fast_encoder``): the same ids at a fraction of the cost (the pre-training set is ~5K chats, and
+    ``apply_chat_template`` plus ``encode`` took about 5 CPU-s of each tiny-model build)."""
+    from openclaw_rl.chat import fast_encoder
+    from openclaw_rl.chat_template import ChatTemplateText
+
+    render, encode = ChatTemplateText(tokenizer), fast_encoder(tokenizer)
+    out = []
+    for messages in chats:
+        prompt = render(messages[:-1], add_generation_prompt=True)
+        full = render(messages, add_generation_prompt=False)
+        if not full.startswith(prompt):
+            raise ValueError("the chat template's generation prompt is not a prefix of the rendered chat")
+        prompt_ids = encode(prompt)
+        out.append((prompt_ids + encode(full[len(prompt):].removesuffix("\n")), len(prompt_ids)))
+    return out
 
 
 def _free_position(ids: list[int], prompt_len: int, chat: list[dict[str, Any]], free: FreeChoice | None) -> int:
@@ -132,7 +145,7 @@ def _pretrain(model: Any, tokenizer: Any, chats: list[list[dict[str, Any]]], *, 
 
     started = time.perf_counter()
     rng = random.Random(seed)
-    encoded = [encode_chat(tokenizer, chat) for chat in chats]
+    encoded = encode_chats(tokenizer, chats)
     free_at = [_free_position(ids, prompt_len, chat, free_choice) for (ids, prompt_len), chat in zip(encoded, chats)]
     soft = None
     if free_choice is not None:
@@ -304,7 +317,7 @@ def pretrain_openclaw_phase(model: Any, tokenizer: Any, *, seed: int, phase: Ope
             rng.shuffle(rounds_of_styles)
         return rounds_of_styles.pop()
 
-    short = [encode_chat(tokenizer, c) for c in (short_chats or [])]
+    short = encode_chats(tokenizer, short_chats or [])
     free_short = FreeChoice(target, lambda chat: not task.is_instructed(chat))
     short_free = [_free_position(ids, n, c, free_short) for (ids, n), c in zip(short, short_chats or [])]
     total = phase.rounds * phase.steps_per_round

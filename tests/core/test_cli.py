@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import signal
@@ -123,3 +124,24 @@ def test_samples_prints_strict_json(tmp_path):
     assert out.returncode == 0 and "Infinity" not in out.stdout and "NaN" not in out.stdout
     row = json.loads(out.stdout, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
     assert row["rollout_log_probs"] == [None, None]
+
+
+def test_a_command_registers_only_its_own_module_and_help_lists_them_all():
+    """`serve` must not import the embedded stack and the benchmarks to build its parser (0.4 CPU-s per
+    start); `--help` and a mistyped command still see every subcommand."""
+    probe = ("import sys; from openclaw_rl.cli import build_parser, _command_of; "
+             "build_parser(_command_of(sys.argv[1:])).parse_known_args(sys.argv[1:]); "
+             "print(sorted(m for m in sys.modules if m.startswith(('openclaw_rl.bench', 'openclaw_rl.embedded'))))")
+    loaded = {}
+    for argv in (["--log-level", "WARNING", "serve", "--port", "1"], ["samples", "--spool-dir", "x"],
+                 ["bench", "--quick"], ["local", "--simulate"]):
+        out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, check=True)
+        loaded[argv[2] if argv[0] == "--log-level" else argv[0]] = ast.literal_eval(out.stdout)
+    assert loaded["serve"] == loaded["samples"] == []
+    assert "openclaw_rl.bench.proxy_bench" in loaded["bench"] and "openclaw_rl.embedded.local" not in loaded["bench"]
+    assert "openclaw_rl.embedded.local" in loaded["local"] and "openclaw_rl.bench.mock" not in loaded["local"]
+    usage = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "--help"], capture_output=True, text=True).stdout
+    assert all(name in usage for name in ("serve", "samples", "local", "train", "engine", "mock-sglang", "bench",
+                                          "simulate"))
+    wrong = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "sevre"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "invalid choice: 'sevre'" in wrong.stderr and "'simulate'" in wrong.stderr

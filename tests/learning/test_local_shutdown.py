@@ -22,7 +22,8 @@ def test_a_signal_stops_cleanly_and_keeps_untrained_samples(tmp_path, tiny_model
     port, out = free_port(), tmp_path / "run"
     env = {**os.environ, "OPENCLAW_RL_CACHE": str(tiny_model_dir.parent), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "local", "--mode", "rl", "--simulate",
-                             "--interactions", "100000", "--port", str(port), "--out-dir", str(out)],
+                             "--interactions", "100000", "--batch-size", "2", "--port", str(port),
+                             "--out-dir", str(out)],  # small batches: the first step (the signal's cue) comes soon
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = out / "metrics.jsonl"
     deadline = time.time() + 300
