@@ -98,7 +98,9 @@ class Bench:
         self.details: dict[str, Any] = {"phase_seconds": {}}
         self.checks: Counter[str] = Counter()
         self.reply = mock.reply_text(cfg.reply_tokens)
-        self.load = LoadClient()  # replaced by run()'s, which it closes
+        # run()'s clients: httpx for health checks and knobs, the lean one for the measured turns
+        self.http: httpx.AsyncClient
+        self.load: LoadClient
 
     def _request(self, case: Case, sid: str | None, done: bool, stream: bool) -> tuple[str, bytes, dict[str, str]]:
         """Through the proxy when ``sid`` is given (OpenAI body), else straight to the mock (token ids)."""
@@ -108,7 +110,7 @@ class Bench:
         headers = {**JSON, "X-Session-Id": sid, **({"X-Session-Done": "1"} if done else {})}
         return f"{stack.proxy_url}/v1/chat/completions", mock.chat_body(case, n, stream), headers
 
-    async def post(self, http: httpx.AsyncClient, case: Case, sid: str | None, done: bool = False) -> float | None:
+    async def post(self, case: Case, sid: str | None, done: bool = False) -> float | None:
         """One non-streaming turn; seconds, or None (counted) when it failed."""
         url, body, headers = self._request(case, sid, done, False)
         start = time.perf_counter()
@@ -124,7 +126,7 @@ class Bench:
             self.checks["content_mismatches"] += data["choices"][0]["message"]["content"] != self.reply
         return elapsed
 
-    async def ttft(self, http: httpx.AsyncClient, case: Case, sid: str | None, done: bool) -> float | None:
+    async def ttft(self, case: Case, sid: str | None, done: bool) -> float | None:
         """Seconds to the first SSE chunk that carries output (through the proxy: a non-empty delta)."""
         url, body, headers = self._request(case, sid, done, True)
         first, start = None, time.perf_counter()
@@ -139,7 +141,7 @@ class Bench:
             self.checks[f"error {type(e).__name__}"] += 1
         return first
 
-    async def turn_major(self, http: httpx.AsyncClient, cases: list[list[Case]], tag: str, stream: bool,
+    async def turn_major(self, cases: list[list[Case]], tag: str, stream: bool,
                          marks: list[float]) -> tuple[list[float], list[float], list[float]]:
         """Concurrency 1, turn 1 of every session, then turn 2, …; each turn direct, then through the proxy.
         Turn-major keeps one history size contiguous; ``marks`` gets the proxy's CPU before each proxy turn."""
@@ -147,19 +149,19 @@ class Bench:
         send = self.ttft if stream else self.post
         for t in range(self.cfg.turns):
             for s, session in enumerate(cases):
-                d = await send(http, session[t], None, False)
+                d = await send(session[t], None, False)
                 marks.append(mock.cpu_seconds_fine(self.pid))
-                p = await send(http, session[t], f"{tag}-{s}", t == self.cfg.turns - 1)
+                p = await send(session[t], f"{tag}-{s}", t == self.cfg.turns - 1)
                 prox += [p] if p is not None else []
                 dire += [d] if d is not None else []
                 added += [p - d] if p is not None and d is not None else []
         return prox, dire, added
 
-    async def sequential(self, http: httpx.AsyncClient, cases: list[list[Case]]) -> None:
+    async def sequential(self, cases: list[list[Case]]) -> None:
         """(a): each proxy turn is bracketed by CPU readings, so its judge votes and spool writes count to it."""
         marks: list[float] = []
         cpu0 = mock.cpu_seconds(self.pid)
-        prox, dire, added = await self.turn_major(http, cases, "a", False, marks)
+        prox, dire, added = await self.turn_major(cases, "a", False, marks)
         await self.stack.settle()
         marks.append(mock.cpu_seconds_fine(self.pid))
         self._summarise("a", added, prox, dire, sum(prox), sum(dire), mock.cpu_seconds(self.pid) - cpu0)
@@ -178,7 +180,7 @@ class Bench:
             if len(set(xs)) > 1 else None
         self.details["cpu_points_tokens_ms"] = [(h, round(x * 1e3, 3)) for h, x in points]
 
-    async def drive(self, http: httpx.AsyncClient, cases: list[list[Case]], tag: str | None
+    async def drive(self, cases: list[list[Case]], tag: str | None
                     ) -> tuple[dict[tuple[int, int], float], float]:
         """C workers, each running whole sessions turn after turn, as C users would; direct if no tag."""
         lat: dict[tuple[int, int], float] = {}
@@ -187,19 +189,19 @@ class Bench:
         async def worker() -> None:
             for s in queue:
                 for t, case in enumerate(cases[s]):
-                    dt = await self.post(http, case, f"{tag}-{s}" if tag else None, t == len(cases[s]) - 1)
+                    dt = await self.post(case, f"{tag}-{s}" if tag else None, t == len(cases[s]) - 1)
                     lat.update({(s, t): dt} if dt is not None else {})
 
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(self.cfg.concurrency)))
         return lat, time.perf_counter() - start
 
-    async def concurrent(self, http: httpx.AsyncClient, cases: list[list[Case]], tag: str) -> None:
+    async def concurrent(self, cases: list[list[Case]], tag: str) -> None:
         """(b)/(c): all sessions direct, then all through the proxy; added latency is paired per turn."""
-        direct, direct_wall = await self.drive(http, cases, None)
+        direct, direct_wall = await self.drive(cases, None)
         await self.stack.settle()
         cpu0 = mock.cpu_seconds(self.pid)
-        proxy, proxy_wall = await self.drive(http, cases, tag)
+        proxy, proxy_wall = await self.drive(cases, tag)
         await self.stack.settle()
         added = [proxy[k] - direct[k] for k in proxy if k in direct]
         self._summarise(tag, added, list(proxy.values()), list(direct.values()), proxy_wall, direct_wall,
@@ -218,14 +220,14 @@ class Bench:
         m[f"{tag}_cpu_ms_per_turn"] = ms(cpu_s / len(prox)) if prox else None
         m[f"{tag}_turns"], m[f"{tag}_errors"] = len(prox), self.cfg.sessions * self.cfg.turns - len(prox)
 
-    async def streaming(self, http: httpx.AsyncClient, cases: list[list[Case]]) -> None:
+    async def streaming(self, cases: list[list[Case]]) -> None:
         """TTFT at concurrency 1 with the model-like mock, on the first sessions (``stream_pairs`` turns)."""
         k = max(1, math.ceil(self.cfg.stream_pairs / self.cfg.turns))
-        prox, dire, added = await self.turn_major(http, cases[:k], "stream", True, [])
+        prox, dire, added = await self.turn_major(cases[:k], "stream", True, [])
         self._summarise("stream_ttft", added, prox, dire, 0.0, 0.0, 0.0)
         self.metrics["stream_pairs"] = len(added)
 
-    async def memory(self, http: httpx.AsyncClient, cases: list[list[Case]]) -> None:
+    async def memory(self, cases: list[list[Case]]) -> None:
         """RSS per session on a fresh proxy: ``idle_sessions`` each left holding one parked turn (answered,
         waiting for its next state), then ``live_sessions`` each with a request held in the paused mock."""
         c, gate = self.cfg, asyncio.Semaphore(self.cfg.concurrency)
@@ -233,21 +235,21 @@ class Bench:
 
         async def idle(i: int) -> None:
             async with gate:
-                await self.post(http, picks[i], f"idle-{i}")
+                await self.post(picks[i], f"idle-{i}")
 
         rss = [mock.rss_kb(self.pid)]
         await asyncio.gather(*(idle(i) for i in range(c.idle_sessions)))
         await self.stack.settle()
         rss.append(mock.rss_kb(self.pid))
-        await http.post(f"{self.stack.policy_url}/pause_generation")
-        live = [asyncio.ensure_future(self.post(http, picks[i], f"live-{i}")) for i in range(c.live_sessions)]
+        await self.http.post(f"{self.stack.policy_url}/pause_generation")
+        live = [asyncio.ensure_future(self.post(picks[i], f"live-{i}")) for i in range(c.live_sessions)]
         deadline = time.monotonic() + 120  # until every live request has reached the proxy's session tracker
-        while (await http.get(f"{self.stack.proxy_url}/healthz")).json()["pending_turns"] < \
+        while (await self.http.get(f"{self.stack.proxy_url}/healthz")).json()["pending_turns"] < \
                 c.idle_sessions + c.live_sessions and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         await self.stack.settle()
         rss.append(mock.rss_kb(self.pid))
-        await http.post(f"{self.stack.policy_url}/continue_generation")
+        await self.http.post(f"{self.stack.policy_url}/continue_generation")
         await asyncio.gather(*live)
         prompt = len(picks[0].ids)
         token_bytes = prompt * 4 + (c.reply_tokens + 1) * 12  # array('i') prompt + response ids + float64 log-probs
@@ -262,7 +264,7 @@ class Bench:
         c, real = self.cfg, (self.cfg.real_ttft_ms, self.cfg.real_tokens_per_s)
         limits = httpx.Limits(max_connections=c.live_sessions + c.concurrency + 8, max_keepalive_connections=64)
         async with httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as http, LoadClient(120.0) as load:
-            self.load = load  # the measured turns (see loadclient.py); httpx for the rest
+            self.http, self.load = http, load
             self.stack = self.new_stack()
             try:
                 await self.stack.start(http)
@@ -272,8 +274,8 @@ class Bench:
                     self.pid = self.stack.proxy_pid
                     for s in range(min(2, len(cases))):  # warm-up: template compile, pools, first calls
                         for t in range(min(2, c.turns)):
-                            await self.post(http, cases[s][t], None)
-                            await self.post(http, cases[s][t], f"warm-{s}", t == min(2, c.turns) - 1)
+                            await self.post(cases[s][t], None)
+                            await self.post(cases[s][t], f"warm-{s}", t == min(2, c.turns) - 1)
                     for tag, (ttft_ms, rate) in phases:
                         await self.phase(http, cases, tag, ttft_ms, rate)
             finally:
@@ -286,7 +288,7 @@ class Bench:
         await self.stack.settle()
         started, cpu0 = time.perf_counter(), self.stack.cpu()
         phase = {"a": self.sequential, "stream": self.streaming, "memory": self.memory}.get(tag)
-        await (phase(http, cases) if phase else self.concurrent(http, cases, tag))
+        await (phase(cases) if phase else self.concurrent(cases, tag))
         self.details["phase_seconds"][tag] = round(time.perf_counter() - started, 2)
         self.details.setdefault("phase_cpu_s", {})[tag] = {k: round(v - cpu0[k], 2) for k, v in self.stack.cpu().items()}
         print(f"bench: phase {tag} took {self.details['phase_seconds'][tag]} s", file=sys.stderr)
