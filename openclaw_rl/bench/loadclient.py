@@ -62,11 +62,15 @@ class LoadClient:
     async def post_lines(self, url: str, body: bytes, headers: dict[str, str]) -> AsyncIterator[bytes]:
         """The response body's lines (without their ``\\n``) as they arrive, e.g. server-sent events."""
         pending = b""
-        async for chunk in self._exchange(url, body, headers):
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                yield line
+        exchange = self._exchange(url, body, headers)
+        try:
+            async for chunk in exchange:
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    yield line
+        finally:  # a reader that stops early closes the connection now, not when the generator is collected
+            await exchange.aclose()
         if pending:
             yield pending
 

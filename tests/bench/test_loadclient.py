@@ -118,6 +118,7 @@ def test_a_stream_left_early_closes_its_connection() -> None:
         lines = client.post_lines(f"{base}/chunked", b"", {})
         assert await anext(lines) == b"data: a"
         await lines.aclose()
+        assert not client._open  # closed at once, not left to the garbage collector
         assert await client.post(f"{base}/length", b"", {}) == b"hello world"
         assert raw.connections == 2
 
