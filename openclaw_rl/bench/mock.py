@@ -356,8 +356,10 @@ def build_mock_app(tokenizer: Any, *, judge: bool = False, ttft_s: float = 0.0, 
     from openclaw_rl.engine.server import make_engine_app
 
     reply = [JUDGE_REPLY if judge else reply_text(reply_tokens)]
+    # The judge's votes are never streamed: it yields to its event loop every 16 instant tokens instead of
+    # after each (3.7-4.4 -> 2.7-2.8 ms of CPU per 3-vote request, on the cores the proxies are measured on).
     model = ScriptedModel(tokenizer, responder=lambda prompt_ids: reply[0], ttft_s=ttft_s, tokens_per_s=tokens_per_s,
-                          context_length=context_length)
+                          context_length=context_length, yield_every=16 if judge else 1)
     name = "mock-judge" if judge else "mock-policy"
     app = make_engine_app(model, tokenizer, served_model_name=name, model_path=name,
                           incremental_streaming_output=incremental_streaming_output, stream_interval=stream_interval)

@@ -343,3 +343,42 @@ def test_pause_holds_requests_between_tokens_until_continue(engine: Engine) -> N
             return (await pending).json()
 
     assert asyncio.run(scenario())["text"] == REPLY
+
+
+@pytest.mark.parametrize(("yield_every", "runs"), [(1, [1] * 32), (4, [4] * 8)])
+def test_an_instant_scripted_core_yields_every_n_tokens_and_keeps_its_timing(tokenizer, yield_every, runs):
+    """Two instant generations interleave after every ``yield_every`` tokens (runs of that many tokens
+    from one before the other's), and a core with a decode rate still waits for each token's time."""
+    from openclaw_rl.engine.model import SamplingConfig
+
+    config = SamplingConfig(temperature=1.0, top_p=1.0, top_k=-1, min_p=0.0, max_new_tokens=16)
+
+    async def interleaving(model: ScriptedModel) -> list[int]:
+        order: list[str] = []
+
+        async def pull(name: str) -> None:
+            steps = model.generate([1, 2, 3], config)
+            for _ in range(16):
+                await anext(steps)
+                order.append(name)
+            await steps.aclose()
+
+        await asyncio.gather(pull("a"), pull("b"))
+        lengths, last = [], None
+        for name in order:
+            lengths[-1:] = [lengths[-1] + 1] if name == last else lengths[-1:] + [1]
+            last = name
+        return lengths
+
+    instant = ScriptedModel(tokenizer, responder=lambda ids: "x" * 40, yield_every=yield_every)
+    assert asyncio.run(interleaving(instant)) == runs
+    paced = ScriptedModel(tokenizer, responder=lambda ids: "x" * 40, yield_every=yield_every, tokens_per_s=400.0)
+
+    async def timed() -> float:
+        start, steps = asyncio.get_running_loop().time(), paced.generate([1, 2, 3], config)
+        for _ in range(9):
+            await anext(steps)
+        await steps.aclose()
+        return asyncio.get_running_loop().time() - start
+
+    assert asyncio.run(timed()) >= 8 / 400.0  # token 8 is due 20 ms in, whatever yield_every is
