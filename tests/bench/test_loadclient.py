@@ -49,8 +49,9 @@ class RawServer:
                 headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)}
                 body = await reader.readexactly(int(headers.get("content-length", 0)))
                 self.requests.append((path, headers, body))
-                if path == "/hang":
-                    await asyncio.sleep(30)
+                if path == "/hang":  # never answer: wait for the client to give up and close
+                    await reader.read()
+                    break
                 writer.write(CANNED[path])
                 await writer.drain()
                 if path in ("/close", "/eof", "/broken", "/garbage"):
