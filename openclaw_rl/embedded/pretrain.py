@@ -49,15 +49,16 @@ def encode_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[list[in
     """(ids, prompt_len): the generation prompt of all but the last message, then that message's tokens.
 
     The two parts are encoded separately, as the proxy encodes the prompt and the engine samples the
-    reply; the trailing newline after ``<|im_end|>`` is not part of any reply and is dropped.
+    reply; the trailing newline after ``<|im_end|>`` is not part of any reply and is dropped. For many
+    chats use ``encode_chats``, which sets the renderer up once.
     """
     return encode_chats(tokenizer, [messages])[0]
 
 
 def encode_chats(tokenizer: Any, chats: list[list[dict[str, Any]]]) -> list[tuple[list[int], int]]:
     """``encode_chat`` of each chat, rendered and encoded as the proxy does it (``ChatTemplateText``,
-    ``fast_encoder``): the same ids at a fraction of the cost (the pre-training set is ~5K chats, and
-    ``apply_chat_template`` plus ``encode`` took about 5 CPU-s of each tiny-model build)."""
+    ``fast_encoder``, built once for all the chats: their start-up probe costs a few renders). The same
+    ids as ``apply_chat_template`` plus ``encode``, a fifth less CPU (2,400 chats: 2.43 -> 1.94 s)."""
     from openclaw_rl.chat import fast_encoder
     from openclaw_rl.chat_template import ChatTemplateText
 

@@ -10,7 +10,7 @@ import pytest
 
 from openclaw_opd import teacher
 from openclaw_rl.embedded import task
-from openclaw_rl.embedded.pretrain import encode_chat
+from openclaw_rl.embedded.pretrain import encode_chats
 from openclaw_rl.embedded.task import (
     REQUESTS,
     STYLE_NAMES,
@@ -111,8 +111,7 @@ def test_pretraining_mix_covers_every_form() -> None:
 
 def test_answers_are_short_and_openers_distinct(tokenizer: Any) -> None:
     chats = pretraining_chats(300, seed=0)
-    for chat in chats:
-        ids, prompt_len = encode_chat(tokenizer, chat)
+    for ids, prompt_len in encode_chats(tokenizer, chats):
         assert len(ids) - prompt_len <= 40
         assert ids[-1] == tokenizer.eos_token_id
     openers = opener_token_ids(tokenizer)

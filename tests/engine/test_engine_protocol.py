@@ -346,9 +346,13 @@ def test_pause_holds_requests_between_tokens_until_continue(engine: Engine) -> N
 
 
 @pytest.mark.parametrize(("yield_every", "runs"), [(1, [1] * 32), (4, [4] * 8)])
-def test_an_instant_scripted_core_yields_every_n_tokens_and_keeps_its_timing(tokenizer, yield_every, runs):
+def test_an_instant_scripted_core_yields_every_n_tokens_and_keeps_its_timing(tokenizer, yield_every, runs,
+                                                                              monkeypatch):
     """Two instant generations interleave after every ``yield_every`` tokens (runs of that many tokens
     from one before the other's), and a core with a decode rate still waits for each token's time."""
+    from types import SimpleNamespace
+
+    from openclaw_rl.engine import scripted
     from openclaw_rl.engine.model import SamplingConfig
 
     config = SamplingConfig(temperature=1.0, top_p=1.0, top_k=-1, min_p=0.0, max_new_tokens=16)
@@ -372,13 +376,23 @@ def test_an_instant_scripted_core_yields_every_n_tokens_and_keeps_its_timing(tok
 
     instant = ScriptedModel(tokenizer, responder=lambda ids: "x" * 40, yield_every=yield_every)
     assert asyncio.run(interleaving(instant)) == runs
+
+    # A paced core on a stopped clock: every token after the first is due later, so each one sleeps for
+    # exactly its share of the decode rate, whatever yield_every says.
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(scripted, "time", SimpleNamespace(monotonic=lambda: 100.0))
+    monkeypatch.setattr(scripted, "asyncio", SimpleNamespace(sleep=sleep))
     paced = ScriptedModel(tokenizer, responder=lambda ids: "x" * 40, yield_every=yield_every, tokens_per_s=400.0)
 
-    async def timed() -> float:
-        start, steps = asyncio.get_running_loop().time(), paced.generate([1, 2, 3], config)
+    async def pull_nine() -> None:
+        steps = paced.generate([1, 2, 3], config)
         for _ in range(9):
             await anext(steps)
         await steps.aclose()
-        return asyncio.get_running_loop().time() - start
 
-    assert asyncio.run(timed()) >= 8 / 400.0  # token 8 is due 20 ms in, whatever yield_every is
+    asyncio.run(pull_nine())
+    assert waits == pytest.approx([i / 400.0 for i in range(9)])
