@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from openclaw_rl.engine import ScriptedModel, make_engine_app
@@ -232,7 +233,9 @@ def check_stream(exchange: dict[str, Any], lines: list[str], request: dict[str, 
     golden_events = [json.loads(line[6:]) for line in golden_lines[:-2:2]]
     events = [json.loads(line[6:]) for line in lines[:-2:2]]
     for line, event in zip(lines[:-2:2], events):
-        assert line == "data: " + json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+        # compact, UTF-8 kept, floats as orjson writes them (SGLang's codec): 9.7e-05 is 0.000097..., which
+        # json.dumps would write with an exponent (a one-token stream's e2e_latency can be that small)
+        assert line == "data: " + orjson.dumps(event).decode()
     assert_same_shape(golden_events, events)
     if "error" in golden_events[0]:
         assert events == golden_events
