@@ -75,8 +75,6 @@ def settings_from_cli(ns: argparse.Namespace):
 def cmd_serve(ns: argparse.Namespace) -> int:
     settings = settings_from_cli(ns)  # first: a configuration error costs no server import
 
-    import uvicorn
-
     from .server import Proxy
 
     proxy = Proxy.build(settings)
@@ -84,7 +82,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     logging.getLogger(__name__).info("openclaw-rl proxy (%s mode) on http://%s:%d/v1 → policy %s, spool %s",
                                      settings.mode, p.host, p.port, p.policy_url, proxy.spool.path)
     from .listener import uvicorn_config
-    from .servers import KEEP_ALIVE_S
+    from .servers import KEEP_ALIVE_S, PromptStopServer
 
     # SIGTERM and SIGINT both run the app's graceful shutdown (waiting turns stay in the spool).
     # loop/http "auto": uvloop and httptools when installed (uvicorn[standard]); the benchmark sets
@@ -96,7 +94,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
                             loop=os.environ.get("OPENCLAW_RL_UVICORN_LOOP", "auto"),
                             log_level="warning", access_log=False, timeout_graceful_shutdown=30)
     try:
-        uvicorn.Server(config).run()
+        PromptStopServer(config).run()
     except KeyboardInterrupt:  # uvicorn re-raises SIGINT after its graceful shutdown
         pass
     return 0

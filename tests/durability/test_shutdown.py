@@ -111,3 +111,44 @@ def test_proxy_stopped_mid_turn_answers_503_and_counts_the_drop(tmp_path, tiny_m
         assert r.status_code == 503 and r.json()["error"]["type"] == "service_unavailable"
         wait_until(lambda: backend.hung_up == 1)  # the backend call nobody waits for was hung up
         assert metric(proxy, "openclaw_turns_dropped_total", reason="client_disconnected") == 1
+
+
+def test_a_request_finishing_within_the_grace_period_completes_before_the_lifespan_ends(caplog):
+    """``PromptStopServer`` keeps uvicorn's shutdown rules with its own 5 ms checks: a request that ends
+    within the grace period is answered in full, the app's lifespan shutdown runs after it, nothing is
+    cancelled, and an idle keep-alive connection does not hold the stop for the whole grace period."""
+    events: list[str] = []
+    entered = threading.Event()
+
+    async def slow_ok(send: Any) -> None:
+        entered.set()
+        await asyncio.sleep(0.3)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"done"})
+        events.append("answered")
+
+    async def app(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            events.append("lifespan shutdown")
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await slow_ok(send)
+
+    server = BackgroundServer(app, graceful_shutdown_s=30).start()
+    with httpx.Client(timeout=30) as idle:
+        assert idle.get(server.url).text == "done"  # leaves a pooled keep-alive connection open
+        events.clear()
+        entered.clear()
+        thread, result = in_thread(lambda: httpx.get(server.url, timeout=30))
+        assert entered.wait(30)
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="openclaw_rl.servers"):
+            server.stop()
+        assert time.monotonic() - started < 15  # far inside the 30 s grace: the idle connection was closed
+        thread.join(30)
+    assert result["value"].status_code == 200 and result["value"].text == "done"
+    assert events == ["answered", "lifespan shutdown"]
+    assert not [rec for rec in caplog.records if rec.levelno >= logging.WARNING]
+    assert not server.running
