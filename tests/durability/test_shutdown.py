@@ -139,6 +139,7 @@ def test_a_request_finishing_within_the_grace_period_completes_before_the_lifesp
     server = BackgroundServer(app, graceful_shutdown_s=30).start()
     with httpx.Client(timeout=30) as idle:
         assert idle.get(server.url).text == "done"  # leaves a pooled keep-alive connection open
+        wait_until(lambda: events == ["answered"])  # the handler records it after the client has read it
         events.clear()
         entered.clear()
         thread, result = in_thread(lambda: httpx.get(server.url, timeout=30))
