@@ -78,9 +78,9 @@ class PromptStopServer(uvicorn.Server):
     starts a few hundred servers (policy, judge and proxy per test) spends idle. Here ``stop()`` wakes
     the main loop at once, and the shutdown checks its connections and tasks every 5 ms with the same
     rules: stop accepting, ask every connection to close, wait for them and the running tasks for at
-    most ``timeout_graceful_shutdown`` s, then cancel what is left (``AnswerRequestsCutByShutdown``
-    answers those), close the listeners and run the app's lifespan shutdown. A uvicorn without the
-    internals used here (``server_state``, ``lifespan``) shuts down its own way."""
+    most ``timeout_graceful_shutdown`` s, cancel what is left (``AnswerRequestsCutByShutdown`` answers
+    those), then run the app's lifespan shutdown. A uvicorn without the internals used here
+    (``server_state``, ``lifespan``) shuts down its own way."""
 
     POLL_S = 0.005
 
