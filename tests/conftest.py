@@ -185,3 +185,35 @@ def teacher_server(tokenizer: Any) -> Iterator[Any]:
 
     with scripted_server(tokenizer, judge_reply, scorer=hint_aware_scorer(tokenizer)) as server:
         yield server
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cost-log", default="", metavar="PATH",
+                     help="append one JSON line per test to PATH: its CPU seconds (the test process's own and those of "
+                          "the child processes it reaped), wall seconds, start time and xdist worker; "
+                          "scripts/suite_cost.py sums them by module and draws the two workers' timeline")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """What each test costs, for ``--cost-log`` (pytest's ``--durations`` reports wall time only, and on a
+    shared 2-core machine the suite is bound by CPU, much of it in the servers and CLIs the tests start)."""
+    import json
+    import resource
+    import time
+
+    path = item.config.getoption("--cost-log")
+    if not path:
+        yield
+        return
+
+    def cpu() -> float:
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+    start, cpu0, wall0 = time.time(), cpu(), time.monotonic()
+    yield
+    line = json.dumps({"test": item.nodeid, "cpu_s": round(cpu() - cpu0, 3), "wall_s": round(time.monotonic() - wall0, 3),
+                       "start": round(start, 3), "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")})
+    with open(path, "a", encoding="utf-8") as log:  # one short append per line: the workers' lines do not interleave
+        log.write(line + "\n")
