@@ -10,12 +10,14 @@ parsing; every error leaves as OpenAI's error JSON with a 4xx/5xx status (``erro
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import hashlib
 import hmac
 import json
 import logging
 import os
+import ssl
 import time
 from collections import defaultdict, deque
 from contextlib import asynccontextmanager
@@ -94,6 +96,14 @@ def load_tokenizer(path: str, key: str = "openclaw_proxy_tokenizer") -> Any:
         raise ValueError(f"{key}: cannot load a tokenizer from {path!r}: {type(e).__name__}: {e}") from None
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """httpx's default certificate verification (its CA bundle, environment ignored as ``trust_env=False``
+    asks), built once per process: building it loads the CA bundle, ~40 ms of CPU per client otherwise, and
+    the test suite builds a proxy per test. An SSLContext is safe to share between clients and threads."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
 def validation_message(e: ValidationError) -> tuple[str, str | None]:
     first = e.errors()[0]
     param = ".".join(str(p) for p in first.get("loc", ())) or None
@@ -163,7 +173,7 @@ class Proxy:
         # request never races the server closing its idle connection (seen as sporadic 502s under load).
         limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256, keepalive_expiry=2.0)
         http = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(p.request_timeout_s, connect=p.connect_timeout_s),
-                                 trust_env=False)
+                                 trust_env=False, verify=tls_context())
         renderer = ChatRenderer(tokenizer, p.enable_thinking)
         metrics = ProxyMetrics()
         teacher_slots = settings.opd.teacher_concurrency if MODES[settings.mode].needs_teacher else 0

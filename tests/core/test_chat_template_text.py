@@ -160,3 +160,36 @@ def test_the_judge_prompt_renders_as_apply_chat_template(tokenizer, mistral_toke
         judge = JudgeClient(httpx.AsyncClient(), JudgeSettings(), tokenizer=tok)
         msgs = [{"role": "system", "content": PRM_SYSTEM}, {"role": "user", "content": "## Assistant output\nok 🙂"}]
         assert judge.render(PRM_SYSTEM, msgs[1]["content"]) == reference(tok, msgs)
+
+
+def test_a_template_is_probed_once_per_process_and_again_when_what_it_depends_on_changes(tokenizer, monkeypatch):
+    """The probe's verdict is kept per (tokenizer class, template, special tokens, keywords, transformers
+    helpers): a second renderer of the same template renders nothing at construction; another template,
+    other keywords or other helpers are probed afresh."""
+    import copy
+
+    from openclaw_rl import chat_template
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}{{ suffix | default('') }}"
+    monkeypatch.setattr(chat_template, "_PROBED", {})
+    calls = []
+    real = type(tok).apply_chat_template
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(tok), "apply_chat_template", counting)
+    first = ChatTemplateText(tok)
+    probes = len(calls)
+    assert first.fast and probes >= 12
+    second = ChatTemplateText(tok)
+    assert second.fast and len(calls) == probes  # the verdict was kept: no render at construction
+    ChatTemplateText(tok, suffix="!")
+    assert len(calls) == 2 * probes  # other keywords: probed again
+    tok.chat_template = tok.chat_template.replace("[", "<")
+    ChatTemplateText(tok)
+    assert len(calls) == 3 * probes  # another template: probed again
+    monkeypatch.setattr(chat_template, "_alias_reasoning_fields", lambda chat: [{**m, "content": "x"} for m in chat])
+    assert not ChatTemplateText(tok).fast and len(calls) == 4 * probes  # other helpers: probed again, and differ

@@ -202,3 +202,15 @@ def test_api_keys_namespace_sessions(policy_server, judge_server, make_proxy):
     samples = wait_for_samples(proxy, 1)
     assert len(samples) == 1 and samples[0].metadata["session_key"].startswith(proxy.auth.keys[1][1])
     assert len(proxy.tracker.sessions) == 2
+
+
+def test_backend_clients_share_one_verifying_tls_context():
+    """Built once per process (loading the CA bundle costs ~40 ms a client), and still verifying."""
+    import ssl
+
+    from openclaw_rl.server import tls_context
+
+    ctx = tls_context()
+    assert ctx is tls_context()
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    assert ctx.cert_store_stats()["x509_ca"] > 0  # the CA bundle is loaded
