@@ -32,6 +32,37 @@ def share_the_cores() -> None:
 share_the_cores()
 
 
+def share_tls_contexts() -> None:
+    """Every httpx client builds a TLS context, and with it loads certifi's CA bundle: ~55 ms of CPU each.
+    The tests create several hundred clients (one-shot ``httpx.get``/``post``, OpenAI SDK clients, judge
+    clients) to talk plain HTTP to loopback servers: 364 contexts, ~20 CPU-s, in the core, durability and
+    engine tests alone. Here the clients of one test process share one context per setting (a default
+    ``verify``/``trust_env`` pair; a CA path, an SSLContext or a client certificate gets its own, as
+    before). An SSLContext is safe to share between clients and threads; the proxy itself shares one the
+    same way (``server.tls_context``). A httpx without this function is left alone."""
+    try:
+        import httpx._transports.default as transports
+    except ImportError:  # pragma: no cover - another httpx layout: every client builds its own
+        return
+    build = getattr(transports, "create_ssl_context", None)
+    if build is None:  # pragma: no cover
+        return
+    shared: dict[tuple[Any, ...], Any] = {}
+
+    def shared_context(verify: Any = True, cert: Any = None, trust_env: bool = True, **options: Any) -> Any:
+        if not isinstance(verify, bool) or cert is not None:
+            return build(verify=verify, cert=cert, trust_env=trust_env, **options)
+        key = (verify, trust_env, *sorted(options.items()))
+        if key not in shared:
+            shared[key] = build(verify=verify, cert=cert, trust_env=trust_env, **options)
+        return shared[key]
+
+    transports.create_ssl_context = shared_context
+
+
+share_tls_contexts()
+
+
 REPO = Path(__file__).resolve().parents[1]
 
 
