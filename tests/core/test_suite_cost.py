@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_cost_log_has_one_line_per_test_and_the_summary_sums_them(tmp_path: Path) -> None:
     log = tmp_path / "cost.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # a plain run, not a worker's
-    run = subprocess.run([sys.executable, "-m", "pytest", "tests/core/test_identity.py", "-q", "-p", "no:cacheprovider",
+    plugins_not_needed = ["-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:hypothesispytest", "-p", "no:anyio"]
+    run = subprocess.run([sys.executable, "-m", "pytest", "tests/core/test_identity.py", "-q", *plugins_not_needed,
                           "--cost-log", str(log)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     rows = [json.loads(line) for line in log.read_text().splitlines()]
