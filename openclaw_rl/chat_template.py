@@ -67,15 +67,21 @@ _PROBED: dict[tuple[Any, ...], bool] = {}
 
 
 def _probe_key(tokenizer: Any, kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
-    """What the probe's outcome depends on (with the two transformers helpers the direct path runs), or None
-    when it cannot be captured: then the probe always runs."""
+    """What the probe's outcome depends on (the tokenizer class and its rendering methods, the two
+    transformers helpers the direct path runs, the template, special tokens and keywords), or None when it
+    cannot be captured: then the probe always runs."""
     template = getattr(tokenizer, "chat_template", None)
     specials = getattr(tokenizer, "special_tokens_map", None)
     if not isinstance(specials, dict) or not isinstance(template, (str, dict)):
         return None
+    own = getattr(tokenizer, "__dict__", {})
+    if "apply_chat_template" in own or "get_chat_template" in own:  # rendering changed on this one object
+        return None
+    kind = type(tokenizer)
     try:
-        return (type(tokenizer), _compile_jinja_template, _alias_reasoning_fields, json.dumps(template, sort_keys=True),
-                json.dumps(specials, sort_keys=True), json.dumps(kwargs, sort_keys=True))
+        return (kind, kind.apply_chat_template, getattr(kind, "get_chat_template", None), _compile_jinja_template,
+                _alias_reasoning_fields, json.dumps(template, sort_keys=True), json.dumps(specials, sort_keys=True),
+                json.dumps(kwargs, sort_keys=True))
     except (TypeError, ValueError):
         return None
 

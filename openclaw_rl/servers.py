@@ -82,7 +82,8 @@ class PromptStopServer(uvicorn.Server):
     those), then run the app's lifespan shutdown. A uvicorn without the internals used here
     (``server_state``, ``lifespan``) shuts down its own way."""
 
-    POLL_S = 0.005
+    POLL_S = 0.005  # how often the shutdown checks its connections and tasks
+    TICK_S = 0.1  # the main loop's longest wait between two exit checks when nobody wakes it (uvicorn's tick)
 
     def __init__(self, config: uvicorn.Config):
         super().__init__(config)
@@ -92,8 +93,11 @@ class PromptStopServer(uvicorn.Server):
     def wake(self) -> None:
         """Called from any thread after ``should_exit`` is set: the main loop notices now, not at its tick."""
         loop, event = self._loop, self._wake
-        if loop is not None and event is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(event.set)
+        if loop is not None and event is not None:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # the loop closed meanwhile: it has stopped already
+                pass
 
     def handle_exit(self, sig: int, frame: Any) -> None:  # SIGINT/SIGTERM: uvicorn's rules, noticed at once
         super().handle_exit(sig, frame)
@@ -105,9 +109,10 @@ class PromptStopServer(uvicorn.Server):
         while not await self.on_tick(tick):  # on_tick keeps uvicorn's date header and exit rules
             tick = (tick + 1) % 864000
             try:
-                await asyncio.wait_for(self._wake.wait(), 0.1)
+                await asyncio.wait_for(self._wake.wait(), self.TICK_S)
             except asyncio.TimeoutError:
                 pass
+            self._wake.clear()  # a wake without should_exit set must not turn this loop into a spin
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         state, lifespan = getattr(self, "server_state", None), getattr(self, "lifespan", None)
@@ -128,9 +133,13 @@ class PromptStopServer(uvicorn.Server):
             log.warning("shutdown: cancelling %d request(s) still running after %ss", len(state.tasks), grace)
             for task in list(state.tasks):
                 task.cancel(msg="the graceful shutdown window ended")
-        else:
-            for listener in self.servers:
-                await listener.wait_closed()
+        elif not self.force_exit:
+            # On Python 3.12.1+ wait_closed also waits for every connection: bounded by the same window
+            try:
+                await asyncio.wait_for(asyncio.gather(*(listener.wait_closed() for listener in self.servers)),
+                                       max(0.0, deadline - loop.time()) if grace is not None else None)
+            except asyncio.TimeoutError:
+                pass
         if not self.force_exit:
             await lifespan.shutdown()
 

@@ -193,3 +193,9 @@ def test_a_template_is_probed_once_per_process_and_again_when_what_it_depends_on
     assert len(calls) == 3 * probes  # another template: probed again
     monkeypatch.setattr(chat_template, "_alias_reasoning_fields", lambda chat: [{**m, "content": "x"} for m in chat])
     assert not ChatTemplateText(tok).fast and len(calls) == 4 * probes  # other helpers: probed again, and differ
+    monkeypatch.undo()
+    own = copy.deepcopy(tokenizer)
+    own.chat_template = tok.chat_template
+    assert ChatTemplateText(own).fast  # probed (the helpers are transformers' again) and kept
+    own.apply_chat_template = lambda *args, **kwargs: "rendered some other way"
+    assert not ChatTemplateText(own).fast  # an object whose own rendering differs is always probed

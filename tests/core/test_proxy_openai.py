@@ -204,13 +204,24 @@ def test_api_keys_namespace_sessions(policy_server, judge_server, make_proxy):
     assert len(proxy.tracker.sessions) == 2
 
 
-def test_backend_clients_share_one_verifying_tls_context():
-    """Built once per process (loading the CA bundle costs ~40 ms a client), and still verifying."""
+def test_backend_clients_share_one_verifying_tls_context(make_proxy, monkeypatch):
+    """Built once per process (loading the CA bundle costs ~40 ms a client), still verifying, and the one
+    each proxy's backend client is given."""
     import ssl
 
+    from openclaw_rl import server
     from openclaw_rl.server import tls_context
 
     ctx = tls_context()
     assert ctx is tls_context()
     assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
     assert ctx.cert_store_stats()["x509_ca"] > 0  # the CA bundle is loaded
+    given: list[Any] = []
+
+    def recorded() -> ssl.SSLContext:
+        given.append(ctx)
+        return ctx
+
+    monkeypatch.setattr(server, "tls_context", recorded)
+    make_proxy("http://127.0.0.1:9")
+    assert given == [ctx]

@@ -153,3 +153,30 @@ def test_a_request_finishing_within_the_grace_period_completes_before_the_lifesp
     assert events == ["answered", "lifespan shutdown"]
     assert not [rec for rec in caplog.records if rec.levelno >= logging.WARNING]
     assert not server.running
+
+
+@pytest.mark.parametrize("how", ["stop", "signal"])
+def test_a_stop_or_a_signal_wakes_the_main_loop_without_waiting_for_its_tick(how):
+    """With the main loop's tick set to an hour, only the wake can end it: ``stop()`` and SIGINT/SIGTERM
+    (``handle_exit``, as uvicorn's signal handlers call it) both stop the server (and run its lifespan shutdown)."""
+    import signal
+
+    events: list[str] = []
+
+    async def app(scope: dict, receive: Any, send: Any) -> None:
+        assert scope["type"] == "lifespan"
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        events.append("lifespan shutdown")
+        await send({"type": "lifespan.shutdown.complete"})
+
+    server = BackgroundServer(app)
+    server._server.TICK_S = 3600.0
+    server.start()
+    wait_until(lambda: server._server._wake is not None)  # the main loop is waiting
+    if how == "stop":
+        server.stop(timeout=20)
+    else:
+        server._server.handle_exit(signal.SIGTERM, None)
+        server._thread.join(20)
+    assert not server.running and events == ["lifespan shutdown"]
