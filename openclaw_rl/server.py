@@ -100,7 +100,8 @@ def load_tokenizer(path: str, key: str = "openclaw_proxy_tokenizer") -> Any:
 def tls_context() -> ssl.SSLContext:
     """httpx's default certificate verification (its CA bundle, environment ignored as ``trust_env=False``
     asks), built once per process: building it loads the CA bundle, ~40 ms of CPU per client otherwise, and
-    the test suite builds a proxy per test. An SSLContext is safe to share between clients and threads."""
+    the test suite builds a proxy per test. Shared by clients that all speak HTTP/1.1 (httpcore sets the
+    context's ALPN protocols on each TLS connect, the same list for all of them)."""
     return httpx.create_ssl_context(trust_env=False)
 
 

@@ -38,8 +38,9 @@ def share_tls_contexts() -> None:
     clients) to talk plain HTTP to loopback servers: 364 contexts, ~20 CPU-s, in the core, durability and
     engine tests alone. Here the clients of one test process share one context per setting (a default
     ``verify``/``trust_env`` pair; a CA path, an SSLContext or a client certificate gets its own, as
-    before). An SSLContext is safe to share between clients and threads; the proxy itself shares one the
-    same way (``server.tls_context``). A httpx without this function is left alone."""
+    before). The tests' clients all speak HTTP/1.1 (httpcore sets the context's ALPN list on each TLS
+    connect) and none changes ``SSL_CERT_FILE``/``SSL_CERT_DIR`` mid-run (read when a context is built); the
+    proxy shares one the same way (``server.tls_context``). A httpx without this function is left alone."""
     try:
         import httpx._transports.default as transports
     except ImportError:  # pragma: no cover - another httpx layout: every client builds its own
