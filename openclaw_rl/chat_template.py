@@ -60,9 +60,9 @@ def _is_plain(value: Any) -> bool:
     return False
 
 
-# The probe's verdict per (tokenizer class, template, special tokens, keywords): the same inputs render the
-# same way, so a process that builds many renderers (the test suite's proxies, a judge beside its policy)
-# probes each template once. 24 probe pairs cost ~35 ms of CPU.
+# The probe's verdict per ``_probe_key``: the same inputs render the same way, so a process that builds many
+# renderers (the test suite's proxies, a judge beside its policy) probes each template once. 24 probe
+# pairs cost ~35 ms of CPU.
 _PROBED: dict[tuple[Any, ...], bool] = {}
 
 

@@ -144,10 +144,9 @@ def test_a_request_finishing_within_the_grace_period_completes_before_the_lifesp
         entered.clear()
         thread, result = in_thread(lambda: httpx.get(server.url, timeout=30))
         assert entered.wait(30)
-        started = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="openclaw_rl.servers"):
-            server.stop()
-        assert time.monotonic() - started < 15  # far inside the 30 s grace: the idle connection was closed
+            server.stop()  # joins for 10 s, then forces the exit: inside the 30 s grace only if nothing held it
+        assert not server._server.force_exit  # the idle connection was closed, not waited out
         thread.join(30)
     assert result["value"].status_code == 200 and result["value"].text == "done"
     assert events == ["answered", "lifespan shutdown"]

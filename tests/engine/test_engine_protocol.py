@@ -8,6 +8,7 @@ in `test_sglang_golden.py`; here are the behaviours those transcripts cannot pin
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 from collections.abc import Iterator
@@ -369,11 +370,7 @@ def test_an_instant_scripted_core_yields_every_n_tokens_and_keeps_its_timing(tok
             await steps.aclose()
 
         await asyncio.gather(pull("a"), pull("b"))
-        lengths, last = [], None
-        for name in order:
-            lengths[-1:] = [lengths[-1] + 1] if name == last else lengths[-1:] + [1]
-            last = name
-        return lengths
+        return [len(list(run)) for _, run in itertools.groupby(order)]
 
     instant = ScriptedModel(tokenizer, responder=lambda ids: "x" * 40, yield_every=yield_every)
     assert asyncio.run(interleaving(instant)) == runs
