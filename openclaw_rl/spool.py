@@ -14,6 +14,7 @@ also lets ``openclaw-rl samples`` read a running proxy's spool from another proc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import tempfile
@@ -93,6 +94,23 @@ class Spool:
                 f"it: `sqlite3 {self.path} .recover` may rescue its samples) and start with an empty spool dir"
             ) from None
 
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One write transaction; the caller holds the lock.
+
+        Rolls back on any exception, a Ctrl-C included, but only while the transaction is still open:
+        a KeyboardInterrupt can land just after COMMIT has returned from SQLite (the batch is then
+        acknowledged for good), and a ROLLBACK there would fail and hide the interrupt.
+        """
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+
     # --- writing ------------------------------------------------------------------------------------
 
     def live_bytes(self) -> int:
@@ -114,8 +132,7 @@ class Spool:
             s.sample_id = s.sample_id or uuid.uuid4().hex
             rows.append((s.sample_id, s.session_id, s.turn, s.kind, time.time(), s.to_json()))
         with self._arrived:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+            with self._transaction():
                 live = self._db.execute("SELECT value FROM spool_stats WHERE name='live_bytes'").fetchone()[0]
                 if rows and live >= self.max_bytes:
                     raise SpoolFull(f"spool {self.path} holds {live} bytes of unacknowledged samples, at its cap of "
@@ -128,10 +145,6 @@ class Spool:
                 if added:
                     self._db.execute("UPDATE spool_stats SET value = value + ? WHERE name='live_bytes'", (added,))
                 self._db.executemany("DELETE FROM pending_turns WHERE session_key=? AND epoch=? AND turn=?", keys)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
             self._arrived.notify_all()
 
     def save_turn(self, key: TurnKey, payload: str) -> None:
@@ -169,12 +182,10 @@ class Spool:
     def lease(self, n: int, batch_id: str | None = None) -> tuple[str, list[TrainingSample]]:
         """Mark the ``n`` oldest unleased samples as belonging to a batch and return them."""
         batch_id = batch_id or uuid.uuid4().hex
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+        with self._lock, self._transaction():
             rows = self._db.execute("SELECT seq, payload FROM samples WHERE batch_id IS NULL ORDER BY seq LIMIT ?",
                                     (n,)).fetchall()
             self._db.executemany("UPDATE samples SET batch_id=? WHERE seq=?", [(batch_id, seq) for seq, _ in rows])
-            self._db.execute("COMMIT")
         samples = []
         for seq, payload in rows:
             sample = TrainingSample.from_json(payload)
@@ -184,18 +195,12 @@ class Spool:
 
     def ack(self, batch_id: str) -> int:
         """The trainer has the batch: its samples leave the spool for good (and free their room)."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                freed = self._db.execute("SELECT COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0) FROM samples "
-                                         "WHERE batch_id=?", (batch_id,)).fetchone()[0]
-                n = self._db.execute("DELETE FROM samples WHERE batch_id=?", (batch_id,)).rowcount
-                self._db.execute("UPDATE spool_stats SET value = MAX(0, value - ?) WHERE name='live_bytes'", (freed,))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            return n
+        with self._lock, self._transaction():
+            freed = self._db.execute("SELECT COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0) FROM samples "
+                                     "WHERE batch_id=?", (batch_id,)).fetchone()[0]
+            n = self._db.execute("DELETE FROM samples WHERE batch_id=?", (batch_id,)).rowcount
+            self._db.execute("UPDATE spool_stats SET value = MAX(0, value - ?) WHERE name='live_bytes'", (freed,))
+        return n
 
     def release_leases(self) -> int:
         """Hand back samples leased by a batch that was never acknowledged (start-up recovery)."""

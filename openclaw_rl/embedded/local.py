@@ -273,7 +273,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
                 report.logprob_abs_diff.append(diff)
             report.stale_logprob_abs_diff.append(result.metrics.get("train/train_rollout_logprob_abs_diff", 0.0))
             nxt = pending.result()  # Slime syncs only once the next batch is complete (gate closed)
-            result.metrics["perf/sync_ms"] = stack.trainer.sync()
+            result.metrics["perf/sync_ms"] = stack.trainer.sync()  # from here on, unlogged metrics are of a synced step
             stack.runtime.ack(current.batch_id)
             stack.trainer.log(result.metrics)
             unlogged = None
@@ -286,8 +286,11 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
         why = "SIGTERM" if isinstance(exc, _Terminated) else "Ctrl-C"
         print(f"\ninterrupted ({why}): stopping (untrained samples stay in the spool for the next run)", flush=True)
     finally:
-        if unlogged is not None:  # printed and counted, so logged too; never synced, its batch stays in the spool
-            stack.trainer.log({**unlogged, "interrupted_before_sync": 1.0})
+        if unlogged is not None:  # printed and counted, so logged too
+            if "perf/sync_ms" in unlogged:  # Ctrl-C came during the ack: synced, its batch maybe acknowledged
+                stack.trainer.log(unlogged)
+            else:  # never synced: its batch stays in the spool
+                stack.trainer.log({**unlogged, "interrupted_before_sync": 1.0})
         stack.stop_event.set()
         stack.runtime.proxy.gate.open()  # no more weight syncs: let requests held at the gate finish
         loop, task = sim_result.get("loop"), sim_result.get("task")

@@ -36,6 +36,49 @@ def test_unacknowledged_batch_is_redelivered_first_after_restart(tmp_path):
     assert [s.sample_id for s in again] == [s.sample_id for s in first]
 
 
+class _InterruptAfter:
+    """A connection whose `execute` of one statement runs, or not, and then raises KeyboardInterrupt,
+    as a Ctrl-C landing in that call does."""
+
+    def __init__(self, db, statement: str, *, run_it: bool):
+        self._db, self._statement, self._run_it = db, statement, run_it
+
+    def execute(self, sql, *args):
+        if sql.startswith(self._statement):
+            if self._run_it:
+                self._db.execute(sql, *args)
+            raise KeyboardInterrupt
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+def test_ctrl_c_just_after_commit_keeps_the_ack_and_raises_the_interrupt(tmp_path):
+    """CI caught this: Ctrl-C right after SQLite's COMMIT made the ROLLBACK fail ('no transaction is
+    active'), so `openclaw-rl local` died with an OperationalError instead of stopping cleanly."""
+    spool = Spool(tmp_path)
+    spool.put([sample(i) for i in range(3)])
+    batch, _ = spool.lease(2)
+    db, spool._db = spool._db, _InterruptAfter(spool._db, "COMMIT", run_it=True)
+    with pytest.raises(KeyboardInterrupt):
+        spool.ack(batch)
+    spool._db = db
+    assert spool.depth() == 1 and not db.in_transaction  # the ack was committed
+
+
+def test_ctrl_c_inside_an_ack_rolls_it_back(tmp_path):
+    spool = Spool(tmp_path)
+    spool.put([sample(i) for i in range(3)])
+    batch, _ = spool.lease(2)
+    db, spool._db = spool._db, _InterruptAfter(spool._db, "UPDATE spool_stats", run_it=True)
+    with pytest.raises(KeyboardInterrupt):
+        spool.ack(batch)
+    spool._db = db
+    assert spool.depth() == 3 and spool.ready_count() == 1 and not db.in_transaction
+    assert spool.ack(batch) == 2
+
+
 def test_a_closed_writer_flushes_and_closes_again_at_once(tmp_path):
     """A runtime stopped by its owner is stopped again at exit (atexit): its writer must not wait for
     a flush its finished thread will never answer (that cost pytest 30 s per runtime at exit)."""
