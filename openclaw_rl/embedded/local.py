@@ -21,10 +21,13 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openclaw_rl.modes import MODES
 from openclaw_rl.spool import Spool
+
+if TYPE_CHECKING:
+    from openclaw_rl.runtime import ProxyRuntime
 
 log = logging.getLogger(__name__)
 
@@ -98,17 +101,9 @@ class LocalStack:
     """Owns every server and thread of a local run; ``close()`` stops them all."""
 
     def __init__(self, cfg: LocalConfig):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
-        from openclaw_rl.config import load_settings
-        from openclaw_rl.embedded.rule_judge import RuleJudgeModel
         from openclaw_rl.embedded.tiny_model import ensure_tiny_model
-        from openclaw_rl.engine.server import make_engine_app
-        from openclaw_rl.engine.torch_core import TorchModel
-        from openclaw_rl.runtime import ProxyRuntime
-        from openclaw_rl.servers import BackgroundServer
-
-        from .trainer import EmbeddedTrainer, TrainerConfig
 
         self.cfg = cfg
         self.out = Path(cfg.out_dir)
@@ -117,6 +112,26 @@ class LocalStack:
                                       log=lambda line: print(line, flush=True))
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.servers: list[Any] = []
+        self.runtime: ProxyRuntime | None = None
+        self.stop_event = threading.Event()
+        try:
+            self._start(cfg, model_dir)
+        except BaseException:  # Ctrl-C while the models load, or a failed start: stop what did start
+            self.close()
+            raise
+
+    def _start(self, cfg: LocalConfig, model_dir: Path) -> None:
+        from transformers import AutoModelForCausalLM
+
+        from openclaw_rl.config import load_settings
+        from openclaw_rl.embedded.rule_judge import RuleJudgeModel
+        from openclaw_rl.engine.server import make_engine_app
+        from openclaw_rl.engine.torch_core import TorchModel
+        from openclaw_rl.runtime import ProxyRuntime
+        from openclaw_rl.servers import BackgroundServer
+
+        from .trainer import EmbeddedTrainer, TrainerConfig
+
         self.policy = TorchModel.from_pretrained(str(model_dir), seed=cfg.seed)
         # streamed as the launch scripts run SGLang (--incremental-streaming-output): linear in the reply length
         policy_app = make_engine_app(self.policy, self.tokenizer, served_model_name="tiny", model_path=str(model_dir),
@@ -142,7 +157,6 @@ class LocalStack:
                              ckpt_dir=str(self.out / "checkpoints"), metrics_path=self.metrics_path,
                              tensorboard_dir=str(self.out / "tensorboard"), seed=cfg.seed)
         self.trainer = EmbeddedTrainer(tcfg, trainer_model, sync=self.policy.load_state_dict, tokenizer=self.tokenizer)
-        self.stop_event = threading.Event()
 
     def _serve(self, server: Any) -> Any:
         server.start()
@@ -155,7 +169,8 @@ class LocalStack:
 
     def close(self) -> None:
         self.stop_event.set()
-        self.runtime.stop()
+        if self.runtime is not None:
+            self.runtime.stop()
         for server in reversed(self.servers):
             server.stop()
 
@@ -249,16 +264,16 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
                                    max_tokens=cfg.max_new_tokens), indent=2), flush=True)
     sim_result: dict[str, Any] = {}
     sim_thread = None
-    report.preferred_prob_before = _preferred_probability(stack, cfg)
     if users is None and cfg.simulate:
         users = lambda url, stop, out: _simulate(stack, cfg, out, progress)  # noqa: E731
-    if users is not None:
-        sim_thread = threading.Thread(target=users, args=(stack.url, stack.stop_event, sim_result), daemon=True)
-        sim_thread.start()
     pool = ThreadPoolExecutor(1, thread_name_prefix="collect")
     bar = make_progress(progress)
     unlogged: dict[str, float] | None = None  # a trained step whose metrics line waits for the weight sync
     try:
+        report.preferred_prob_before = _preferred_probability(stack, cfg)
+        if users is not None:
+            sim_thread = threading.Thread(target=users, args=(stack.url, stack.stop_event, sim_result), daemon=True)
+            sim_thread.start()
         pending: Future = pool.submit(_collect, stack, cfg.rollout_batch_size, bar)
         current = pending.result()
         while current is not None and not stack.stop_event.is_set():

@@ -74,3 +74,41 @@ def test_a_step_trained_when_ctrl_c_comes_is_logged_and_its_batch_stays_in_the_s
     spool = Spool(out / "spool")
     spool.release_leases()
     assert spool.ready_count() == spool.depth() == report.untrained_samples >= 4  # batch 2 (never synced) is kept
+
+
+def test_ctrl_c_while_the_models_load_stops_what_started_and_says_so_in_one_line(tmp_path, tiny_model_dir,
+                                                                                 monkeypatch, capsys):
+    """A first `openclaw-rl local` builds its model for a minute or more, so Ctrl-C often comes during the
+    start-up: one line and exit code 130, not a traceback, and every server already started is stopped."""
+    from openclaw_rl import cli, servers
+    from openclaw_rl.engine import torch_core
+
+    monkeypatch.setenv("OPENCLAW_RL_CACHE", str(tiny_model_dir.parent))
+    monkeypatch.setattr(cli, "setup_logging", lambda *args: None)  # leave the test process's logging alone
+    started, start = [], servers.BackgroundServer.start
+
+    def recording_start(self):
+        started.append(self)
+        return start(self)
+
+    loads, load = [], torch_core.TorchModel.from_pretrained
+
+    def interrupted_second_load(*args, **kwargs):  # the policy engine is serving when the judge's model loads
+        loads.append(1)
+        if len(loads) == 2:
+            raise KeyboardInterrupt
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(servers.BackgroundServer, "start", recording_start)
+    monkeypatch.setattr(torch_core.TorchModel, "from_pretrained", staticmethod(interrupted_second_load))
+    try:
+        rc = cli.main(["local", "--mode", "rl", "--simulate", "--port", str(free_port()),
+                       "--out-dir", str(tmp_path / "run")])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C during start-up escaped `openclaw-rl local` as a traceback")
+    err = capsys.readouterr().err
+    assert rc == 130 and "openclaw-rl local: interrupted while starting, before any training step" in err
+    assert len(loads) == 2 and len(started) == 1  # the policy engine had started
+    for server in started:
+        with socket.socket() as s:  # stopped: its port is free again
+            s.bind(("127.0.0.1", server.port))
