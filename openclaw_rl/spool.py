@@ -100,10 +100,11 @@ class Spool:
 
         Rolls back on any exception, a Ctrl-C included, but only while the transaction is still open:
         a KeyboardInterrupt can land just after COMMIT has returned from SQLite (the batch is then
-        acknowledged for good), and a ROLLBACK there would fail and hide the interrupt.
+        acknowledged for good), and a ROLLBACK there would fail and hide the interrupt. BEGIN is inside the
+        try for the same reason: one interrupted just after it would otherwise leave the transaction open.
         """
-        self._db.execute("BEGIN IMMEDIATE")
         try:
+            self._db.execute("BEGIN IMMEDIATE")
             yield
             self._db.execute("COMMIT")
         except BaseException:

@@ -67,6 +67,17 @@ def test_ctrl_c_just_after_commit_keeps_the_ack_and_raises_the_interrupt(tmp_pat
     assert spool.depth() == 1 and not db.in_transaction  # the ack was committed
 
 
+def test_ctrl_c_just_after_begin_leaves_no_transaction_open(tmp_path):
+    spool = Spool(tmp_path)
+    spool.put([sample(i) for i in range(3)])
+    batch, _ = spool.lease(2)
+    db, spool._db = spool._db, _InterruptAfter(spool._db, "BEGIN", run_it=True)
+    with pytest.raises(KeyboardInterrupt):
+        spool.ack(batch)
+    spool._db = db
+    assert not db.in_transaction and spool.ack(batch) == 2
+
+
 def test_ctrl_c_inside_an_ack_rolls_it_back(tmp_path):
     spool = Spool(tmp_path)
     spool.put([sample(i) for i in range(3)])
