@@ -34,6 +34,7 @@ import httpx
 from openclaw_rl.bench import mock
 from openclaw_rl.bench.loadclient import LoadClient, LoadClientError
 from openclaw_rl.bench.mock import Case, Stack
+from openclaw_rl.bench.stream_cost import MODES as STREAM_MODES
 from openclaw_rl.config import ProxySettings
 
 # History buckets (prompt tokens). The system prompt and 12 tools alone are ~1.9K tiny-tokenizer
@@ -389,8 +390,9 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
                    help="only measure CPU per streamed turn at 64-8,192-token replies in both SGLang stream modes")
     p.add_argument("--stream-lengths", default="64,512,2048,8192", help="reply lengths for --stream-cost")
     p.add_argument("--stream-scale", type=float, default=1.0, help="turns per length x this (--stream-cost)")
-    p.add_argument("--stream-modes", default="cumulative,incremental", help="SGLang stream modes for --stream-cost")
-    p.add_argument("--proxy-env", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--stream-modes", type=_stream_modes, default=STREAM_MODES,
+                   help=f"SGLang stream modes for --stream-cost, comma-separated (default {','.join(STREAM_MODES)})")
+    p.add_argument("--proxy-env", action="append", default=[], metavar="KEY=VALUE", type=_key_value,
                    help="environment of the proxy under test (--stream-cost), e.g. OPENCLAW_RL_JSON=json or "
                         "OPENCLAW_RL_UVICORN_LOOP=asyncio / OPENCLAW_RL_UVICORN_HTTP=h11 to measure what they buy")
     p.add_argument("--stream-interval", type=int, default=ProxySettings.stream_interval,
@@ -401,6 +403,23 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare-reps", type=int, default=2, help="interleaved repetitions per configuration")
     p.add_argument("--compare-configs", default="", metavar="NAMES",
                    help='only these configurations, ";"-separated, e.g. "c=1 hist=1K plain reply=64"')
+
+
+def _stream_modes(text: str) -> tuple[str, ...]:
+    """``--stream-modes``: known names only (an unknown one used to run the cumulative mode under its name)."""
+    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in modes if m not in STREAM_MODES]
+    if unknown or not modes:
+        raise argparse.ArgumentTypeError(f"unknown stream mode {', '.join(unknown) or '(none)'}: choose from "
+                                         f"{', '.join(STREAM_MODES)}")
+    return modes
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
 
 
 def cmd_bench(ns: argparse.Namespace) -> int:
@@ -424,8 +443,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
 
         lengths = tuple(int(x) for x in ns.stream_lengths.split(","))
         results = run_stream_cost(ns.tokenizer, lengths=lengths, scale=0.25 if ns.quick else ns.stream_scale,
-                                  proxy_port=ns.port, modes=tuple(ns.stream_modes.split(",")),
-                                  proxy_env=dict(kv.split("=", 1) for kv in ns.proxy_env),
+                                  proxy_port=ns.port, modes=ns.stream_modes, proxy_env=dict(ns.proxy_env),
                                   profile=ns.profile_proxy and os.path.abspath(ns.profile_proxy),
                                   stream_interval=ns.stream_interval)
         results["load_average"] = os.getloadavg()
