@@ -103,7 +103,7 @@ class LocalStack:
     def __init__(self, cfg: LocalConfig):
         from transformers import AutoTokenizer
 
-        from openclaw_rl.embedded.tiny_model import ensure_tiny_model
+        from openclaw_rl.embedded.tiny_model import ensure_tiny_model, quiet_progress_bars
 
         self.cfg = cfg
         self.out = Path(cfg.out_dir)
@@ -115,7 +115,8 @@ class LocalStack:
         self.runtime: ProxyRuntime | None = None
         self.stop_event = threading.Event()
         try:
-            self._start(cfg, model_dir)
+            with quiet_progress_bars():
+                self._start(cfg, model_dir)
         except BaseException:  # Ctrl-C while the models load, or a failed start: stop what did start
             self.close()
             raise

@@ -162,7 +162,7 @@ def build_tiny_model(out_dir: Path, preset: str = DEFAULT_PRESET, seed: int = 0,
 
     model.generation_config.eos_token_id = [eos_id, pad_id]
     model.generation_config.pad_token_id = pad_id
-    with _quiet_progress_bars():
+    with quiet_progress_bars():
         model.save_pretrained(out_dir)
     marker = {"format_version": FORMAT_VERSION, "preset": preset, "seed": seed, "vocab_size": len(tokenizer),
               "openclaw_phase": OPENCLAW_PHASE_VERSION if openclaw else False}
@@ -171,8 +171,10 @@ def build_tiny_model(out_dir: Path, preset: str = DEFAULT_PRESET, seed: int = 0,
 
 
 @contextmanager
-def _quiet_progress_bars() -> Iterator[None]:
-    """Silence the one-shard "Writing model shards" bar that save_pretrained prints, then restore."""
+def quiet_progress_bars() -> Iterator[None]:
+    """Silence transformers' progress bars, then restore them: the one-shard "Writing model shards" bar of
+    save_pretrained, and the "Loading weights" bar of from_pretrained (a tiny model loads in milliseconds,
+    so the bar is only noise: three ``\r`` redraws in every log of ``openclaw-rl local``)."""
     from transformers.utils import logging as hf_logging
 
     was_enabled = hf_logging.is_progress_bar_enabled()

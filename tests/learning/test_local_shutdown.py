@@ -16,28 +16,26 @@ import pytest
 from openclaw_rl.servers import free_port
 from openclaw_rl.spool import Spool
 
+LOCAL_ARGS = ["local", "--mode", "rl", "--simulate", "--interactions", "100000", "--batch-size", "2"]
+"""Small batches: the first step, the signal's cue, comes soon."""
 
-@pytest.mark.parametrize(("sig", "name"), [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
-def test_a_signal_stops_cleanly_and_keeps_untrained_samples(tmp_path, tiny_model_dir, sig, name):
-    port, out = free_port(), tmp_path / "run"
-    env = {**os.environ, "OPENCLAW_RL_CACHE": str(tiny_model_dir.parent), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "local", "--mode", "rl", "--simulate",
-                             "--interactions", "100000", "--batch-size", "2", "--port", str(port),
-                             "--out-dir", str(out)],  # small batches: the first step (the signal's cue) comes soon
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    metrics = out / "metrics.jsonl"
-    deadline = time.time() + 300
-    while time.time() < deadline and not (metrics.exists() and metrics.read_text().strip()):
-        time.sleep(0.5)
-    assert metrics.exists(), proc.stdout.read() if proc.poll() is not None else "no training step"
-    proc.send_signal(sig)
-    output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, output[-3000:]
+
+def first_step_logged(metrics, deadline_s: float = 300, stop=lambda: False) -> bool:
+    deadline = time.time() + deadline_s
+    while time.time() < deadline and not stop():
+        if metrics.exists() and metrics.read_text().strip():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def assert_stopped_cleanly(output: str, rc: int, name: str, out, port: int) -> None:
+    assert rc == 0, output[-3000:]
     assert f"interrupted ({name})" in output
     assert "step    1 |" in output and "\r" not in output  # a log, not a terminal: no tqdm redraws
     report = json.loads((out / "report.json").read_text())
     assert report["steps"] >= 1
-    trained = {line["step"] for line in map(json.loads, metrics.read_text().splitlines())}
+    trained = {line["step"] for line in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
     assert len(trained) == report["steps"]
     # samples collected but not trained stay in the spool, handed back for the next run
     spool = Spool(out / "spool")
@@ -45,6 +43,53 @@ def test_a_signal_stops_cleanly_and_keeps_untrained_samples(tmp_path, tiny_model
     assert spool.ready_count() == spool.depth()
     with socket.socket() as s:  # the proxy port is released
         s.bind(("127.0.0.1", port))
+
+
+def test_ctrl_c_stops_the_process_cleanly_and_keeps_untrained_samples(tmp_path, tiny_model_dir):
+    """The real process: Ctrl-C (SIGINT) ends it with exit code 0, nothing left running that holds it."""
+    port, out = free_port(), tmp_path / "run"
+    env = {**os.environ, "OPENCLAW_RL_CACHE": str(tiny_model_dir.parent), "HF_HUB_OFFLINE": "1"}
+    # bytes, not text=True: universal newlines would turn a tqdm redraw's "\r" into "\n" and hide it
+    proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", *LOCAL_ARGS, "--port", str(port),
+                             "--out-dir", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    logged = first_step_logged(out / "metrics.jsonl", stop=lambda: proc.poll() is not None)
+    assert logged, proc.stdout.read().decode() if proc.poll() is not None else "no training step"
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=120)
+    assert_stopped_cleanly(output.decode(), proc.returncode, "Ctrl-C", out, port)
+
+
+def test_sigterm_is_handled_like_ctrl_c(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    """SIGTERM (what `kill`, systemd and container runtimes send) through the command's own handler, in this
+    process: after the handler, the stop is the Ctrl-C path the test above runs in a real process (a second
+    process would spend ~10 CPU-s importing torch and transformers' Qwen3 modelling again)."""
+    import logging
+    import threading
+
+    from openclaw_rl import cli
+
+    monkeypatch.setenv("OPENCLAW_RL_CACHE", str(tiny_model_dir.parent))
+    monkeypatch.setattr(cli, "setup_logging", lambda *args: None)  # leave the test process's logging alone
+    for name in ("httpx2", "openclaw_rl.drops"):  # `local` sets these two loggers' levels: restored after
+        monkeypatch.setattr(logging.getLogger(name), "level", logging.getLogger(name).level)
+    port, out = free_port(), tmp_path / "run"
+    ended = threading.Event()
+
+    def terminate_after_the_first_step() -> None:
+        if first_step_logged(out / "metrics.jsonl", stop=ended.is_set) and not ended.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)  # `local` runs its own SIGTERM handler until it returns
+
+    previous = signal.getsignal(signal.SIGTERM)
+    killer = threading.Thread(target=terminate_after_the_first_step, daemon=True)
+    killer.start()
+    try:
+        rc = cli.main([*LOCAL_ARGS, "--port", str(port), "--out-dir", str(out)])
+    finally:
+        ended.set()
+        killer.join(5)
+    captured = capsys.readouterr()
+    assert signal.getsignal(signal.SIGTERM) is previous  # the handler is put back
+    assert_stopped_cleanly(captured.out + captured.err, rc, "SIGTERM", out, port)
 
 
 def test_a_step_trained_when_ctrl_c_comes_is_logged_and_its_batch_stays_in_the_spool(tmp_path, tiny_model_dir,
