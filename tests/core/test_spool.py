@@ -37,16 +37,15 @@ def test_unacknowledged_batch_is_redelivered_first_after_restart(tmp_path):
 
 
 class _InterruptAfter:
-    """A connection whose `execute` of one statement runs, or not, and then raises KeyboardInterrupt,
-    as a Ctrl-C landing in that call does."""
+    """A connection whose `execute` of one statement runs it and then raises KeyboardInterrupt, as a
+    Ctrl-C landing just as that call returns does."""
 
-    def __init__(self, db, statement: str, *, run_it: bool):
-        self._db, self._statement, self._run_it = db, statement, run_it
+    def __init__(self, db, statement: str):
+        self._db, self._statement = db, statement
 
     def execute(self, sql, *args):
         if sql.startswith(self._statement):
-            if self._run_it:
-                self._db.execute(sql, *args)
+            self._db.execute(sql, *args)
             raise KeyboardInterrupt
         return self._db.execute(sql, *args)
 
@@ -54,40 +53,23 @@ class _InterruptAfter:
         return getattr(self._db, name)
 
 
-def test_ctrl_c_just_after_commit_keeps_the_ack_and_raises_the_interrupt(tmp_path):
-    """CI caught this: Ctrl-C right after SQLite's COMMIT made the ROLLBACK fail ('no transaction is
-    active'), so `openclaw-rl local` died with an OperationalError instead of stopping cleanly."""
+@pytest.mark.parametrize(("statement", "left"), [
+    ("BEGIN", 3),  # an interrupt just after BEGIN must not leave the transaction open
+    ("UPDATE spool_stats", 3),  # inside the ack: rolled back, the batch still leased
+    # CI caught this one: Ctrl-C right after SQLite's COMMIT made the ROLLBACK fail ('no transaction is
+    # active'), so `openclaw-rl local` died with an OperationalError instead of stopping cleanly
+    ("COMMIT", 1),  # the ack was committed
+])
+def test_ctrl_c_anywhere_in_an_ack_raises_the_interrupt_and_leaves_no_transaction_open(tmp_path, statement, left):
     spool = Spool(tmp_path)
     spool.put([sample(i) for i in range(3)])
     batch, _ = spool.lease(2)
-    db, spool._db = spool._db, _InterruptAfter(spool._db, "COMMIT", run_it=True)
+    db, spool._db = spool._db, _InterruptAfter(spool._db, statement)
     with pytest.raises(KeyboardInterrupt):
         spool.ack(batch)
     spool._db = db
-    assert spool.depth() == 1 and not db.in_transaction  # the ack was committed
-
-
-def test_ctrl_c_just_after_begin_leaves_no_transaction_open(tmp_path):
-    spool = Spool(tmp_path)
-    spool.put([sample(i) for i in range(3)])
-    batch, _ = spool.lease(2)
-    db, spool._db = spool._db, _InterruptAfter(spool._db, "BEGIN", run_it=True)
-    with pytest.raises(KeyboardInterrupt):
-        spool.ack(batch)
-    spool._db = db
-    assert not db.in_transaction and spool.ack(batch) == 2
-
-
-def test_ctrl_c_inside_an_ack_rolls_it_back(tmp_path):
-    spool = Spool(tmp_path)
-    spool.put([sample(i) for i in range(3)])
-    batch, _ = spool.lease(2)
-    db, spool._db = spool._db, _InterruptAfter(spool._db, "UPDATE spool_stats", run_it=True)
-    with pytest.raises(KeyboardInterrupt):
-        spool.ack(batch)
-    spool._db = db
-    assert spool.depth() == 3 and spool.ready_count() == 1 and not db.in_transaction
-    assert spool.ack(batch) == 2
+    assert not db.in_transaction and spool.depth() == left
+    assert spool.ready_count() == 1 and spool.ack(batch) == (2 if left == 3 else 0)
 
 
 def test_a_closed_writer_flushes_and_closes_again_at_once(tmp_path):
