@@ -232,12 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"openclaw-rl: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # one line, not a traceback. `local` and `train` handle Ctrl-C themselves once
-        # they run, so for them this is start-up (a model building or loading): what had started is stopped by
-        # now and a half-built model removed
-        when = " while starting, before any training step" if ns.command in ("local", "train") else ""
-        print(f"\nopenclaw-rl {ns.command}: interrupted{when}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # one line, not a traceback (e.g. `local` interrupted while it starts)
+        print(f"\nopenclaw-rl {ns.command}: interrupted{f' {exc}' if str(exc) else ''}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 130))
 
 
 if __name__ == "__main__":

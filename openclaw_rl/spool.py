@@ -103,6 +103,9 @@ class Spool:
         acknowledged for good), and a ROLLBACK there would fail and hide the interrupt. BEGIN is inside the
         try for the same reason: one interrupted just after it would otherwise leave the transaction open.
         """
+        if self._db.in_transaction:  # left open by an interrupt between contextlib's code and the with body
+            log.warning("rolling back a spool transaction that an interrupt left open")
+            self._db.execute("ROLLBACK")
         try:
             self._db.execute("BEGIN IMMEDIATE")
             yield

@@ -407,7 +407,7 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
 
 def _stream_modes(text: str) -> tuple[str, ...]:
     """``--stream-modes``: known names only (an unknown one used to run the cumulative mode under its name)."""
-    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    modes = tuple(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))  # each once, in order
     unknown = [m for m in modes if m not in STREAM_MODES]
     if unknown or not modes:
         raise argparse.ArgumentTypeError(f"unknown stream mode {', '.join(unknown) or '(none)'}: choose from "

@@ -112,6 +112,7 @@ class LocalStack:
                                       log=lambda line: print(line, flush=True))
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.servers: list[Any] = []
+        self.cores: list[Any] = []  # the engines' torch cores (policy, teacher): their worker threads end on close
         self.runtime: ProxyRuntime | None = None
         self.stop_event = threading.Event()
         try:
@@ -134,11 +135,13 @@ class LocalStack:
         from .trainer import EmbeddedTrainer, TrainerConfig
 
         self.policy = TorchModel.from_pretrained(str(model_dir), seed=cfg.seed)
+        self.cores.append(self.policy)
         # streamed as the launch scripts run SGLang (--incremental-streaming-output): linear in the reply length
         policy_app = make_engine_app(self.policy, self.tokenizer, served_model_name="tiny", model_path=str(model_dir),
                                      incremental_streaming_output=True)
         self.policy_server = self._serve(BackgroundServer(policy_app, cfg.host))
         teacher = TorchModel.from_pretrained(str(model_dir), seed=cfg.seed + 1)  # frozen initial policy
+        self.cores.append(teacher)
         judge_app = make_engine_app(RuleJudgeModel(self.tokenizer, teacher=teacher), self.tokenizer,
                                     served_model_name="rule-judge", model_path=str(model_dir))
         self.judge_server = self._serve(BackgroundServer(judge_app, cfg.host))
@@ -174,6 +177,8 @@ class LocalStack:
             self.runtime.stop()
         for server in reversed(self.servers):
             server.stop()
+        for core in self.cores:
+            core.close()
 
 
 def _collect(stack: LocalStack, n: int, bar: Any = None) -> Any:
@@ -240,6 +245,17 @@ def make_progress(enabled: bool, stream: Any = None) -> PlainProgress | TqdmProg
 class _Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: drain, report, keep the spool."""
 
+    exit_code = 143  # 128 + SIGTERM, should it end the command (see `cli.main`)
+
+
+class InterruptedWhileStarting(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM before the stack was up (a first run builds its model for a minute or more): what
+    had started is stopped, a half-built model is removed, nothing was trained."""
+
+    def __init__(self, cause: KeyboardInterrupt):
+        super().__init__("while starting, before any training step")
+        self.exit_code = getattr(cause, "exit_code", 130)
+
 
 def _raise_terminated(signum: int, frame: Any) -> None:
     raise _Terminated()
@@ -256,7 +272,10 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
     ``openclaw_replay``); it runs in a background thread.
     """
     started = time.monotonic()
-    stack = LocalStack(cfg)
+    try:
+        stack = LocalStack(cfg)
+    except KeyboardInterrupt as exc:
+        raise InterruptedWhileStarting(exc) from None
     report = LocalReport(cfg.mode, 0, 0, metrics_path=stack.metrics_path)
     print(f"openclaw-rl local ({cfg.mode}): proxy at {stack.url}/v1  (policy engine {stack.policy_server.url}, "
           f"judge {stack.judge_server.url})", flush=True)
@@ -291,8 +310,8 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
             nxt = pending.result()  # Slime syncs only once the next batch is complete (gate closed)
             result.metrics["perf/sync_ms"] = stack.trainer.sync()  # from here on, unlogged metrics are of a synced step
             stack.runtime.ack(current.batch_id)
-            stack.trainer.log(result.metrics)
-            unlogged = None
+            stack.trainer.log(result.metrics)  # (a Ctrl-C landing between this write and the next line logs
+            unlogged = None  # the step twice: a duplicate line, the lesser harm than a missing one)
             current = nxt
             if cfg.max_steps and result.step >= cfg.max_steps:
                 break

@@ -72,6 +72,16 @@ def test_ctrl_c_anywhere_in_an_ack_raises_the_interrupt_and_leaves_no_transactio
     assert spool.ready_count() == 1 and spool.ack(batch) == (2 if left == 3 else 0)
 
 
+def test_a_transaction_an_interrupt_left_open_is_rolled_back_by_the_next_write(tmp_path):
+    """An interrupt in contextlib's own code, between BEGIN and the with body, skips the rollback."""
+    spool = Spool(tmp_path)
+    spool.put([sample(i) for i in range(3)])
+    batch, _ = spool.lease(2)
+    spool._db.execute("BEGIN IMMEDIATE")
+    spool._db.execute("DELETE FROM samples")  # half-done work of the interrupted call: never committed
+    assert spool.ack(batch) == 2 and spool.depth() == 1
+
+
 def test_a_closed_writer_flushes_and_closes_again_at_once(tmp_path):
     """A runtime stopped by its owner is stopped again at exit (atexit): its writer must not wait for
     a flush its finished thread will never answer (that cost pytest 30 s per runtime at exit)."""

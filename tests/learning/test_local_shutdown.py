@@ -52,43 +52,56 @@ def test_ctrl_c_stops_the_process_cleanly_and_keeps_untrained_samples(tmp_path, 
     # bytes, not text=True: universal newlines would turn a tqdm redraw's "\r" into "\n" and hide it
     proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", *LOCAL_ARGS, "--port", str(port),
                              "--out-dir", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    logged = first_step_logged(out / "metrics.jsonl", stop=lambda: proc.poll() is not None)
-    assert logged, proc.stdout.read().decode() if proc.poll() is not None else "no training step"
-    proc.send_signal(signal.SIGINT)
-    output, _ = proc.communicate(timeout=120)
+    try:
+        logged = first_step_logged(out / "metrics.jsonl", stop=lambda: proc.poll() is not None)
+        assert logged, proc.stdout.read().decode() if proc.poll() is not None else "no training step"
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert_stopped_cleanly(output.decode(), proc.returncode, "Ctrl-C", out, port)
 
 
-def test_sigterm_is_handled_like_ctrl_c(tmp_path, tiny_model_dir, monkeypatch, capsys):
-    """SIGTERM (what `kill`, systemd and container runtimes send) through the command's own handler, in this
-    process: after the handler, the stop is the Ctrl-C path the test above runs in a real process (a second
-    process would spend ~10 CPU-s importing torch and transformers' Qwen3 modelling again)."""
+@pytest.fixture
+def local_in_this_process(tiny_model_dir, monkeypatch):
+    """`cli.main` runs `local` here; the process's logging is left as it was."""
     import logging
-    import threading
 
     from openclaw_rl import cli
 
     monkeypatch.setenv("OPENCLAW_RL_CACHE", str(tiny_model_dir.parent))
-    monkeypatch.setattr(cli, "setup_logging", lambda *args: None)  # leave the test process's logging alone
-    for name in ("httpx2", "openclaw_rl.drops"):  # `local` sets these two loggers' levels: restored after
-        monkeypatch.setattr(logging.getLogger(name), "level", logging.getLogger(name).level)
-    port, out = free_port(), tmp_path / "run"
-    ended = threading.Event()
+    monkeypatch.setattr(cli, "setup_logging", lambda *args: None)
+    loggers = [logging.getLogger(name) for name in ("httpx2", "openclaw_rl.drops")]  # `local` sets their levels
+    levels = [logger.level for logger in loggers]
+    yield cli.main
+    for logger, level in zip(loggers, levels):
+        logger.setLevel(level)  # setLevel, not an attribute: it also clears logging's enabled-level cache
 
-    def terminate_after_the_first_step() -> None:
-        if first_step_logged(out / "metrics.jsonl", stop=ended.is_set) and not ended.is_set():
-            os.kill(os.getpid(), signal.SIGTERM)  # `local` runs its own SIGTERM handler until it returns
 
+def test_sigterm_is_handled_like_ctrl_c(tmp_path, local_in_this_process, monkeypatch, capsys):
+    """SIGTERM (what `kill`, systemd and container runtimes send) through the command's own handler, in this
+    process: after the handler, the stop is the Ctrl-C path the test above runs in a real process (a second
+    process would spend ~10 CPU-s importing torch and transformers' Qwen3 modelling again). The signal is
+    raised on this thread as the second step starts, so the command's handler is the one installed."""
+    from openclaw_rl.embedded.trainer import EmbeddedTrainer
+
+    steps, train = [], EmbeddedTrainer.train
+
+    def terminated_at_the_second_step(self, *args, **kwargs):
+        steps.append(1)
+        if len(steps) == 2:
+            signal.raise_signal(signal.SIGTERM)
+        return train(self, *args, **kwargs)
+
+    monkeypatch.setattr(EmbeddedTrainer, "train", terminated_at_the_second_step)
     previous = signal.getsignal(signal.SIGTERM)
-    killer = threading.Thread(target=terminate_after_the_first_step, daemon=True)
-    killer.start()
-    try:
-        rc = cli.main([*LOCAL_ARGS, "--port", str(port), "--out-dir", str(out)])
-    finally:
-        ended.set()
-        killer.join(5)
+    port, out = free_port(), tmp_path / "run"
+    rc = local_in_this_process([*LOCAL_ARGS, "--max-steps", "5", "--port", str(port), "--out-dir", str(out)])
     captured = capsys.readouterr()
     assert signal.getsignal(signal.SIGTERM) is previous  # the handler is put back
+    assert len(steps) == 2
     assert_stopped_cleanly(captured.out + captured.err, rc, "SIGTERM", out, port)
 
 
@@ -121,15 +134,16 @@ def test_a_step_trained_when_ctrl_c_comes_is_logged_and_its_batch_stays_in_the_s
     assert spool.ready_count() == spool.depth() == report.untrained_samples >= 4  # batch 2 (never synced) is kept
 
 
-def test_ctrl_c_while_the_models_load_stops_what_started_and_says_so_in_one_line(tmp_path, tiny_model_dir,
-                                                                                 monkeypatch, capsys):
+@pytest.mark.parametrize(("interrupt", "exit_code"), [("Ctrl-C", 130), ("SIGTERM", 143)])
+def test_an_interrupt_while_the_models_load_stops_what_started_and_says_so_in_one_line(
+        tmp_path, local_in_this_process, monkeypatch, capsys, interrupt, exit_code):
     """A first `openclaw-rl local` builds its model for a minute or more, so Ctrl-C often comes during the
-    start-up: one line and exit code 130, not a traceback, and every server already started is stopped."""
-    from openclaw_rl import cli, servers
+    start-up: one line and exit code 130 (143 for SIGTERM), not a traceback, and every server already
+    started is stopped."""
+    from openclaw_rl import servers
+    from openclaw_rl.embedded import local
     from openclaw_rl.engine import torch_core
 
-    monkeypatch.setenv("OPENCLAW_RL_CACHE", str(tiny_model_dir.parent))
-    monkeypatch.setattr(cli, "setup_logging", lambda *args: None)  # leave the test process's logging alone
     started, start = [], servers.BackgroundServer.start
 
     def recording_start(self):
@@ -141,18 +155,18 @@ def test_ctrl_c_while_the_models_load_stops_what_started_and_says_so_in_one_line
     def interrupted_second_load(*args, **kwargs):  # the policy engine is serving when the judge's model loads
         loads.append(1)
         if len(loads) == 2:
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt if interrupt == "Ctrl-C" else local._Terminated()
         return load(*args, **kwargs)
 
     monkeypatch.setattr(servers.BackgroundServer, "start", recording_start)
     monkeypatch.setattr(torch_core.TorchModel, "from_pretrained", staticmethod(interrupted_second_load))
     try:
-        rc = cli.main(["local", "--mode", "rl", "--simulate", "--port", str(free_port()),
-                       "--out-dir", str(tmp_path / "run")])
+        rc = local_in_this_process(["local", "--mode", "rl", "--simulate", "--port", str(free_port()),
+                                    "--out-dir", str(tmp_path / "run")])
     except KeyboardInterrupt:
-        pytest.fail("Ctrl-C during start-up escaped `openclaw-rl local` as a traceback")
+        pytest.fail("an interrupt during start-up escaped `openclaw-rl local` as a traceback")
     err = capsys.readouterr().err
-    assert rc == 130 and "openclaw-rl local: interrupted while starting, before any training step" in err
+    assert rc == exit_code and "openclaw-rl local: interrupted while starting, before any training step" in err
     assert len(loads) == 2 and len(started) == 1  # the policy engine had started
     for server in started:
         with socket.socket() as s:  # stopped: its port is free again
