@@ -138,6 +138,26 @@ def tiny_model_in_background(request: pytest.FixtureRequest, tmp_path_factory: p
             builder.communicate(timeout=600)
 
 
+class SigtermNotHandled(Exception):
+    """SIGTERM reached a test's fallback handler: the command under test installed none of its own."""
+
+
+@pytest.fixture
+def sigterm_fallback() -> Iterator[Callable[..., None]]:
+    """A SIGTERM handler for the test's duration that fails the test instead of ending the test process,
+    should the command under test not install its own (a test that raises SIGTERM to check a command's
+    handler would otherwise kill its pytest worker when that handler regresses)."""
+
+    def not_handled(signum: int, frame: Any) -> None:
+        raise SigtermNotHandled("SIGTERM reached the test's fallback handler: the command installed none")
+
+    previous = signal.signal(signal.SIGTERM, not_handled)
+    try:
+        yield not_handled
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def needs_model(item: pytest.Item) -> bool:
     return "tiny_model_dir" in getattr(item, "fixturenames", ())
 

@@ -20,9 +20,13 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .hf_policy import PolicyLoadConfig
+from .interrupts import InterruptedWhileStarting, name_of, sigterm_as_ctrl_c
+
+if TYPE_CHECKING:
+    from openclaw_rl.runtime import ProxyRuntime
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +96,6 @@ class ExternalStack:
     def __init__(self, cfg: ExternalConfig):
         from transformers import AutoTokenizer
 
-        from openclaw_rl.runtime import ProxyRuntime
-
-        from .hf_policy import load_policy
-        from .trainer import EmbeddedTrainer, TrainerConfig
         from .weight_sync import SGLangWeightSync
 
         self.cfg = cfg
@@ -109,6 +109,21 @@ class ExternalStack:
         self.tokenizer = AutoTokenizer.from_pretrained(settings.proxy.tokenizer)
         self.weights = SGLangWeightSync(settings.proxy.policy_url, cfg.sync_dir or self.out / "weights",
                                         api_key=settings.proxy.policy_api_key)
+        self.runtime: ProxyRuntime | None = None
+        self.stop_event = threading.Event()
+        try:
+            self._start(cfg)
+        except BaseException:  # a failed start, or Ctrl-C while the checkpoint loads: stop what did start
+            self.close()
+            raise
+
+    def _start(self, cfg: ExternalConfig) -> None:
+        from openclaw_rl.runtime import ProxyRuntime
+
+        from .hf_policy import load_policy
+        from .trainer import EmbeddedTrainer, TrainerConfig
+
+        settings = cfg.settings
         served = self.weights.server_version()  # fails early and clearly if the server is not there
         for warning in check_policy_server(dict(self.weights.get("/get_server_info")), cfg.model):
             log.warning(warning)
@@ -130,7 +145,6 @@ class ExternalStack:
             log.warning("the policy server already serves %r, not the checkpoint's initial weights: samples it "
                         "produced count as unversioned until the first sync", served)
         self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
-        self.stop_event = threading.Event()
 
     @property
     def url(self) -> str:
@@ -138,13 +152,17 @@ class ExternalStack:
 
     def close(self) -> None:
         self.stop_event.set()
-        self.runtime.stop()
+        if self.runtime is not None:
+            self.runtime.stop()
         self.weights.close()
 
 
 def run_train(cfg: ExternalConfig, *, echo: bool = True) -> TrainReport:
     started = time.monotonic()
-    stack = ExternalStack(cfg)
+    try:
+        stack = ExternalStack(cfg)
+    except KeyboardInterrupt as exc:
+        raise InterruptedWhileStarting(exc) from None
     report = TrainReport(metrics_path=stack.metrics_path)
     if echo:
         print(f"openclaw-rl train ({cfg.settings.mode}): proxy at {stack.url}/v1 -> policy "
@@ -180,8 +198,8 @@ def run_train(cfg: ExternalConfig, *, echo: bool = True) -> TrainReport:
             current = nxt
             if cfg.max_steps and result.step >= cfg.max_steps:
                 break
-    except KeyboardInterrupt:
-        print("\ninterrupted: untrained samples stay in the spool for the next run", flush=True)
+    except KeyboardInterrupt as exc:
+        print(f"\ninterrupted ({name_of(exc)}): untrained samples stay in the spool for the next run", flush=True)
     finally:
         stack.stop_event.set()
         stack.runtime.proxy.gate.open()  # no more syncs: requests held at the gate may finish
@@ -252,6 +270,7 @@ def _cmd_train(ns: argparse.Namespace) -> int:
                          kl_coef=ns.kl_coef, max_staleness=ns.max_staleness, fidelity_copies=ns.fidelity_copies,
                          max_steps=ns.max_steps, save_every=ns.save_every, seed=ns.seed,
                          simulate_interactions=ns.simulate)
-    report = run_train(cfg)
+    with sigterm_as_ctrl_c():
+        report = run_train(cfg)
     print(json.dumps(asdict(report), indent=2))
     return 0

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
 import threading
 import time
@@ -23,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from openclaw_rl.embedded.interrupts import InterruptedWhileStarting, name_of, sigterm_as_ctrl_c
 from openclaw_rl.modes import MODES
 from openclaw_rl.spool import Spool
 
@@ -242,25 +242,6 @@ def make_progress(enabled: bool, stream: Any = None) -> PlainProgress | TqdmProg
     return PlainProgress()
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C: drain, report, keep the spool."""
-
-    exit_code = 143  # 128 + SIGTERM, should it end the command (see `cli.main`)
-
-
-class InterruptedWhileStarting(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM before the stack was up (a first run builds its model for a minute or more): what
-    had started is stopped, a half-built model is removed, nothing was trained."""
-
-    def __init__(self, cause: KeyboardInterrupt):
-        super().__init__("while starting, before any training step")
-        self.exit_code = getattr(cause, "exit_code", 130)
-
-
-def _raise_terminated(signum: int, frame: Any) -> None:
-    raise _Terminated()
-
-
 Users = Callable[[str, threading.Event, dict[str, Any]], None]
 """Drives the proxy at a URL until done (see ``simulate.drive_simulation`` for the `out` protocol)."""
 
@@ -318,7 +299,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
             if users is not None and sim_result.get("done"):
                 break
     except KeyboardInterrupt as exc:
-        why = "SIGTERM" if isinstance(exc, _Terminated) else "Ctrl-C"
+        why = name_of(exc)
         print(f"\ninterrupted ({why}): stopping (untrained samples stay in the spool for the next run)", flush=True)
     finally:
         if unlogged is not None:  # printed and counted, so logged too
@@ -457,11 +438,8 @@ def local_config(ns: Any) -> LocalConfig:
 def _cmd_local(ns: Any) -> int:
     configure_local_logging()
     cfg = local_config(ns)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
+    with sigterm_as_ctrl_c():
         report = run_local(cfg)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     print(json.dumps(asdict(report), indent=2))
     if report.curve_png:
         print(f"learning curve: {report.curve_png} (preferred-behaviour rate {report.baseline_rate:.0%} -> "

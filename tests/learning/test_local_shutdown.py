@@ -80,7 +80,7 @@ def local_in_this_process(tiny_model_dir, monkeypatch):
         logger.setLevel(level)  # setLevel, not an attribute: it also clears logging's enabled-level cache
 
 
-def test_sigterm_is_handled_like_ctrl_c(tmp_path, local_in_this_process, monkeypatch, capsys):
+def test_sigterm_is_handled_like_ctrl_c(tmp_path, local_in_this_process, monkeypatch, capsys, sigterm_fallback):
     """SIGTERM (what `kill`, systemd and container runtimes send) through the command's own handler, in this
     process: after the handler, the stop is the Ctrl-C path the test above runs in a real process (a second
     process would spend ~10 CPU-s importing torch and transformers' Qwen3 modelling again). The signal is
@@ -96,11 +96,10 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path, local_in_this_process, monkeyp
         return train(self, *args, **kwargs)
 
     monkeypatch.setattr(EmbeddedTrainer, "train", terminated_at_the_second_step)
-    previous = signal.getsignal(signal.SIGTERM)
     port, out = free_port(), tmp_path / "run"
     rc = local_in_this_process([*LOCAL_ARGS, "--max-steps", "5", "--port", str(port), "--out-dir", str(out)])
     captured = capsys.readouterr()
-    assert signal.getsignal(signal.SIGTERM) is previous  # the handler is put back
+    assert signal.getsignal(signal.SIGTERM) is sigterm_fallback  # the command put back the handler it found
     assert len(steps) == 2
     assert_stopped_cleanly(captured.out + captured.err, rc, "SIGTERM", out, port)
 
@@ -141,7 +140,7 @@ def test_an_interrupt_while_the_models_load_stops_what_started_and_says_so_in_on
     start-up: one line and exit code 130 (143 for SIGTERM), not a traceback, and every server already
     started is stopped."""
     from openclaw_rl import servers
-    from openclaw_rl.embedded import local
+    from openclaw_rl.embedded.interrupts import Terminated
     from openclaw_rl.engine import torch_core
 
     started, start = [], servers.BackgroundServer.start
@@ -155,7 +154,7 @@ def test_an_interrupt_while_the_models_load_stops_what_started_and_says_so_in_on
     def interrupted_second_load(*args, **kwargs):  # the policy engine is serving when the judge's model loads
         loads.append(1)
         if len(loads) == 2:
-            raise KeyboardInterrupt if interrupt == "Ctrl-C" else local._Terminated()
+            raise KeyboardInterrupt if interrupt == "Ctrl-C" else Terminated()
         return load(*args, **kwargs)
 
     monkeypatch.setattr(servers.BackgroundServer, "start", recording_start)
