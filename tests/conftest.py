@@ -143,17 +143,32 @@ class SigtermNotHandled(Exception):
 
 
 @pytest.fixture
-def sigterm_fallback() -> Iterator[Callable[..., None]]:
-    """A SIGTERM handler for the test's duration that fails the test instead of ending the test process,
-    should the command under test not install its own (a test that raises SIGTERM to check a command's
-    handler would otherwise kill its pytest worker when that handler regresses)."""
+def sigterm_at_the_second_step(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], int]]:
+    """SIGTERM raised on this (the main) thread as the embedded trainer starts its second step, so a
+    command run in this process meets it with its own handler installed; yields how many steps began.
+
+    Meanwhile the test process's SIGTERM handler is a fallback that fails the test instead of ending the
+    process, should the command not install its own (else a regression would kill the pytest worker);
+    after the test, the handler it replaced. ``signal.getsignal`` after the command must be the fallback."""
+    from openclaw_rl.embedded.trainer import EmbeddedTrainer
 
     def not_handled(signum: int, frame: Any) -> None:
         raise SigtermNotHandled("SIGTERM reached the test's fallback handler: the command installed none")
 
+    began: list[int] = []
+    train = EmbeddedTrainer.train
+
+    def terminated_at_the_second_step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        began.append(1)
+        if len(began) == 2:
+            signal.raise_signal(signal.SIGTERM)
+        return train(self, *args, **kwargs)
+
+    monkeypatch.setattr(EmbeddedTrainer, "train", terminated_at_the_second_step)
     previous = signal.signal(signal.SIGTERM, not_handled)
     try:
-        yield not_handled
+        yield lambda: len(began)
+        assert signal.getsignal(signal.SIGTERM) is not_handled, "the command did not put back the handler it found"
     finally:
         signal.signal(signal.SIGTERM, previous)
 

@@ -80,27 +80,14 @@ def local_in_this_process(tiny_model_dir, monkeypatch):
         logger.setLevel(level)  # setLevel, not an attribute: it also clears logging's enabled-level cache
 
 
-def test_sigterm_is_handled_like_ctrl_c(tmp_path, local_in_this_process, monkeypatch, capsys, sigterm_fallback):
+def test_sigterm_is_handled_like_ctrl_c(tmp_path, local_in_this_process, capsys, sigterm_at_the_second_step):
     """SIGTERM (what `kill`, systemd and container runtimes send) through the command's own handler, in this
     process: after the handler, the stop is the Ctrl-C path the test above runs in a real process (a second
-    process would spend ~10 CPU-s importing torch and transformers' Qwen3 modelling again). The signal is
-    raised on this thread as the second step starts, so the command's handler is the one installed."""
-    from openclaw_rl.embedded.trainer import EmbeddedTrainer
-
-    steps, train = [], EmbeddedTrainer.train
-
-    def terminated_at_the_second_step(self, *args, **kwargs):
-        steps.append(1)
-        if len(steps) == 2:
-            signal.raise_signal(signal.SIGTERM)
-        return train(self, *args, **kwargs)
-
-    monkeypatch.setattr(EmbeddedTrainer, "train", terminated_at_the_second_step)
+    process would spend ~10 CPU-s importing torch and transformers' Qwen3 modelling again)."""
     port, out = free_port(), tmp_path / "run"
     rc = local_in_this_process([*LOCAL_ARGS, "--max-steps", "5", "--port", str(port), "--out-dir", str(out)])
     captured = capsys.readouterr()
-    assert signal.getsignal(signal.SIGTERM) is sigterm_fallback  # the command put back the handler it found
-    assert len(steps) == 2
+    assert sigterm_at_the_second_step() == 2
     assert_stopped_cleanly(captured.out + captured.err, rc, "SIGTERM", out, port)
 
 
