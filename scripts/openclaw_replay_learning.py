@@ -146,7 +146,8 @@ def replay(ns: argparse.Namespace) -> dict:
             "local_report": asdict(report)}
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (the test parses its own flags with it, so it always gets every setting)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recording", default=str(GOLDEN), help="an OpenClaw golden .jsonl (its request shape is replayed)")
     p.add_argument("--line", type=int, default=0, help="which recorded request gives the shape")
@@ -176,7 +177,11 @@ def main() -> None:
                         "OPD teacher's hint inside OpenClaw's prompt (--probes prompts each)")
     p.add_argument("--out-dir", default="runs/openclaw-replay")
     p.add_argument("--no-progress", dest="progress", action="store_false")
-    ns = p.parse_args()
+    return p
+
+
+def main() -> None:
+    ns = build_parser().parse_args()
     fmt = lambda v: "n/a" if v is None else f"{v:.0%}"  # noqa: E731
     if ns.evaluate is not None:
         shape = None

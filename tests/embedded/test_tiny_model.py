@@ -107,7 +107,8 @@ def test_ensure_reuses_the_cached_build(tiny_model_dir: Path) -> None:
     stamp = (tiny_model_dir / MARKER_FILE).stat().st_mtime_ns
     assert ensure_tiny_model("h128", cache_dir=tiny_model_dir.parent) == tiny_model_dir
     assert (tiny_model_dir / MARKER_FILE).stat().st_mtime_ns == stamp
-    assert [p.name for p in tiny_model_dir.parent.iterdir()] == [tiny_model_dir.name]  # no temp leftovers
+    # no temp leftovers (the full suite's shared cache also holds the other seeds' models)
+    assert not [p.name for p in tiny_model_dir.parent.iterdir() if p.name.startswith(".") or p.name.endswith(".tmp")]
 
 
 def test_ensure_keeps_the_winner_when_it_loses_the_race(tiny_model_dir: Path, tmp_path: Path,

@@ -14,7 +14,6 @@ from OpenClaw conversations, measured").
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 from pathlib import Path
@@ -39,10 +38,10 @@ def test_the_openclaw_replay_trains_and_moves_the_preferred_probability(tmp_path
     # OPD: the variant follows the hint inside OpenClaw's prompt, so its frozen hinted teacher prefers the
     # preferred opener on every corrected turn (8 such steps took it from 5% to 93%, README). The users must
     # outlast the first batch: when they end, `local` stops without training what is still being scored.
-    ns = argparse.Namespace(recording=str(script.GOLDEN), line=0, mode="opd", model="openclaw", preset="h128", seed=0,
-                            preferred_style="formal", interactions=30, turns=3, concurrency=2, batch_size=2,
-                            lr=5e-4, kl_coef=0.0, max_steps=1, max_new_tokens=24, window=3, probes=1, heldout_n=0,
-                            out_dir=str(tmp_path / "replay"), progress=False)
+    ns = script.build_parser().parse_args([  # the script's own parser: every setting it reads is there
+        "--mode", "opd", "--model", "openclaw", "--preferred-style", "formal", "--interactions", "30", "--turns", "3",
+        "--concurrency", "2", "--batch-size", "2", "--lr", "5e-4", "--max-steps", "1", "--max-new-tokens", "24",
+        "--window", "3", "--probes", "1", "--heldout-n", "0", "--out-dir", str(tmp_path / "replay"), "--no-progress"])
     result = script.replay(ns)
     print(result["exact_preferred_before"], "->", result["exact_preferred_after"], f"{result['seconds']:.0f}s")
     assert result["steps"] == 1 and result["interactions"] >= 2
