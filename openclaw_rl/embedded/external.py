@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .hf_policy import PolicyLoadConfig
-from .interrupts import InterruptedWhileStarting, name_of, sigterm_as_ctrl_c
+from .interrupts import name_of, sigterm_as_ctrl_c, while_starting
 
 if TYPE_CHECKING:
     from openclaw_rl.runtime import ProxyRuntime
@@ -159,10 +159,8 @@ class ExternalStack:
 
 def run_train(cfg: ExternalConfig, *, echo: bool = True) -> TrainReport:
     started = time.monotonic()
-    try:
+    with while_starting():
         stack = ExternalStack(cfg)
-    except KeyboardInterrupt as exc:
-        raise InterruptedWhileStarting(exc) from None
     report = TrainReport(metrics_path=stack.metrics_path)
     if echo:
         print(f"openclaw-rl train ({cfg.settings.mode}): proxy at {stack.url}/v1 -> policy "

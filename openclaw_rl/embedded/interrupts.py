@@ -29,6 +29,15 @@ class InterruptedWhileStarting(KeyboardInterrupt):
         self.exit_code = getattr(cause, "exit_code", 130)
 
 
+@contextmanager
+def while_starting() -> Iterator[None]:
+    """Within: an interrupt is re-raised as `InterruptedWhileStarting` (wrap the building of a run's stack)."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        raise InterruptedWhileStarting(exc) from None
+
+
 def name_of(interrupt: KeyboardInterrupt) -> str:
     return "SIGTERM" if isinstance(interrupt, Terminated) else "Ctrl-C"
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from openclaw_rl.embedded.interrupts import InterruptedWhileStarting, name_of, sigterm_as_ctrl_c
+from openclaw_rl.embedded.interrupts import name_of, sigterm_as_ctrl_c, while_starting
 from openclaw_rl.modes import MODES
 from openclaw_rl.spool import Spool
 
@@ -253,10 +253,8 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
     ``openclaw_replay``); it runs in a background thread.
     """
     started = time.monotonic()
-    try:
+    with while_starting():
         stack = LocalStack(cfg)
-    except KeyboardInterrupt as exc:
-        raise InterruptedWhileStarting(exc) from None
     report = LocalReport(cfg.mode, 0, 0, metrics_path=stack.metrics_path)
     print(f"openclaw-rl local ({cfg.mode}): proxy at {stack.url}/v1  (policy engine {stack.policy_server.url}, "
           f"judge {stack.judge_server.url})", flush=True)
