@@ -21,6 +21,7 @@ from .chat_format import ChatFormat
 from .chat_template import ChatTemplateText
 from .errors import BadRequest
 from .protocol import ChatMessage, Tool
+from .tiktoken_bpe import tiktoken_encoder
 
 
 def normalize_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
@@ -53,17 +54,38 @@ def _arguments(arguments: str | dict[str, Any]) -> dict[str, Any] | str:
 
 
 _PROBE = "<|im_start|>user\nCaf\u00e9 \u0065\u0301 🙂 x  \n\n\t1234 don't [INST]<think></think>\r\n<tool_call>{\"a\": 1}"
+_PROBES = (
+    _PROBE, "", " " + _PROBE * 3,
+    "DON'T We'LL it's\u00a0\u3000\u2028 \u200b 日本語のテキスト 中文 한국어 العربية Ελληνικά हिन्दी "
+    "👩\u200d💻 🇩🇪 x²³ ½ 12345678901 3.14e-10 \t\t \n \r\n\r\n   end   ",
+    "def f(x):\n    return {'a': [1, 2]}  # café\n\n\n<|im_end|>\n<|im_start|>assistant\n",
+)
 
 
 def fast_encoder(tokenizer: Any) -> Any:
     """``text -> ids`` as ``tokenizer.encode(text, add_special_tokens=False)`` gives them, at less cost where
-    possible: a fast (Rust) tokenizer's ``encode_batch_fast`` skips the character offsets that ``encode``
-    computes and the proxy never reads (a fifth of the time of an 8K-token encode, measured). Used only
-    when the backend has no truncation or padding of its own and gives the same ids as ``encode`` on a
-    probe of special tokens, combining marks, emoji and whitespace runs; otherwise ``encode`` itself."""
+    possible, cheapest first:
+
+    - the tokenizer's BPE run by tiktoken (``tiktoken_bpe``: about a quarter of the CPU, measured on an
+      8K-token prompt), for a byte-level BPE tokenizer of the shape it supports;
+    - a fast (Rust) tokenizer's ``encode_batch_fast``, which skips the character offsets that ``encode``
+      computes and the proxy never reads (a fifth of the time of an 8K-token encode);
+    - ``encode`` itself.
+
+    A faster one is used only if it gives ``encode``'s ids on a probe of special tokens, combining marks,
+    emoji, scripts and whitespace runs."""
     def plain(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
 
+    def agrees(encode: Any) -> bool:
+        try:
+            return all(encode(t) == plain(t) for t in _PROBES)
+        except Exception:  # noqa: BLE001 - any difference in behaviour means: do not use it
+            return False
+
+    tiktoken_encode, _ = tiktoken_encoder(tokenizer)
+    if tiktoken_encode is not None and agrees(tiktoken_encode):
+        return tiktoken_encode
     backend = getattr(tokenizer, "_tokenizer", None)
     fast = getattr(backend, "encode_batch_fast", None)
     if fast is None or getattr(backend, "truncation", None) or getattr(backend, "padding", None):
@@ -72,11 +94,7 @@ def fast_encoder(tokenizer: Any) -> Any:
     def quick(text: str) -> list[int]:
         return fast([text], add_special_tokens=False)[0].ids
 
-    try:
-        same = all(quick(t) == plain(t) for t in (_PROBE, "", " " + _PROBE * 3))
-    except Exception:  # noqa: BLE001 - any difference in behaviour means: use encode
-        same = False
-    return quick if same else plain
+    return quick if agrees(quick) else plain
 
 
 def side_cache_key(session_key: str) -> str:

@@ -124,6 +124,22 @@ def on_loop(proxy: Any, fn: Callable[[], Any]) -> Any:
     return asyncio.run_coroutine_threadsafe(call(), proxy.server.loop).result(30)
 
 
+MISTRAL_CONTROL = ["[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[AVAILABLE_TOOLS]",
+                   "[/AVAILABLE_TOOLS]", "[THINK]", "[/THINK]", "[TOOL_CALLS]", "[ARGS]", "[TOOL_RESULTS]",
+                   "[/TOOL_RESULTS]"]
+
+
+def mistral_shaped_tokenizer(model_dir: Path) -> Any:
+    """The tiny tokenizer with Mistral's control tokens added and a Mistral-shaped chat template: the
+    second model family of the chat-format tests."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.add_special_tokens({"bos_token": "<s>", "eos_token": "</s>", "additional_special_tokens": MISTRAL_CONTROL})
+    tok.chat_template = (GOLDEN / "chat-formats" / "mistral.jinja").read_text()
+    return tok
+
+
 def load_conversation(name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (GOLDEN / "openclaw-golden" / name).read_text().splitlines() if line]
 

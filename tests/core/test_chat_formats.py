@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-from support import GOLDEN, scripted_server
+from support import mistral_shaped_tokenizer, scripted_server
 
 from openclaw_rl import chat_format
 from openclaw_rl.chat import ChatRenderer, normalize_messages
@@ -25,21 +26,13 @@ from openclaw_rl.judge import JudgeClient, parse_boxed, parse_hint
 from openclaw_rl.parsers import OutputParser
 from openclaw_rl.protocol import ChatMessage, Tool
 
-MISTRAL_CONTROL = ["[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[AVAILABLE_TOOLS]",
-                   "[/AVAILABLE_TOOLS]", "[THINK]", "[/THINK]", "[TOOL_CALLS]", "[ARGS]", "[TOOL_RESULTS]",
-                   "[/TOOL_RESULTS]"]
 TOOLS = [{"type": "function", "function": {"name": "ls", "description": "list files",
                                             "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
 
 
 @pytest.fixture(scope="module")
 def mistral_tokenizer(tiny_model_dir: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    tok.add_special_tokens({"bos_token": "<s>", "eos_token": "</s>", "additional_special_tokens": MISTRAL_CONTROL})
-    tok.chat_template = (GOLDEN / "chat-formats" / "mistral.jinja").read_text()
-    return tok
+    return mistral_shaped_tokenizer(tiny_model_dir)
 
 
 def conversation() -> list[dict[str, Any]]:
@@ -220,17 +213,21 @@ def test_proxy_serves_a_mistral_family_policy(stream, mistral_tokenizer, tmp_pat
                                                            "tool_calls")
 
 
-def test_the_fast_encoder_gives_encode_ids(tokenizer, mistral_tokenizer):
-    """``encode_batch_fast`` (no offsets) is used only where it gives ``encode``'s ids; checked here on
-    random text over special tokens, combining marks and whitespace, for both chat families."""
+@pytest.mark.parametrize("path", ["tiktoken", "quick"])
+def test_the_fast_encoder_gives_encode_ids(tokenizer, mistral_tokenizer, path, monkeypatch):
+    """Each fast path (tiktoken's BPE; ``encode_batch_fast``, without offsets, where tiktoken is missing)
+    gives ``encode``'s ids; checked here on random text over special tokens, combining marks and
+    whitespace, for both chat families."""
     from openclaw_rl.chat import fast_encoder
 
+    if path == "quick":
+        monkeypatch.setitem(sys.modules, "tiktoken", None)
     rng = random.Random(1)
     pieces = ["hello", " world", "\n\n", "\t", "🙂", "caf\u00e9", "e\u0301", "<think>", "</think>", "<tool_call>",
               "<|im_start|>", "<|im_end|>", "[INST]", "[/INST]", "[THINK]", "  ", "1234", "'s", "?!", "\r\n", "\u00a0"]
     for tok in (tokenizer, mistral_tokenizer):
         encode = fast_encoder(tok)
-        assert encode.__name__ == "quick"  # both test tokenizers are fast ones: the fast path is what is tested
+        assert encode.__name__ == ("encode" if path == "tiktoken" else "quick")  # the path under test is taken
         for _ in range(200):
             text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
             assert encode(text) == tok.encode(text, add_special_tokens=False)

@@ -1,0 +1,136 @@
+"""The policy tokenizer's byte-level BPE run by tiktoken: the same ids, at about a quarter of the CPU.
+
+Stage: under the **chat renderer** (``chat.fast_encoder``). Tokenising the new messages of a turn is the
+proxy's main per-token CPU cost, and a session's first turn tokenises its whole history (~8K tokens for
+an agent). The ``tokenizers`` pipeline tracks character alignments through normalisation, splitting
+and byte mapping even when nobody reads them; tiktoken runs the same regex split and BPE without them.
+
+tiktoken merges the adjacent pair whose *concatenation* has the lowest id, where ``tokenizers`` merges
+the pair that comes first in its merge list. The two agree when the vocabulary is merge-ordered: every
+multi-byte token is made by exactly the merge at its place in the list, in id order (true of Qwen's
+tokenizers, which began as tiktoken vocabularies, and of ``tokenizers``' own BPE trainer, which numbers
+tokens as it learns merges). ``tiktoken_encoder`` builds an encoder only for a tokenizer of that
+shape, and ``chat.fast_encoder`` still uses it only if it gives ``encode``'s ids on a probe. Whatever
+it returns, exactness of training data does not depend on it: the proxy sends the ids it computed to
+the policy, so the policy consumes exactly the ids that are stored.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Callable
+from typing import Any
+
+# GPT-2's split, which a ByteLevel pre-tokenizer with ``use_regex`` applies itself.
+_GPT2_SPLIT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def _byte_of_char() -> dict[str, int]:
+    """ByteLevel's printable stand-in for each byte, inverted (the table every byte-level BPE uses)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            chars[chr(byte)] = byte
+        else:
+            chars[chr(256 + extra)] = byte
+            extra += 1
+    return chars
+
+
+def _split_pattern(pre: dict[str, Any] | None) -> str | None:
+    """The regex a Qwen/Llama-3-shaped (Split + ByteLevel) or GPT-2-shaped (ByteLevel) pre-tokenizer applies."""
+    if not pre:
+        return None
+    steps = pre["pretokenizers"] if pre.get("type") == "Sequence" else [pre]
+    *splits, last = steps
+    if last.get("type") != "ByteLevel" or last.get("add_prefix_space"):
+        return None
+    if not splits:
+        return _GPT2_SPLIT if last.get("use_regex", True) else None
+    if len(splits) != 1 or last.get("use_regex", True):
+        return None
+    split = splits[0]
+    regex = (split.get("pattern") or {}).get("Regex")
+    if split.get("type") != "Split" or split.get("behavior") != "Isolated" or split.get("invert") or not regex:
+        return None
+    return regex
+
+
+def _merge_ordered(vocab: dict[str, int], merges: list[Any], single: set[str]) -> bool:
+    """Every token but the single bytes is made by one merge, ids rising with the merge list."""
+    made: set[str] = set()
+    last_id = -1
+    for merge in merges:
+        left, right = merge if isinstance(merge, list) else merge.split(" ", 1)
+        token = left + right
+        token_id = vocab.get(token)
+        if token_id is None or token in made or token_id <= last_id:
+            return False
+        if vocab.get(left, token_id) >= token_id or vocab.get(right, token_id) >= token_id:
+            return False
+        made.add(token)
+        last_id = token_id
+    return all(token in made or token in single for token in vocab)
+
+
+def tiktoken_encoder(tokenizer: Any) -> tuple[Callable[[str], list[int]] | None, str]:
+    """``(text -> ids, "")`` running the tokenizer's BPE on tiktoken, or ``(None, why not)``.
+
+    Text that is not NFC (where the tokenizer normalises) or holds a lone surrogate goes to
+    ``tokenizer.encode``, so those inputs behave exactly as before (tiktoken would replace a surrogate)."""
+    try:
+        import tiktoken
+    except ImportError:
+        return None, "tiktoken is not installed"
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if backend is None or getattr(backend, "truncation", None) or getattr(backend, "padding", None):
+        return None, "not a fast tokenizer without truncation or padding"
+    spec = json.loads(backend.to_str())
+    model = spec.get("model") or {}
+    if (model.get("type") != "BPE" or model.get("dropout") or model.get("byte_fallback")
+            or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix")):
+        return None, "the model is not plain byte-level BPE"
+    normalizer = spec.get("normalizer")
+    if normalizer not in (None, {"type": "NFC"}):
+        return None, f"normalizer {normalizer.get('type')!r}"
+    pattern = _split_pattern(spec.get("pre_tokenizer"))
+    if pattern is None:
+        return None, "the pre-tokenizer is not a regex split followed by ByteLevel"
+
+    byte_of = _byte_of_char()
+    vocab: dict[str, int] = model["vocab"]
+    try:
+        ranks = {bytes(byte_of[c] for c in token): token_id for token, token_id in vocab.items()}
+    except KeyError:
+        return None, "a vocabulary entry is not byte-level"
+    single = {chr_ for chr_ in byte_of if chr_ in vocab}
+    if len(ranks) != len(vocab) or len(single) != 256 or not _merge_ordered(vocab, model.get("merges", []), single):
+        return None, "the vocabulary is not merge-ordered"
+    added = spec.get("added_tokens") or []
+    if any(t.get("lstrip") or t.get("rstrip") or t.get("single_word") or t["id"] in ranks.values()
+           or unicodedata.normalize("NFC", t["content"]) != t["content"] for t in added):
+        return None, "an added token strips, matches whole words only, or shares an id"
+
+    encoding = tiktoken.Encoding(
+        name="policy", pat_str=pattern, mergeable_ranks=ranks,
+        special_tokens={t["content"]: t["id"] for t in added})
+    fast = encoding.encode
+    allowed = encoding.special_tokens_set  # added tokens split the text wherever they appear, as in encode
+    nfc = normalizer is not None
+
+    def plain(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    def encode(text: str) -> list[int]:
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                return plain(text)
+            if nfc and not unicodedata.is_normalized("NFC", text):
+                return plain(text)
+        return fast(text, allowed_special=allowed, disallowed_special=())
+
+    return encode, ""

@@ -1,0 +1,112 @@
+"""The tiktoken encoder (``openclaw_rl/tiktoken_bpe.py``) gives ``tokenizer.encode``'s ids, and is refused
+for tokenizers whose BPE tiktoken would run differently."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import load_conversation, mistral_shaped_tokenizer
+
+from openclaw_rl.chat import fast_encoder
+from openclaw_rl.tiktoken_bpe import tiktoken_encoder
+
+# Scripts, whitespace that regex engines classify differently, combining marks, emoji, private use.
+_BLOCKS = [(0x20, 0x7F), (0x09, 0x0E), (0xA0, 0x250), (0x300, 0x370), (0x370, 0x500), (0x590, 0x700),
+           (0x900, 0x980), (0x3040, 0x3100), (0x4E00, 0x4F00), (0xAC00, 0xAD00), (0x1F300, 0x1F700),
+           (0x2000, 0x2070), (0x85, 0x86), (0x1680, 0x1681), (0x3000, 0x3001), (0xFEFF, 0xFF00),
+           (0xE000, 0xE010), (0x1D400, 0x1D500), (0x10000, 0x10100)]
+
+
+@pytest.fixture(scope="module")
+def mistral_tokenizer(tiny_model_dir: Any) -> Any:
+    return mistral_shaped_tokenizer(tiny_model_dir)
+
+
+def _hf(tokenizer: Any, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def test_both_families_run_on_tiktoken_with_encode_ids(tokenizer, mistral_tokenizer):
+    rng = random.Random(3)
+    for tok in (tokenizer, mistral_tokenizer):
+        encode, why = tiktoken_encoder(tok)
+        assert encode is not None, why
+        assert fast_encoder(tok) is not None and fast_encoder(tok).__qualname__ == encode.__qualname__
+        specials = list(tok.get_added_vocab())
+        for _ in range(3000):
+            text = "".join(chr(rng.randrange(*rng.choice(_BLOCKS))) if rng.random() < 0.9 else rng.choice(specials)
+                           for _ in range(rng.randint(0, 30)))
+            assert encode(text) == _hf(tok, text), repr(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60))
+def test_any_text_gets_encode_ids(tokenizer, text):
+    encode, _ = tiktoken_encoder(tokenizer)
+    assert encode(text) == _hf(tokenizer, text)
+
+
+def test_text_tiktoken_would_change_goes_to_encode(tokenizer):
+    """Not NFC (the tokenizer normalises it) or a lone surrogate (tiktoken would replace it): the
+    tokenizer's own encode takes it, whatever that does."""
+    encode, _ = tiktoken_encoder(tokenizer)
+    assert encode("cafe\u0301 x") == _hf(tokenizer, "cafe\u0301 x") == _hf(tokenizer, "caf\u00e9 x")
+    with pytest.raises(Exception) as from_encode:
+        _hf(tokenizer, "a\ud800b")
+    with pytest.raises(type(from_encode.value)):
+        encode("a\ud800b")
+
+
+def test_the_openclaw_traffic_gets_encode_ids(tokenizer):
+    encode, _ = tiktoken_encoder(tokenizer)
+    for name in ("conversation_A.jsonl", "conversation_B.jsonl"):
+        for record in load_conversation(name):
+            text = json.dumps(record, ensure_ascii=False, indent=1)
+            assert encode(text) == _hf(tokenizer, text)
+
+
+def _with_spec(tokenizer: Any, change: Any) -> Any:
+    """A copy of the tokenizer whose backend JSON is edited by ``change``."""
+    from tokenizers import Tokenizer
+
+    clone = type(tokenizer).from_pretrained(tokenizer.name_or_path)
+    spec = json.loads(clone._tokenizer.to_str())
+    change(spec)
+    clone._tokenizer = Tokenizer.from_str(json.dumps(spec))
+    return clone
+
+
+def _swap_two_merged_ids(spec: dict[str, Any]) -> None:
+    vocab, merges = spec["model"]["vocab"], spec["model"]["merges"]
+    first, second = ("".join(m) if isinstance(m, list) else m.replace(" ", "") for m in merges[-2:])
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    (_swap_two_merged_ids, "merge-ordered"),
+    (lambda spec: spec.update(normalizer={"type": "NFKC"}), "normalizer"),
+    (lambda spec: spec["model"].update(byte_fallback=True), "byte-level BPE"),
+    (lambda spec: spec.update(pre_tokenizer={"type": "Whitespace"}), "pre-tokenizer"),
+    (lambda spec: spec["added_tokens"][0].update(lstrip=True), "added token"),
+])
+def test_other_tokenizers_keep_their_own_encode(tokenizer, change, reason):
+    """A tokenizer tiktoken would run differently gets no tiktoken encoder, and the fast encoder falls
+    back to the tokenizer's own code with encode's ids."""
+    other = _with_spec(tokenizer, change)
+    encode, why = tiktoken_encoder(other)
+    assert encode is None and reason in why
+    fallback = fast_encoder(other)
+    text = "<|im_start|>user\nhello wörld 🙂<|im_end|>"
+    assert fallback.__name__ in ("quick", "plain") and fallback(text) == _hf(other, text)
+
+
+def test_without_tiktoken_the_fast_encoder_is_the_rust_one(tokenizer, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tiktoken", None)
+    assert tiktoken_encoder(tokenizer) == (None, "tiktoken is not installed")
+    assert fast_encoder(tokenizer).__name__ == "quick"
