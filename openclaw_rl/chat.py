@@ -155,10 +155,13 @@ class ChatRenderer:
         self._lock = threading.Lock()
 
     def render(self, messages: list[dict[str, Any]], tools: list[Tool] | None = None,
-               add_generation_prompt: bool = True, cache_key: str | None = None) -> tuple[str, list[int]]:
+               add_generation_prompt: bool = True, cache_key: str | None = None,
+               plain: bool = False) -> tuple[str, list[int]]:
+        """``plain``: ``messages`` come from ``normalize_messages`` of a request parsed from JSON (and so
+        do ``tools``), i.e. plain data; see ``ChatTemplateText.__call__``."""
         tool_dicts = [t.model_dump(exclude_none=True) for t in tools] if tools else None
         try:
-            text = self.template(messages, tool_dicts, add_generation_prompt)
+            text = self.template(messages, tool_dicts, add_generation_prompt, plain=plain)
         except Exception as e:  # jinja raise_exception(), bad role order, …: the client's conversation
             raise BadRequest(f"the conversation cannot be rendered with the policy's chat template: {e}",
                              param="messages") from e

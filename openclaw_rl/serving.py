@@ -151,7 +151,7 @@ class ChatService:
                     f"This model's maximum context length is {self.context_length} tokens. However, your messages "
                     f"resulted in at least {at_least} tokens. Please reduce the length of the messages.",
                     param="messages")
-        prompt_text, prompt_ids = self.renderer.render(messages, req.tools, cache_key=cache_key)
+        prompt_text, prompt_ids = self.renderer.render(messages, req.tools, cache_key=cache_key, plain=True)
         return messages, prompt_text, prompt_ids
 
     async def complete(self, req: ChatCompletionRequest, headers: dict[str, str],

@@ -199,3 +199,19 @@ def test_a_template_is_probed_once_per_process_and_again_when_what_it_depends_on
     assert ChatTemplateText(own).fast  # probed (the helpers are transformers' again) and kept
     own.apply_chat_template = lambda *args, **kwargs: "rendered some other way"
     assert not ChatTemplateText(own).fast  # an object whose own rendering differs is always probed
+
+
+def test_what_the_proxy_renders_is_plain_data_so_it_skips_the_check(tokenizer):
+    """The proxy renders with ``plain=True`` (no per-turn walk of messages and tool schemas): that
+    claim holds for what ``normalize_messages`` and the tools' ``model_dump`` make of parsed requests,
+    the recorded OpenClaw traffic here; and a renderer asked that way renders the same text."""
+    from openclaw_rl.chat_template import _is_plain
+
+    renderer = ChatRenderer(tokenizer)
+    for name in ("conversation_A.jsonl", "conversation_B.jsonl"):
+        for record in load_conversation(name):
+            req = ChatCompletionRequest.model_validate(record["body"])
+            messages = normalize_messages(req.messages)
+            tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+            assert _is_plain(messages) and (tools is None or _is_plain(tools))
+            assert renderer.render(messages, req.tools, plain=True) == renderer.render(messages, req.tools)
