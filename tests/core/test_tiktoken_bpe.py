@@ -88,7 +88,20 @@ def _swap_two_merged_ids(spec: dict[str, Any]) -> None:
     vocab[first], vocab[second] = vocab[second], vocab[first]
 
 
+def _merge_a_token_from_another_split(spec: dict[str, Any]) -> None:
+    """A last merge (x, R) where the first merge is (x, y) and R starts with y: BPE on x + R alone merges
+    (x, y) first and never reaches (x, R), but tiktoken would take the piece x + R whole."""
+    vocab, merges = spec["model"]["vocab"], spec["model"]["merges"]
+    x, y = merges[0] if isinstance(merges[0], list) else merges[0].split(" ")
+    r = next(t for t in vocab if len(t) > 1 and t.startswith(y) and x + t not in vocab)
+    for added in spec["added_tokens"]:  # keep the added tokens' ids clear of the new entry
+        added["id"] += 1
+    vocab[x + r] = max(vocab.values()) + 1
+    merges.append([x, r])
+
+
 @pytest.mark.parametrize(("change", "reason"), [
+    (_merge_a_token_from_another_split, "its own BPE"),
     (_swap_two_merged_ids, "merge-ordered"),
     (lambda spec: spec.update(normalizer={"type": "NFKC"}), "normalizer"),
     (lambda spec: spec["model"].update(byte_fallback=True), "byte-level BPE"),
