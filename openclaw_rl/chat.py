@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 from array import array
 from collections import OrderedDict
@@ -22,6 +23,8 @@ from .chat_template import ChatTemplateText
 from .errors import BadRequest
 from .protocol import ChatMessage, Tool
 from .tiktoken_bpe import tiktoken_encoder
+
+log = logging.getLogger(__name__)
 
 
 def normalize_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
@@ -83,9 +86,13 @@ def fast_encoder(tokenizer: Any) -> Any:
         except Exception:  # noqa: BLE001 - any difference in behaviour means: do not use it
             return False
 
-    tiktoken_encode, _ = tiktoken_encoder(tokenizer)
-    if tiktoken_encode is not None and agrees(tiktoken_encode):
-        return tiktoken_encode
+    tiktoken_encode, why_not = tiktoken_encoder(tokenizer)
+    if tiktoken_encode is not None:
+        if agrees(tiktoken_encode):
+            log.info("prompts are tokenised by tiktoken (the policy tokenizer's own BPE, same ids)")
+            return tiktoken_encode
+        why_not = "it differs from encode on a probe"
+    log.info("prompts are tokenised by tokenizers, not tiktoken: %s", why_not)
     backend = getattr(tokenizer, "_tokenizer", None)
     fast = getattr(backend, "encode_batch_fast", None)
     if fast is None or getattr(backend, "truncation", None) or getattr(backend, "padding", None):

@@ -119,7 +119,12 @@ def test_other_tokenizers_keep_their_own_encode(tokenizer, change, reason):
     assert fallback.__name__ in ("quick", "plain") and fallback(text) == _hf(other, text)
 
 
-def test_without_tiktoken_the_fast_encoder_is_the_rust_one(tokenizer, monkeypatch):
+def test_without_tiktoken_the_fast_encoder_is_the_rust_one(tokenizer, monkeypatch, caplog):
+    """...and the log says which tokeniser runs, and why not tiktoken."""
+    caplog.set_level("INFO", logger="openclaw_rl.chat")
+    assert fast_encoder(tokenizer).__name__ == "encode"
+    assert "prompts are tokenised by tiktoken" in caplog.text
     monkeypatch.setitem(sys.modules, "tiktoken", None)
     assert tiktoken_encoder(tokenizer) == (None, "tiktoken is not installed")
     assert fast_encoder(tokenizer).__name__ == "quick"
+    assert "prompts are tokenised by tokenizers, not tiktoken: tiktoken is not installed" in caplog.text
