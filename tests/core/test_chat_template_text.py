@@ -76,13 +76,19 @@ def test_random_conversations_render_as_apply_chat_template(family, tokenizer, m
 
 
 def test_openclaw_traffic_renders_as_apply_chat_template(tokenizer):
+    """Also with ``plain=True``, as the proxy renders (no per-turn walk of messages and tool schemas):
+    what ``normalize_messages`` and the tools' ``model_dump`` make of parsed requests is plain data."""
+    from openclaw_rl.chat_template import _is_plain
+
     renderer = ChatRenderer(tokenizer)
     for name in ("conversation_A.jsonl", "conversation_B.jsonl"):
         for row in load_conversation(name):
             req = ChatCompletionRequest.model_validate(row["body"])
             msgs = normalize_messages(req.messages)
             tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
-            assert renderer.render(msgs, req.tools)[0] == reference(tokenizer, msgs, tools)
+            assert _is_plain(msgs) and (tools is None or _is_plain(tools))
+            want = reference(tokenizer, msgs, tools)
+            assert renderer.render(msgs, req.tools)[0] == renderer.render(msgs, req.tools, plain=True)[0] == want
 
 
 def test_template_kwargs_and_a_changed_template_are_honoured(tokenizer):
@@ -200,18 +206,3 @@ def test_a_template_is_probed_once_per_process_and_again_when_what_it_depends_on
     own.apply_chat_template = lambda *args, **kwargs: "rendered some other way"
     assert not ChatTemplateText(own).fast  # an object whose own rendering differs is always probed
 
-
-def test_what_the_proxy_renders_is_plain_data_so_it_skips_the_check(tokenizer):
-    """The proxy renders with ``plain=True`` (no per-turn walk of messages and tool schemas): that
-    claim holds for what ``normalize_messages`` and the tools' ``model_dump`` make of parsed requests,
-    the recorded OpenClaw traffic here; and a renderer asked that way renders the same text."""
-    from openclaw_rl.chat_template import _is_plain
-
-    renderer = ChatRenderer(tokenizer)
-    for name in ("conversation_A.jsonl", "conversation_B.jsonl"):
-        for record in load_conversation(name):
-            req = ChatCompletionRequest.model_validate(record["body"])
-            messages = normalize_messages(req.messages)
-            tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
-            assert _is_plain(messages) and (tools is None or _is_plain(tools))
-            assert renderer.render(messages, req.tools, plain=True) == renderer.render(messages, req.tools)
