@@ -22,7 +22,7 @@ from .chat_format import ChatFormat
 from .chat_template import ChatTemplateText
 from .errors import BadRequest
 from .protocol import ChatMessage, Tool
-from .tiktoken_bpe import tiktoken_encoder
+from .tiktoken_bpe import is_panic, tiktoken_encoder
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,9 @@ def fast_encoder(tokenizer: Any) -> Any:
     def agrees(encode: Any) -> bool:
         try:
             return all(encode(t) == plain(t) for t in _PROBES)
-        except Exception:  # noqa: BLE001 - any difference in behaviour means: do not use it
+        except BaseException as exc:  # any difference in behaviour (a Rust panic too) means: do not use it
+            if not isinstance(exc, Exception) and not is_panic(exc):
+                raise
             return False
 
     tiktoken_encode, why_not = tiktoken_encoder(tokenizer)

@@ -40,7 +40,7 @@ def _byte_of_char() -> dict[str, int]:
 
 
 def _split_pattern(pre: dict[str, Any] | None) -> str | None:
-    """The regex a Qwen/Llama-3-shaped (Split + ByteLevel) or GPT-2-shaped (ByteLevel) pre-tokenizer applies."""
+    """The regex a Qwen-shaped (Split + ByteLevel) or GPT-2-shaped (ByteLevel) pre-tokenizer applies."""
     if not pre:
         return None
     steps = pre["pretokenizers"] if pre.get("type") == "Sequence" else [pre]
@@ -75,10 +75,39 @@ def _merge_ordered(vocab: dict[str, int], merges: list[Any], single: set[str]) -
     return all(token in made or token in single for token in vocab)
 
 
+def is_panic(exc: BaseException) -> bool:
+    """A Rust panic surfaced by pyo3 (``pyo3_runtime.PanicException``, which is not an ``Exception``)."""
+    return type(exc).__name__ == "PanicException"
+
+
+def _has_anchor(pattern: str) -> bool:
+    """A ``^`` or ``$`` outside a negated class and not escaped."""
+    rest = pattern.replace("\\\\", "").replace("\\^", "").replace("\\$", "").replace("[^", "[")
+    return "^" in rest or "$" in rest
+
+
+_EMPTY_MATCH_SAMPLE = "ab 12 a1b\tx\n\n  y.,!? 'S 'll 日本 é 🙂\r\n z  "
+
+
+def _matches_nothing(pattern: str) -> bool:
+    """Whether the split regex matches the empty string (``regex``, a transformers dependency, reads the
+    same syntax): on the empty text, or anywhere in a sample of letters, digits, marks and whitespace."""
+    try:
+        import regex
+    except ImportError:  # pragma: no cover - transformers requires it; without it, refuse rather than guess
+        return True
+    try:
+        compiled = regex.compile(pattern)
+    except regex.error:
+        return True
+    return compiled.fullmatch("") is not None or any(not m.group() for m in compiled.finditer(_EMPTY_MATCH_SAMPLE))
+
+
 def _each_token_is_its_own_bpe(backend: Any, vocab: dict[str, int]) -> bool:
-    """tiktoken takes a split piece that is a vocabulary entry whole; ``tokenizers`` does so only with
-    ``ignore_merges``, and otherwise runs its merges on it. The two agree if every entry's merges give
-    the entry itself (~2 µs per entry: ~0.3 s at start-up for a 150K vocabulary)."""
+    """tiktoken takes a split piece that is a vocabulary entry whole, and merges any adjacent pair that
+    makes an entry; ``tokenizers`` merges only listed pairs (and takes a piece whole only with
+    ``ignore_merges``). On a merge-ordered vocabulary the two agree if every entry's own merges give the
+    entry itself (~2 µs per entry: ~0.3 s at start-up for a 150K vocabulary)."""
     tokenize = backend.model.tokenize
     return all(len(pieces := tokenize(token)) == 1 and pieces[0].id == token_id for token, token_id in vocab.items())
 
@@ -106,6 +135,12 @@ def tiktoken_encoder(tokenizer: Any) -> tuple[Callable[[str], list[int]] | None,
     pattern = _split_pattern(spec.get("pre_tokenizer"))
     if pattern is None:
         return None, "the pre-tokenizer is not a regex split followed by ByteLevel"
+    if _has_anchor(pattern):  # Oniguruma's ^ and $ match at line breaks, tiktoken's only at the text's ends
+        return None, "the split regex has a ^ or $ anchor"
+    if _matches_nothing(pattern):  # tiktoken then panics on some texts and drops pieces of others
+        return None, "the split regex can match the empty string"
+    if getattr(backend, "encode_special_tokens", False) or getattr(tokenizer, "split_special_tokens", False):
+        return None, "added tokens in the text are split as text (split_special_tokens)"
 
     byte_of = _byte_of_char()
     vocab: dict[str, int] = model["vocab"]
@@ -116,12 +151,25 @@ def tiktoken_encoder(tokenizer: Any) -> tuple[Callable[[str], list[int]] | None,
     single = {chr_ for chr_ in byte_of if chr_ in vocab}
     if len(ranks) != len(vocab) or len(single) != 256 or not _merge_ordered(vocab, model.get("merges", []), single):
         return None, "the vocabulary is not merge-ordered"
-    if not model.get("ignore_merges") and not _each_token_is_its_own_bpe(backend, vocab):
-        return None, "a vocabulary entry is not its own BPE (tiktoken would take it whole)"
+    merges_only = backend
+    if model.get("ignore_merges"):  # check the merges themselves: tiktoken applies them inside every piece
+        from tokenizers import Tokenizer
+
+        merges_only = Tokenizer.from_str(json.dumps({**spec, "model": {**model, "ignore_merges": False}}))
+    if not _each_token_is_its_own_bpe(merges_only, vocab):
+        return None, "a vocabulary entry is not its own BPE"
     added = spec.get("added_tokens") or []
-    if any(t.get("lstrip") or t.get("rstrip") or t.get("single_word") or t["id"] in ranks.values()
+    ids = set(ranks.values())
+    if any(t.get("lstrip") or t.get("rstrip") or t.get("single_word") or t["id"] in ids
            or unicodedata.normalize("NFC", t["content"]) != t["content"] for t in added):
         return None, "an added token strips, matches whole words only, or shares an id"
+    # tokenizers matches non-normalized added tokens before normalized ones, and the longest of several at
+    # one place; tiktoken the leftmost, in no set order: alike only when no added token holds another and
+    # all are matched in one pass.
+    contents = [t["content"] for t in added]
+    if len({bool(t.get("normalized")) for t in added}) > 1 or any(
+            a != b and a in b for a in contents for b in contents):
+        return None, "added tokens overlap, or mix normalized and raw matching"
 
     encoding = tiktoken.Encoding(
         name="policy", pat_str=pattern, mergeable_ranks=ranks,

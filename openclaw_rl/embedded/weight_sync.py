@@ -6,7 +6,16 @@ directly; a server in another process needs a checkpoint it can read. Each sync 
 (LoRA adapters merged, without touching the trainer's own weights) as a Hugging Face checkpoint into a
 fresh directory, asks the server to load it under a version label, checks that the server reports that
 label, and deletes the previous directory. The caller keeps submission paused meanwhile (the proxy's
-gate), as Slime does; SGLang itself also waits for in-flight requests before it swaps weights.
+gate), as Slime does.
+
+Requests admitted before the gate closed may still be generating. SGLang (0.5.23) then swaps the weights
+but refuses to flush the old weights' KV cache, and fails the call ("Weights were updated, but the cache
+was not flushed because requests are still running or queued"), leaving its reported version behind. So,
+as Slime pauses its engines around a weight update, the server's generation is paused first
+(``/pause_generation`` in ``retract`` mode: running requests go back to the queue, so the cache can be
+flushed, and they are recomputed with the new weights after ``/continue_generation``; their log-probs
+come from the weights that sampled each token, and the proxy marks such a turn's version ``mixed:``).
+A server without ``/pause_generation`` is updated unpaused, as before.
 
 Why from disk and not from tensors: ``/update_weights_from_tensor`` needs the trainer and the server to
 share a process group or CUDA IPC handles; from disk works for any server that can read the directory
@@ -84,6 +93,7 @@ class SGLangWeightSync:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.http = httpx.Client(timeout=timeout_s, headers=headers)
         self._current: Path | None = None
+        self._warned_no_pause = False
         self.last_timings: dict[str, float] = {}
 
     def server_version(self) -> str:
@@ -102,7 +112,23 @@ class SGLangWeightSync:
         self.last_timings = {"perf/sync_write_ms": (t1 - t0) * 1000, "perf/sync_update_ms": (t2 - t1) * 1000}
 
     def load(self, model_path: str | Path, version: str) -> None:
-        """Ask the server to load ``model_path`` as ``version``; raise ``WeightSyncError`` if it did not."""
+        """Ask the server to load ``model_path`` as ``version``, its generation paused meanwhile; raise
+        ``WeightSyncError`` if it did not."""
+        paused = self._pause()
+        try:
+            self._update(model_path, version)
+        except BaseException:
+            if paused:
+                self._continue(after_failure=True)
+            raise
+        if paused:
+            self._continue()
+        reported = self.server_version()
+        if reported != version:
+            raise WeightSyncError(f"policy server reports weight_version {reported!r} after loading {version!r}")
+        log.info("policy server %s now serves %s (%s)", self.url, version, model_path)
+
+    def _update(self, model_path: str | Path, version: str) -> None:
         body = {"model_path": str(model_path), "weight_version": version}
         try:
             resp = self.http.post(f"{self.url}/update_weights_from_disk", json=body)
@@ -113,10 +139,39 @@ class SGLangWeightSync:
         if resp.status_code != 200 or not data.get("success"):
             raise WeightSyncError(f"policy server refused the weight update ({resp.status_code}): "
                                   f"{data.get('message', resp.text[:300])}")
-        reported = self.server_version()
-        if reported != version:
-            raise WeightSyncError(f"policy server reports weight_version {reported!r} after loading {version!r}")
-        log.info("policy server %s now serves %s (%s)", self.url, version, model_path)
+
+    def _pause(self) -> bool:
+        """Pause the server's generation (``retract``); False when it has no such endpoint."""
+        try:
+            resp = self.http.post(f"{self.url}/pause_generation", json={"mode": "retract"})
+        except httpx.HTTPError as exc:
+            raise WeightSyncError(f"policy server {self.url} unreachable before the weight update: {exc!r}") from exc
+        if resp.status_code in (404, 405):
+            if not self._warned_no_pause:
+                self._warned_no_pause = True
+                log.warning("policy server %s has no /pause_generation: weights are updated while requests run "
+                            "(SGLang then refuses to flush its cache and fails the update)", self.url)
+            return False
+        if resp.status_code != 200:
+            raise WeightSyncError(f"policy server refused to pause generation ({resp.status_code}): "
+                                  f"{resp.text[:300]}")
+        return True
+
+    def _continue(self, after_failure: bool = False) -> None:
+        """Resume generation after an update, whether it succeeded or not. After a failed update, the
+        update's error is the one raised, and this one is logged."""
+        try:
+            resp = self.http.post(f"{self.url}/continue_generation", json={})
+            failed = None if resp.status_code == 200 else f"{resp.status_code}: {resp.text[:300]}"
+        except httpx.HTTPError as exc:
+            failed = repr(exc)
+        if failed is None:
+            return
+        if after_failure:
+            log.error("policy server %s did not resume generation after a failed update: %s", self.url, failed)
+            return
+        raise WeightSyncError(f"policy server {self.url} did not resume generation after the weight update "
+                              f"({failed}); its requests stay paused until /continue_generation succeeds")
 
     def get(self, path: str) -> Mapping[str, Any]:
         try:

@@ -32,6 +32,9 @@ FLUSH_CACHE_TEXT = (
     "Cache flushed.\nPlease check backend logs for more details. "
     "(When there are running or waiting requests, the operation will not be performed.)\n"
 )
+# A weight update under running requests (not paused, or paused in place): SGLang's failure message.
+FLUSH_REFUSED = ("Weights were updated, but the cache was not flushed because requests are still running or "
+                 "queued. Retract or finish them, then call /flush_cache.")
 
 # Fields of SGLang's GenerateReqInput that would change what is computed and that this engine cannot
 # serve: rejected with a 400 naming the field rather than silently ignored.
@@ -248,7 +251,8 @@ def _max_new_tokens(input_len: int, requested: int | None, context_length: int) 
 
 
 class UpdateWeightsFromDiskRequest(BaseModel):
-    """Body of ``POST /update_weights_from_disk``; other SGLang keys (load_format, flush_cache …) are ignored."""
+    """Body of ``POST /update_weights_from_disk``; of SGLang's other keys only ``flush_cache`` (default true)
+    is read (load_format … are ignored)."""
 
     model_config = ConfigDict(extra="allow")
     model_path: str

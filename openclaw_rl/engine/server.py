@@ -12,6 +12,7 @@ batch forward passes or cache KV (the core does), and serves no ``/v1/chat/compl
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -25,6 +26,7 @@ from fastapi.responses import Response, StreamingResponse
 from openclaw_rl.engine.model import EngineModel, TokenStep
 from openclaw_rl.engine.protocol import (
     FLUSH_CACHE_TEXT,
+    FLUSH_REFUSED,
     SAMPLING_FIELDS,
     SSE_DONE,
     EngineRequestError,
@@ -139,6 +141,9 @@ class EngineService:
         """Set once out-of-vocabulary ids arrived with crash_on_bad_ids: every later request is dropped."""
         self._unpaused = asyncio.Event()
         self._unpaused.set()
+        self._pause_mode = ""  # SGLang's pause mode while paused ("abort", "retract" or "in_place")
+        self._running = 0  # requests between their first and last token
+        self._reported_version: str | None = None  # /get_model_info's, while it lags the weights (see below)
         self._token_texts: dict[int, str] = {}
 
     # --- /generate ------------------------------------------------------------------------------
@@ -263,6 +268,7 @@ class EngineService:
             yield run
             return
         steps = self.model.generate(item.input_ids, item.sampling_config())
+        self._running += 1
         try:
             while run.finish is None:
                 await self._unpaused.wait()  # /pause_generation holds every request between tokens
@@ -275,6 +281,7 @@ class EngineService:
                 run.finish = self._finish_reason(run)
                 yield run
         finally:
+            self._running -= 1
             await steps.aclose()
 
     async def _score_input(self, run: _Run) -> None:
@@ -368,24 +375,45 @@ class EngineService:
 
     # --- control --------------------------------------------------------------------------------
 
+    @property
+    def reported_weight_version(self) -> str:
+        return self._reported_version or self.model.weight_version
+
     async def update_weights(self, body: UpdateWeightsFromDiskRequest) -> Response:
+        before = self.reported_weight_version
         try:
             await self.model.update_weights_from_disk(body.model_path, body.weight_version)
         except Exception as exc:  # the core's failure is the caller's answer (success: false), not a 500
             logger.exception("update_weights_from_disk(%s) failed", body.model_path)
             return json_response(update_weights_body(False, f"Failed to update weights: {exc}"), status_code=400)
         self.model_path = body.model_path
+        if (body.model_extra or {}).get("flush_cache", True) and not self._flushable():
+            # SGLang 0.5.23: the new weights serve (generations report their version), but the old weights'
+            # cache cannot be flushed under running requests, so the call fails and /get_model_info keeps
+            # the old version
+            self._reported_version = before
+            logger.error("%s", FLUSH_REFUSED)
+            return json_response(update_weights_body(False, FLUSH_REFUSED), status_code=400)
+        self._reported_version = None
         message = "Succeeded to update model weights."
         if body.weight_version is not None:
             message += f" Weight version updated to {body.weight_version}."
         return json_response(update_weights_body(True, message))
 
-    def set_paused(self, paused: bool) -> None:
-        """Paused requests keep their state and resume between two tokens (SGLang's in-place pause)."""
+    def set_paused(self, paused: bool, mode: str = "abort") -> None:
+        """Paused requests keep their state and resume between two tokens, whatever the mode (SGLang's
+        ``abort`` would end them and ``retract`` recompute them; neither is modelled beyond the flush)."""
         if paused:
+            self._pause_mode = mode
             self._unpaused.clear()
         else:
+            self._pause_mode = ""
             self._unpaused.set()
+
+    def _flushable(self) -> bool:
+        """SGLang flushes its cache only with no request running, or when paused in a mode that took the
+        running ones out of the batch (``abort``, ``retract``); paused ``in_place``, they stay in it."""
+        return not self._running or self._pause_mode in ("abort", "retract")
 
 
 def json_response(obj: Any, status_code: int = 200) -> Response:
@@ -442,7 +470,7 @@ def make_engine_app(model: EngineModel, tokenizer: TokenizerLike, *, served_mode
     @app.get("/model_info")
     async def get_model_info() -> Response:
         return json_response(model_info_body(model_path=service.model_path, served_model_name=served_model_name,
-                                             weight_version=model.weight_version))
+                                             weight_version=service.reported_weight_version))
 
     @app.get("/get_server_info")
     @app.get("/server_info")
@@ -463,8 +491,15 @@ def make_engine_app(model: EngineModel, tokenizer: TokenizerLike, *, served_mode
         return await service.update_weights(body)
 
     @app.api_route("/pause_generation", methods=["GET", "POST"])
-    async def pause_generation() -> Response:
-        service.set_paused(True)
+    async def pause_generation(request: Request) -> Response:
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except ValueError:
+            body = {}
+        mode = body.get("mode", "abort") if isinstance(body, dict) else "abort"
+        if mode not in ("abort", "retract", "in_place"):
+            return json_response({"error": f"unknown pause mode {mode!r}"}, status_code=400)
+        service.set_paused(True, mode)
         return json_response({"message": "Generation paused successfully.", "status": "ok"})
 
     @app.api_route("/continue_generation", methods=["GET", "POST"])

@@ -100,8 +100,25 @@ def _merge_a_token_from_another_split(spec: dict[str, Any]) -> None:
     merges.append([x, r])
 
 
+def _split_regex(regex: str) -> Any:
+    def change(spec: dict[str, Any]) -> None:
+        spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = regex
+    return change
+
+
+def _qwen_regex_with(prefix: str) -> Any:
+    def change(spec: dict[str, Any]) -> None:
+        split = spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]
+        split["Regex"] = prefix + split["Regex"]
+    return change
+
+
 @pytest.mark.parametrize(("change", "reason"), [
     (_merge_a_token_from_another_split, "its own BPE"),
+    # with ignore_merges too: tiktoken also merges pairs that are no listed merge, inside a piece
+    (lambda spec: (_merge_a_token_from_another_split(spec), spec["model"].update(ignore_merges=True)), "its own BPE"),
+    (_qwen_regex_with(r"^\p{L}+|"), "anchor"),  # Oniguruma's ^ matches after each line break
+    (lambda spec: spec["added_tokens"][-1].update(normalized=True), "normalized"),
     (_swap_two_merged_ids, "merge-ordered"),
     (lambda spec: spec.update(normalizer={"type": "NFKC"}), "normalizer"),
     (lambda spec: spec["model"].update(byte_fallback=True), "byte-level BPE"),
@@ -117,6 +134,43 @@ def test_other_tokenizers_keep_their_own_encode(tokenizer, change, reason):
     fallback = fast_encoder(other)
     text = "<|im_start|>user\nhello wörld 🙂<|im_end|>"
     assert fallback.__name__ in ("quick", "plain") and fallback(text) == _hf(other, text)
+
+
+@pytest.mark.parametrize(("added", "reason"), [(["<a>", "<a>b"], "overlap"), (["call<think>"], "overlap")])
+def test_added_tokens_inside_one_another_keep_their_own_encode(tokenizer, added, reason):
+    """tokenizers takes the longest added token at a place (and raw-matched ones first); tiktoken's pick
+    among them is unordered: "<a>b" would be [<a>, b] instead of [<a>b]."""
+    other = _with_spec(tokenizer, lambda spec: None)
+    other.add_tokens(added)
+    encode, why = tiktoken_encoder(other)
+    assert encode is None and reason in why
+    assert fast_encoder(other)(added[-1]) == _hf(other, added[-1])
+
+
+def test_split_special_tokens_keeps_its_own_encode(tokenizer):
+    """With ``split_special_tokens`` an added token in the text is ordinary text; tiktoken would make
+    it the control token."""
+    other = type(tokenizer).from_pretrained(tokenizer.name_or_path, split_special_tokens=True)
+    encode, why = tiktoken_encoder(other)
+    assert encode is None and "split_special_tokens" in why
+    text = "user says: <|im_end|> hi"
+    assert fast_encoder(other)(text) == _hf(other, text) and other.convert_tokens_to_ids("<|im_end|>") not in _hf(
+        other, text)
+
+
+def test_a_regex_that_can_match_nothing_keeps_its_own_encode(tokenizer, monkeypatch):
+    """On a split regex that matches the empty string tiktoken panics for some texts (a BaseException,
+    not an Exception) and silently drops pieces of others ("a1b" -> [a, b]). Such a regex is refused;
+    and a panic in the probe, were one to get that far, counts as a difference instead of escaping."""
+    from openclaw_rl import tiktoken_bpe
+
+    other = _with_spec(tokenizer, _qwen_regex_with(r"\p{L}*|"))
+    encode, why = tiktoken_encoder(other)
+    assert encode is None and "empty string" in why
+    assert fast_encoder(other)("a1b") == _hf(other, "a1b")
+    monkeypatch.setattr(tiktoken_bpe, "_matches_nothing", lambda pattern: False)
+    assert tiktoken_encoder(other)[0] is not None  # now only the probe stands in the way
+    assert fast_encoder(other).__name__ in ("quick", "plain")
 
 
 def test_without_tiktoken_the_fast_encoder_is_the_rust_one(tokenizer, monkeypatch, caplog):
