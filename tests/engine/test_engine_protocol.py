@@ -347,6 +347,58 @@ def test_pause_holds_requests_between_tokens_until_continue(engine: Engine) -> N
     assert asyncio.run(scenario())["text"] == REPLY
 
 
+@pytest.fixture
+def paced_engine(tokenizer: Any) -> Iterator[Engine]:
+    """Four tokens a second: a request is still running a good while after its first token."""
+    running = Engine(ScriptedModel(tokenizer, responder=lambda ids: REPLY, tokens_per_s=4.0), tokenizer)
+    yield running
+    running.close()
+
+
+def test_a_weight_update_under_running_requests_fails_as_in_sglang(paced_engine: Engine, prompt: list[int]) -> None:
+    """SGLang 0.5.23 swaps the weights under running requests but cannot flush the old weights' cache:
+    the call fails with its message and /get_model_info keeps the old version, while the running
+    request goes on with the new weights (two version segments). Paused in place, the same; paused in
+    ``retract`` mode (the running requests leave the batch), the update succeeds."""
+    from openclaw_rl.engine.protocol import FLUSH_REFUSED
+
+    engine = paced_engine
+
+    def update(version: str) -> httpx.Response:
+        return engine.client.post("/update_weights_from_disk", json={"model_path": f"/ckpt/{version}",
+                                                                     "weight_version": version})
+
+    with engine.client.stream("POST", "/generate", json={"input_ids": prompt, "stream": True,
+                                                         "sampling_params": {"max_new_tokens": 4}}) as stream:
+        lines = stream.iter_lines()
+        first = next(lines)  # a token is out: the request runs for ~0.75 s more
+        refused = update("v1")
+        assert (refused.status_code, refused.json()) == (400, {"success": False, "message": FLUSH_REFUSED,
+                                                                "num_paused_requests": 0})
+        assert engine.client.get("/get_model_info").json()["weight_version"] == "default"
+        last = events([first, *lines])[-1]
+    assert [seg["version"] for seg in last["meta_info"]["weight_versions"]] == ["default", "v1"]
+    assert update("v1").status_code == 200  # nothing runs now: the flush succeeds, the version is reported
+    assert engine.client.get("/get_model_info").json()["weight_version"] == "v1"
+
+    async def paused_update(mode: str) -> tuple[int, dict[str, Any]]:
+        async with httpx.AsyncClient(base_url=engine.server.url, timeout=10) as client:
+            await client.post("/pause_generation", json={"mode": mode})
+            held = asyncio.ensure_future(client.post("/generate", json={"input_ids": prompt, "sampling_params": {
+                "max_new_tokens": 1}}))
+            while not engine.app.service._running:  # the request reached the paused loop
+                await asyncio.sleep(0.005)
+            answer = await client.post("/update_weights_from_disk", json={"model_path": "/ckpt/2", "weight_version": mode})
+            await client.post("/continue_generation")
+            assert (await held).status_code == 200
+            return answer.status_code, answer.json()
+
+    assert asyncio.run(paused_update("in_place")) == (400, {"success": False, "message": FLUSH_REFUSED,
+                                                             "num_paused_requests": 0})
+    assert asyncio.run(paused_update("retract"))[0] == 200
+    assert engine.client.get("/get_model_info").json()["weight_version"] == "retract"
+
+
 @pytest.mark.parametrize(("yield_every", "runs"), [(1, [1] * 32), (4, [4] * 8)])
 def test_an_instant_scripted_core_yields_every_n_tokens_and_keeps_its_timing(tokenizer, yield_every, runs,
                                                                               monkeypatch):

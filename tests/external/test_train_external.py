@@ -56,7 +56,50 @@ def test_a_refused_weight_update_is_an_error_not_a_silent_skip(policy_engine, tm
     with pytest.raises(WeightSyncError, match="refused"):
         sync.load(bogus, "step-9")
     assert sync.server_version() == "default"
+    # generation was paused for the update: it must run again after the failed one
+    answer = httpx.post(f"{policy_engine.url}/generate", json={"input_ids": [1, 2, 3], "sampling_params": {
+        "max_new_tokens": 2}}, timeout=30)
+    assert answer.status_code == 200 and answer.json()["meta_info"]["completion_tokens"] == 2
     sync.close()
+
+
+@pytest.mark.parametrize("server_pauses", [True, False])
+def test_the_weight_sync_pauses_generation_so_sglang_can_flush(tokenizer, tmp_path, server_pauses, caplog):
+    """A request admitted before the gate closed may still run when the weights go out. SGLang then swaps
+    the weights but refuses to flush its cache and fails the update (the engine does as SGLang 0.5.23);
+    the sync pauses generation in ``retract`` mode around the update, as Slime pauses its engines. A
+    server without ``/pause_generation`` is updated unpaused, with a warning, and fails as before."""
+    from openclaw_rl.embedded.weight_sync import SGLangWeightSync, WeightSyncError
+    from openclaw_rl.engine import ScriptedModel, make_engine_app
+    from openclaw_rl.servers import BackgroundServer
+
+    engine = make_engine_app(ScriptedModel(tokenizer, tokens_per_s=4.0), tokenizer, served_model_name="tiny",
+                             model_path="/models/tiny")
+
+    async def without_pause(scope, receive, send):
+        if scope["type"] == "http" and scope["path"] == "/pause_generation":
+            await send({"type": "http.response.start", "status": 404, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await engine(scope, receive, send)
+
+    with BackgroundServer(engine if server_pauses else without_pause) as server:
+        sync = SGLangWeightSync(server.url, tmp_path / "w")
+        body = {"input_ids": [1, 2, 3], "stream": True, "sampling_params": {"max_new_tokens": 4}}
+        with httpx.stream("POST", f"{server.url}/generate", json=body, timeout=30) as stream:
+            lines = stream.iter_lines()
+            next(lines)  # a token is out: the request runs for ~0.75 s more
+            if server_pauses:
+                sync.load(tmp_path / "ckpt", "step-1")
+            else:
+                with pytest.raises(WeightSyncError, match="cache was not flushed"):
+                    sync.load(tmp_path / "ckpt", "step-1")
+            rest = [line for line in lines if line.startswith("data: {")]
+        versions = [seg["version"] for seg in json.loads(rest[-1].removeprefix("data: "))["meta_info"]["weight_versions"]]
+        assert versions == ["default", "step-1"]  # the request finished, on the new weights after the update
+        assert sync.server_version() == ("step-1" if server_pauses else "default")
+        assert ("has no /pause_generation" in caplog.text) is not server_pauses
+        sync.close()
 
 
 def _sample(version: object) -> TrainingSample:
