@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 
 from . import codec
-from .errors import BackendTimeout, BackendUnavailable, BadRequest, ContextLengthExceeded
+from .errors import BackendTimeout, BackendUnavailable, BadRequest, ContextLengthExceeded, GenerationAborted
 from .rawstream import ResponseError, StreamClient, StreamConnection
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ class GenerateResult:
     finish_reason: str | None  # None while streaming; "stop" | "length" | "abort" at the end
     prompt_tokens: int
     weight_version: str | None
+    resumable: bool = False  # an "abort" without a status code: a pause (Slime's weight update), not an error
 
 
 def _check_error(data: Any) -> dict[str, Any]:
@@ -77,14 +78,47 @@ def _check_error(data: Any) -> dict[str, Any]:
     return data
 
 
-def _finish_and_version(meta: dict[str, Any]) -> tuple[str | None, str | None]:
+def _finish_and_version(meta: dict[str, Any]) -> tuple[str | None, str | None, bool]:
+    """(finish type, weight version, whether an abort is a pause's rather than an error)."""
     fr = meta.get("finish_reason")
     finish = fr.get("type") if isinstance(fr, dict) else fr
     version = meta.get("weight_version")
     segments = meta.get("weight_versions") or []
     if len(segments) > 1:  # the weights changed mid-generation: no single version produced it
         version = "mixed:" + ",".join(str(seg.get("version")) for seg in segments if isinstance(seg, dict))
-    return finish, version
+    return finish, version, finish == "abort" and isinstance(fr, dict) and fr.get("status_code") is None
+
+
+MAX_RESUMES = 3
+"""Aborted-by-a-pause generations resumed per request; a fourth abort ends it as an error."""
+
+
+def continuation(payload: dict[str, Any], done: GenerateResult) -> dict[str, Any] | None:
+    """The request that goes on from ``done``'s tokens: its ids appended to the prompt (ids, never text),
+    the token budget reduced by as many; None when no budget is left."""
+    params = payload.get("sampling_params") or {}
+    budget = params.get("max_new_tokens")
+    if budget is not None and budget - len(done.output_ids) <= 0:
+        return None
+    rest = {**params} if budget is None else {**params, "max_new_tokens": budget - len(done.output_ids)}
+    return {**payload, "input_ids": [*payload["input_ids"], *done.output_ids], "sampling_params": rest}
+
+
+def joined(done: GenerateResult, more: GenerateResult) -> GenerateResult:
+    """One reply from a generation and its continuation; their versions ``mixed:`` when they differ."""
+    versions = [v for r in (done, more) if r.weight_version is not None
+                for v in (r.weight_version.removeprefix("mixed:").split(",") if r.weight_version.startswith("mixed:")
+                          else [r.weight_version])]
+    distinct = list(dict.fromkeys(versions))
+    version = distinct[0] if len(distinct) == 1 else ("mixed:" + ",".join(distinct) if distinct else None)
+    return GenerateResult(done.text + more.text, done.output_ids + more.output_ids, done.logprobs + more.logprobs,
+                          more.finish_reason, done.prompt_tokens, version, more.resumable)
+
+
+def _unresumed(result: GenerateResult) -> GenerationAborted:
+    return GenerationAborted(f"policy backend aborted the generation after {len(result.output_ids)} tokens "
+                              f"(resumed {MAX_RESUMES} times at most)" if result.resumable else
+                              f"policy backend aborted the generation after {len(result.output_ids)} tokens")
 
 
 def _completion_tokens(meta: dict[str, Any]) -> int | None:
@@ -110,14 +144,14 @@ def parse_generate(data: Any, *, final: bool) -> GenerateResult:
         meta = data["meta_info"]
         ids = [int(t) for t in data["output_ids"]]
         logprobs = _aligned_logprobs(ids, meta.get("output_token_logprobs") or [])
-        finish, version = _finish_and_version(meta)
+        finish, version, resumable = _finish_and_version(meta)
         if final and finish is None:
             raise BackendUnavailable("policy backend ended without a finish_reason")
         n = _completion_tokens(meta)
         if n is not None and n != len(ids):
             raise BackendUnavailable(f"policy backend reports {n} completion tokens but sent {len(ids)} ids")
         return GenerateResult(str(data.get("text") or ""), ids, logprobs, finish, int(meta.get("prompt_tokens", 0)),
-                              version)
+                              version, resumable)
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise BackendUnavailable(f"policy backend answered malformed /generate output: {e!r}") from e
 
@@ -313,8 +347,9 @@ class StreamAssembler:
         if self._pieces:  # incremental text: joined once per snapshot, not once per event
             self.text += "".join(self._pieces)
             self._pieces.clear()
-        finish, version = _finish_and_version(meta)
-        return GenerateResult(self.text, self.ids, self.logprobs, finish, int(meta.get("prompt_tokens", 0)), version)
+        finish, version, resumable = _finish_and_version(meta)
+        return GenerateResult(self.text, self.ids, self.logprobs, finish, int(meta.get("prompt_tokens", 0)), version,
+                              resumable)
 
     def _apply(self, data: Any, buf: bytearray | bytes, spliced: _Spans | None) -> dict[str, Any]:
         """Check one decoded event against what was seen and take its new tokens; its ``meta_info``."""
@@ -480,6 +515,8 @@ class PolicyBackend:
             if self.url.startswith("http://") else None
         self.declared_mode: str | None = None
         """The server's ``incremental_streaming_output`` ("incremental" / "cumulative"), once read."""
+        self.resumed = 0
+        """Generations resumed after a pause's abort."""
         self._probe: asyncio.Task | None = None
 
     def _raise_for(self, status: int, body: bytes) -> None:
@@ -519,6 +556,26 @@ class PolicyBackend:
         return self.declared_mode
 
     async def generate(self, payload: dict[str, Any], routing_key: str | None = None) -> GenerateResult:
+        """The whole reply. A generation aborted by a pause (Slime pauses SGLang in ``abort`` mode for each
+        weight update) is resumed from its tokens: the reply the client gets is whole, and its sample's
+        version ``mixed:`` when the weights changed in between."""
+        result = await self._generate_once(payload, routing_key)
+        for _ in range(MAX_RESUMES):
+            nxt = continuation(payload, result) if result.finish_reason == "abort" and result.resumable else None
+            if nxt is None:
+                break
+            self._log_resume(result)
+            result = joined(result, await self._generate_once(nxt, routing_key))
+        if result.finish_reason == "abort":
+            raise _unresumed(result)
+        return result
+
+    def _log_resume(self, result: GenerateResult) -> None:
+        self.resumed += 1
+        log.info("the policy server aborted a generation after %d tokens (a pause for a weight update?): resuming "
+                 "it from those tokens", len(result.output_ids))
+
+    async def _generate_once(self, payload: dict[str, Any], routing_key: str | None = None) -> GenerateResult:
         # plain http: the raw client (a fraction of httpx's CPU per call)
         status, content = await post_whole(
             self.streams, self.http, self.url, "/generate", codec.dumps(payload), self._headers(routing_key),
@@ -534,6 +591,33 @@ class PolicyBackend:
 
     async def generate_stream(self, payload: dict[str, Any], routing_key: str | None = None,
                               gather_s: float = 0.0) -> AsyncIterator[GenerateResult]:
+        """``_stream_once``'s snapshots; a generation aborted by a pause goes on from its tokens (see
+        ``generate``), its continuation's snapshots joined onto what came before."""
+        done: GenerateResult | None = None
+        request: dict[str, Any] | None = payload
+        for _ in range(MAX_RESUMES + 1):
+            last = None
+            stream = self._stream_once(request, routing_key, gather_s)
+            try:
+                async for snap in stream:
+                    last = snap
+                    if snap.finish_reason == "abort":
+                        break  # not shown: what it holds goes on in the continuation
+                    yield snap if done is None else joined(done, snap)
+            finally:
+                await stream.aclose()
+            assert last is not None  # _stream_once raises when it ends without a finish
+            done = last if done is None else joined(done, last)
+            if done.finish_reason != "abort":
+                return
+            request = continuation(payload, done) if done.resumable else None
+            if request is None:
+                break
+            self._log_resume(done)
+        raise _unresumed(done)
+
+    async def _stream_once(self, payload: dict[str, Any], routing_key: str | None = None,
+                           gather_s: float = 0.0) -> AsyncIterator[GenerateResult]:
         """Yield the growing result after each network read that completed events; the last has a finish_reason.
 
         The events of one read become one snapshot. With ``gather_s``, after a snapshot with text the

@@ -96,6 +96,11 @@ class BackendUnavailable(OpenClawError, ConnectionError):
     error_type = "backend_error"
 
 
+class GenerationAborted(BackendUnavailable):
+    """The policy server aborted the generation, and it could not be resumed (502; the turn is dropped
+    as ``aborted``)."""
+
+
 class BackendTimeout(OpenClawError, TimeoutError):
     """The backend did not answer in time (504)."""
 

@@ -33,6 +33,7 @@ from .errors import (
     BackendUnavailable,
     BadRequest,
     ContextLengthExceeded,
+    GenerationAborted,
     OpenClawError,
     error_body,
     internal_error_body,
@@ -229,7 +230,9 @@ class _Reply:
 
     def _settle_failed(self, error: BaseException) -> None:
         """Drop the turn of a request that failed before its answer: the backend's error, or the client gone."""
-        if isinstance(error, OpenClawError):
+        if isinstance(error, GenerationAborted):
+            self._settle(None, DropReason.ABORTED, error.message)
+        elif isinstance(error, OpenClawError):
             self._settle(None, DropReason.GENERATION_FAILED, error.message)
         else:
             self._settle(None, DropReason.CLIENT_DISCONNECTED)

@@ -270,6 +270,12 @@ def finish_stop(matched: int | str) -> dict[str, Any]:
     return {"type": "stop", "matched": matched}
 
 
+def finish_abort() -> dict[str, Any]:
+    """SGLang's finish reason of a request ended by ``/pause_generation`` in its default ``abort`` mode (or
+    an abort of all requests): no status code, unlike an abort that is an error."""
+    return {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+
+
 def weight_version_segments(versions: Sequence[str], current: str) -> list[dict[str, Any]]:
     """Runs of equal versions over the output tokens, as ``[{"version", "start", "end"}]``."""
     if not versions:

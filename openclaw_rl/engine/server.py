@@ -36,6 +36,7 @@ from openclaw_rl.engine.protocol import (
     UpdateWeightsFromDiskRequest,
     compact_json,
     error_body,
+    finish_abort,
     finish_length,
     finish_stop,
     invalid_body,
@@ -142,6 +143,8 @@ class EngineService:
         self._unpaused = asyncio.Event()
         self._unpaused.set()
         self._pause_mode = ""  # SGLang's pause mode while paused ("abort", "retract" or "in_place")
+        self._abort_epoch = 0  # a pause in abort mode ends every request that started before it
+        self._aborted = asyncio.Event()  # set (and replaced) by each such pause: wakes the held requests
         self._running = 0  # requests between their first and last token
         self._reported_version: str | None = None  # /get_model_info's, while it lags the weights (see below)
         self._token_texts: dict[int, str] = {}
@@ -268,10 +271,16 @@ class EngineService:
             yield run
             return
         steps = self.model.generate(item.input_ids, item.sampling_config())
+        epoch = self._abort_epoch
         self._running += 1
         try:
             while run.finish is None:
-                await self._unpaused.wait()  # /pause_generation holds every request between tokens
+                if not self._unpaused.is_set() and epoch == self._abort_epoch:
+                    await self._held()  # /pause_generation holds every request between tokens
+                if epoch != self._abort_epoch:  # ... and in abort mode ends those it found, as they stand
+                    run.finish = finish_abort()
+                    yield run
+                    break
                 try:
                     step = await steps.__anext__()
                 except StopAsyncIteration:
@@ -283,6 +292,15 @@ class EngineService:
         finally:
             self._running -= 1
             await steps.aclose()
+
+    async def _held(self) -> None:
+        """Until generation continues, or a pause in abort mode ends this request."""
+        waits = [asyncio.ensure_future(self._unpaused.wait()), asyncio.ensure_future(self._aborted.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
     async def _score_input(self, run: _Run) -> None:
         """SGLang's input log-prob layout for ``logprob_start_len = k``: one entry per id in ids[k:],
@@ -401,11 +419,17 @@ class EngineService:
         return json_response(update_weights_body(True, message))
 
     def set_paused(self, paused: bool, mode: str = "abort") -> None:
-        """Paused requests keep their state and resume between two tokens, whatever the mode (SGLang's
-        ``abort`` would end them and ``retract`` recompute them; neither is modelled beyond the flush)."""
+        """SGLang's pause modes: ``abort`` (its default, and Slime's) ends the running requests with an
+        ``abort`` finish and holds later ones until ``continue``; ``retract`` and ``in_place`` hold the
+        running ones between two tokens (SGLang's ``retract`` would recompute their KV; not modelled
+        beyond the cache flush it allows)."""
         if paused:
             self._pause_mode = mode
             self._unpaused.clear()
+            if mode == "abort":
+                self._abort_epoch += 1
+                self._aborted.set()
+                self._aborted = asyncio.Event()
         else:
             self._pause_mode = ""
             self._unpaused.set()

@@ -1,0 +1,149 @@
+"""A generation aborted by SGLang's ``/pause_generation`` (its default ``abort`` mode, which Slime uses for
+every weight update) is resumed by the proxy from its tokens: the client gets the whole reply, and the
+sample holds every sampled token with its log-prob, its version ``mixed:`` across the update.
+
+Before, the client got the partial reply labelled ``finish_reason: stop``. The engine pauses as SGLang
+0.5.23 does: running requests end with ``{"type": "abort", "status_code": null}``, later ones wait for
+``/continue_generation``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from support import wait_for_samples
+
+from openclaw_rl.backend import GenerateResult, continuation, joined
+from openclaw_rl.engine import ScriptedModel, make_engine_app
+from openclaw_rl.servers import BackgroundServer
+
+REPLY = "The weather in Paris is sunny and warm today, with a light breeze."  # ASCII: one token per char
+
+
+class CountingModel(ScriptedModel):
+    """Counts the tokens it has produced, so a test can act mid-generation; its responder continues the
+    reply from the tokens of an aborted attempt (the request after an abort carries them in its prompt)."""
+
+    def __init__(self, tokenizer: Any):
+        super().__init__(tokenizer, responder=self.rest_of_reply, tokens_per_s=40.0)
+        self.first_prompt: int | None = None
+        self.emitted = 0
+        self.prompts: list[int] = []
+
+    def rest_of_reply(self, prompt_ids: list[int]) -> str:
+        self.prompts.append(len(prompt_ids))
+        if self.first_prompt is None:
+            self.first_prompt = len(prompt_ids)
+        done = len(prompt_ids) - self.first_prompt
+        assert prompt_ids[self.first_prompt:] == self.encode_non_canonical(REPLY[:done])
+        return REPLY[done:]
+
+    async def generate(self, prompt_ids, sampling):  # type: ignore[override]
+        async for step in super().generate(prompt_ids, sampling):
+            self.emitted += 1
+            yield step
+
+
+@pytest.fixture
+def engine(tokenizer: Any) -> Iterator[Any]:
+    model = CountingModel(tokenizer)
+    app = make_engine_app(model, tokenizer, served_model_name="tiny", model_path="tiny")
+    with BackgroundServer(app) as server:
+        server.model = model
+        yield server
+
+
+def _wait_until(condition: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def _pause_update_continue(engine: Any, after_tokens: int) -> None:
+    """What Slime does for a weight update, once the request has produced ``after_tokens`` tokens."""
+    _wait_until(lambda: engine.model.emitted >= after_tokens)
+    assert httpx.post(f"{engine.url}/pause_generation", json={}).json()["status"] == "ok"  # Slime's call
+    update = httpx.post(f"{engine.url}/update_weights_from_disk", json={"model_path": "tiny", "weight_version": "v1"})
+    assert update.json()["success"], update.text
+    httpx.post(f"{engine.url}/continue_generation", json={})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_aborted_generation_is_resumed_and_the_client_gets_the_whole_reply(engine, make_proxy, stream):
+    import threading
+
+    proxy, url = make_proxy(engine.url, rl_keep_masked_samples=True)
+    body = {"messages": [{"role": "user", "content": "weather?"}], "stream": stream, "max_tokens": 200}
+    headers = {"X-Session-Id": f"s{stream}", "X-Session-Done": "1"}
+    pauser = threading.Thread(target=_pause_update_continue, args=(engine, 10))
+    pauser.start()
+    if stream:
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers, timeout=60) as r:
+            events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+        assert not any("error" in e for e in events), events
+        text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e.get("choices"))
+        finish = [e["choices"][0]["finish_reason"] for e in events if e.get("choices")][-1]
+    else:
+        answer = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=60).json()
+        text, finish = answer["choices"][0]["message"]["content"], answer["choices"][0]["finish_reason"]
+    pauser.join()
+    assert (text, finish) == (REPLY, "stop")
+    assert len(engine.model.prompts) == 2 and engine.model.prompts[1] > engine.model.prompts[0]  # one resume
+    assert proxy.service.backend.resumed == 1
+    sample = wait_for_samples(proxy, 1)[0]
+    assert sample.response_ids[:len(REPLY)] == engine.model.encode_non_canonical(REPLY)
+    assert len(sample.rollout_log_probs) == len(sample.response_ids)
+    assert sample.metadata["weight_version"] == "mixed:default,v1"
+
+
+def test_an_abort_with_a_status_code_is_an_error_not_a_resume():
+    """An abort that is an error (SGLang gives it a status code) is not resumed; a pause's is, with the
+    token budget reduced by the tokens it already has."""
+    from openclaw_rl.backend import _finish_and_version
+
+    pause = {"finish_reason": {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}}
+    error = {"finish_reason": {"type": "abort", "message": "too long", "status_code": 400, "err_type": "BadRequest"}}
+    assert _finish_and_version(pause)[2] and not _finish_and_version(error)[2]
+    done = GenerateResult("ab", [1, 2], [-0.1, -0.2], "abort", 5, "v0", True)
+    payload = {"input_ids": [7, 8], "sampling_params": {"max_new_tokens": 5, "temperature": 1.0}, "stream": True}
+    assert continuation(payload, done) == {"input_ids": [7, 8, 1, 2], "stream": True,
+                                           "sampling_params": {"max_new_tokens": 3, "temperature": 1.0}}
+    assert continuation({**payload, "sampling_params": {"max_new_tokens": 2}}, done) is None  # no budget left
+    more = GenerateResult("c", [3], [-0.3], "stop", 7, "v1")
+    both = joined(done, more)
+    assert (both.text, both.output_ids, both.logprobs, both.finish_reason, both.prompt_tokens, both.weight_version) == \
+        ("abc", [1, 2, 3], [-0.1, -0.2, -0.3], "stop", 5, "mixed:v0,v1")
+    assert joined(both, GenerateResult("", [], [], "stop", 0, "v1")).weight_version == "mixed:v0,v1"
+
+
+def test_a_generation_aborted_again_and_again_ends_as_a_502_and_an_aborted_drop(engine, make_proxy):
+    """After ``MAX_RESUMES`` resumes the next abort ends the request: a 502 naming the abort, and the turn
+    dropped as ``aborted`` (counted), not a partial reply passed off as whole."""
+    import threading
+
+    from support import metric
+
+    from openclaw_rl.backend import MAX_RESUMES
+
+    proxy, url = make_proxy(engine.url, rl_keep_masked_samples=True)
+
+    def keep_aborting() -> None:
+        for n in range(MAX_RESUMES + 1):
+            _wait_until(lambda n=n: len(engine.model.prompts) > n and engine.model.emitted >= 3 * (n + 1))
+            httpx.post(f"{engine.url}/pause_generation", json={})
+            httpx.post(f"{engine.url}/continue_generation", json={})
+
+    pauser = threading.Thread(target=keep_aborting)
+    pauser.start()
+    answer = httpx.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "weather?"}]},
+                        headers={"X-Session-Id": "a", "X-Session-Done": "1"}, timeout=60)
+    pauser.join()
+    assert answer.status_code == 502 and "aborted the generation" in answer.json()["error"]["message"]
+    assert len(engine.model.prompts) == MAX_RESUMES + 1
+    _wait_until(lambda: metric(proxy, "openclaw_turns_dropped_total", reason="aborted") == 1)
