@@ -145,3 +145,44 @@ def test_streamed_turns_at_interval_8_assemble_what_interval_1_does(sglang_serve
     assert texts[1] == texts[8]
     assert one.response_ids == eight.response_ids and len(one.response_ids) > 8
     assert max(abs(a - b) for a, b in zip(one.rollout_log_probs, eight.rollout_log_probs)) < 1e-3
+
+
+def test_a_stream_aborted_by_slimes_pause_is_resumed_whole(sglang_server, make_proxy):
+    """Slime pauses SGLang for each weight update with ``/pause_generation`` (abort mode): real SGLang
+    ends the running request with an abort, and the proxy resumes it from its tokens. Greedy, so the
+    resumed reply is the same tokens as an uninterrupted one."""
+    import threading
+
+    from support import wait_for_samples
+
+    replies = {}
+    for name in ("whole", "paused"):
+        proxy, url = make_proxy(sglang_server, proxy_rollout_temperature=0.0, rl_keep_masked_samples=True)
+        req = {"messages": [{"role": "user", "content": "Tell me about Paris."}], "stream": True, "max_tokens": 300}
+        first_token = threading.Event()
+
+        def pause_once(first_token: threading.Event = first_token) -> None:
+            first_token.wait(60)
+            assert httpx.post(f"{sglang_server}/pause_generation", json={}, timeout=60).status_code == 200
+            assert httpx.post(f"{sglang_server}/continue_generation", json={}, timeout=60).status_code == 200
+
+        pauser = threading.Thread(target=pause_once)
+        if name == "paused":
+            pauser.start()
+        events = []
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=req, timeout=120,
+                          headers={"X-Session-Id": name, "X-Session-Done": "1"}) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    events.append(json.loads(line[6:]))
+                    first_token.set()
+        if name == "paused":
+            pauser.join()
+        assert not any("error" in e for e in events), events
+        sample = wait_for_samples(proxy, 1)[0]
+        replies[name] = (sample.response_ids, proxy.service.backend.resumed)
+        assert len(sample.rollout_log_probs) == len(sample.response_ids)
+    assert replies["whole"][1] == 0 and replies["paused"][1] == 1, replies
+    print(len(replies["whole"][0]), len(replies["paused"][0]))
+    assert replies["paused"][0] == replies["whole"][0]
