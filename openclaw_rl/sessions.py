@@ -58,9 +58,10 @@ class Session:
 class SessionTracker:
     def __init__(self, scorer: TurnScorer, sink: Sink, metrics: ProxyMetrics, *, ttl_s: float = 900.0,
                  max_sessions: int = 100_000, persist: Persist | None = None,
-                 on_end: Callable[[str], None] | None = None):
+                 persist_next_state: Persist | None = None, on_end: Callable[[str], None] | None = None):
         self.scorer, self.sink, self.metrics = scorer, sink, metrics
         self.persist = persist or (lambda turn: None)
+        self.persist_next_state = persist_next_state or self.persist
         self.on_end = on_end or (lambda key: None)  # e.g. free the session's cached prompt prefix
         self.ttl_s, self.max_sessions = ttl_s, max_sessions
         self.sessions: OrderedDict[str, Session] = OrderedDict()
@@ -86,8 +87,8 @@ class SessionTracker:
                                                       drop_detail=f"turn {session.next_index} repeats its prompt"))
         elif prev is not None and prev.next_state is None and next_state is not None:
             prev.next_state = next_state
-            if prev.generation is not None:
-                self.persist(prev)
+            if prev.generation is not None:  # persisted whole when it completed: only its next state is new
+                self.persist_next_state(prev)
             self._maybe_judge(session, prev)
         turn_template.index = session.next_index
         turn_template.epoch = session.epoch

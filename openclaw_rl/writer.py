@@ -65,6 +65,13 @@ class SampleWriter:
         self._queue.put(("turn", turn, done))
         return done
 
+    def save_next_state(self, turn: Turn) -> Future:
+        """A persisted waiting turn's next state arrived: saved alone (``Spool.save_next_state``), or the
+        whole turn where it has no row yet. Queued after the turn's own save, so that row exists."""
+        done: Future = Future()
+        self._queue.put(("next_state", turn, done))
+        return done
+
     @property
     def overloaded(self) -> bool:
         """The spool is full and the in-memory overflow reached its bound: admit no new turns."""
@@ -111,13 +118,16 @@ class SampleWriter:
             try:
                 if op == "flush":
                     a.set()
-                elif op == "turn":
+                elif op == "turn" or (op == "next_state" and not self.spool.save_next_state(
+                        (a.session_key, a.epoch, a.index), codec.dumps_str(a.next_state))):
                     self.spool.save_turn((a.session_key, a.epoch, a.index), codec.dumps_str(a.to_record()))
+                    b.set_result(True)
+                elif op == "next_state":
                     b.set_result(True)
                 else:
                     self._write(a, b)
             except Exception as e:
-                if op == "turn" and not b.done():
+                if op in ("turn", "next_state") and not b.done():
                     b.set_exception(e)
                 self.metrics.spool_errors.inc()
                 log.exception("spool write (%s) for session %s failed", op,

@@ -223,3 +223,46 @@ def test_a_retry_while_the_first_is_still_generating_and_a_different_prompt_is_a
         assert [(t.index, o.drop) for t, o in emitted] == [(1, DropReason.SUPERSEDED_BY_RETRY), (2, None)]
         assert t3.index == 3
     asyncio.run(run())
+
+
+def test_a_next_state_saved_alone_survives_a_restart_and_is_judged_with_it(tmp_path):
+    """When a persisted turn's next state arrives, only that is written (not the whole record again);
+    a crash while the judge runs loses nothing: after the restart the turn comes back with its next
+    state and is judged with it."""
+    import json
+
+    from openclaw_rl.spool import Spool
+    from openclaw_rl.writer import SampleWriter
+
+    spool = Spool(tmp_path)
+    writer = SampleWriter(spool, ProxyMetrics())
+
+    class StuckJudge(FakeJudge):
+        async def prm(self, response_text, next_state):
+            await asyncio.Event().wait()  # the process dies before the verdict
+
+    async def before_the_crash() -> None:
+        tracker = SessionTracker(BinaryRLScorer(Settings(), StuckJudge({})), writer, ProxyMetrics(), ttl_s=60,
+                                 persist=writer.save_turn, persist_next_state=writer.save_next_state)
+        first = tracker.begin(turn("s"), None)
+        tracker.complete(first, gen())
+        writer.flush()  # its record is written (the writer serialises it when it gets to it)
+        tracker.begin(turn("s"), {"role": "user", "content": "thanks"})
+
+    asyncio.run(before_the_crash())
+    writer.flush()
+    payload, next_state = spool._db.execute("SELECT payload, next_state FROM pending_turns WHERE turn=1").fetchone()
+    assert json.loads(payload)["next_state"] is None  # the record was not written again...
+    assert json.loads(next_state) == {"role": "user", "content": "thanks"}  # ...only its next state
+
+    async def after_the_restart() -> list[tuple[Turn, Outcome]]:
+        emitted: list[tuple[Turn, Outcome]] = []
+        scorer = BinaryRLScorer(Settings(), FakeJudge({"thanks": 1.0}))
+        tracker = SessionTracker(scorer, lambda t, o: emitted.append((t, o)), ProxyMetrics(), ttl_s=60)
+        tracker.restore([Turn.from_record(json.loads(p)) for p in Spool(tmp_path).pending_turns()])
+        await settle()
+        return emitted
+
+    emitted = asyncio.run(after_the_restart())
+    assert [(t.index, t.next_state["content"], o.samples[0].reward) for t, o in emitted] == [(1, "thanks", 1.0)]
+    writer.close()

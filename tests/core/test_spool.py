@@ -218,3 +218,37 @@ def test_samples_come_back_from_the_spool_with_the_values_they_went_in_with(tmp_
     for name in ("session_id", "prompt_ids", "response_ids", "rollout_log_probs", "reward", "response_text",
                  "teacher_topk_log_probs", "teacher_topk_indices", "metadata"):
         assert same(getattr(got, name), getattr(s, name)), name
+
+
+def test_a_next_state_is_saved_alone_and_comes_back_in_its_turn(tmp_path):
+    """``save_next_state`` sets one column instead of rewriting the whole record (prompt ids, and the
+    conversation twice with records on); ``pending_turns`` puts it back in the record; a whole save
+    afterwards (feedback) replaces both; a turn without a row is refused so the caller saves it whole."""
+    import json
+
+    spool = Spool(tmp_path)
+    record = {"session_key": "k", "index": 1, "next_state": None, "prompt_ids": "AAAA"}
+    spool.save_turn(("k", "", 1), json.dumps(record))
+    assert spool.save_next_state(("k", "", 1), json.dumps({"role": "user", "content": "thanks"}))
+    assert not spool.save_next_state(("k", "", 2), "{}")
+    assert [json.loads(p) for p in spool.pending_turns()] == [{**record, "next_state": {"role": "user",
+                                                                                       "content": "thanks"}}]
+    assert [json.loads(p) for p in Spool(tmp_path).pending_turns()] == [json.loads(spool.pending_turns()[0])]
+    whole = {**record, "next_state": {"role": "user", "content": "[explicit feedback: +1]"}}
+    spool.save_turn(("k", "", 1), json.dumps(whole))
+    assert [json.loads(p) for p in spool.pending_turns()] == [whole]
+
+
+def test_a_spool_from_before_the_next_state_column_gets_it_at_open(tmp_path):
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "samples.sqlite3")
+    db.execute("CREATE TABLE pending_turns (session_key TEXT NOT NULL, epoch TEXT NOT NULL, turn INTEGER NOT NULL, "
+               "payload TEXT NOT NULL, PRIMARY KEY (session_key, epoch, turn))")
+    db.execute("INSERT INTO pending_turns VALUES ('k', '', 1, '{\"index\": 1}')")
+    db.commit()
+    db.close()
+    spool = Spool(tmp_path)
+    assert spool.pending_turns() == ['{"index": 1}']
+    assert spool.save_next_state(("k", "", 1), '{"role": "user", "content": "ok"}')
+    assert '"next_state": {"role": "user", "content": "ok"}' in spool.pending_turns()[0]
