@@ -50,7 +50,15 @@ CREATE TABLE IF NOT EXISTS pending_turns (
     epoch       TEXT NOT NULL,
     turn        INTEGER NOT NULL,
     payload     TEXT NOT NULL,
-    next_state  TEXT,  -- JSON; set alone when it arrives after the payload was saved (see save_next_state)
+    PRIMARY KEY (session_key, epoch, turn)
+);
+-- A waiting turn's next state that arrived after its record was saved (see save_next_state): a row of its
+-- own, since SQLite rewrites a whole row to update one column.
+CREATE TABLE IF NOT EXISTS pending_next_states (
+    session_key TEXT NOT NULL,
+    epoch       TEXT NOT NULL,
+    turn        INTEGER NOT NULL,
+    next_state  TEXT NOT NULL,
     PRIMARY KEY (session_key, epoch, turn)
 );
 """
@@ -87,8 +95,6 @@ class Spool:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={sync.upper()}")
             self._db.executescript(_SCHEMA)
-            if "next_state" not in {r[1] for r in self._db.execute("PRAGMA table_info(pending_turns)")}:
-                self._db.execute("ALTER TABLE pending_turns ADD COLUMN next_state TEXT")  # a spool from before it
             self._db.execute("INSERT OR IGNORE INTO spool_stats(name, value) SELECT 'live_bytes', "
                              "COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0) FROM samples")
         except sqlite3.DatabaseError as e:
@@ -153,28 +159,36 @@ class Spool:
                 if added:
                     self._db.execute("UPDATE spool_stats SET value = value + ? WHERE name='live_bytes'", (added,))
                 self._db.executemany("DELETE FROM pending_turns WHERE session_key=? AND epoch=? AND turn=?", keys)
+                self._db.executemany("DELETE FROM pending_next_states WHERE session_key=? AND epoch=? AND turn=?",
+                                     keys)
             self._arrived.notify_all()
 
     def save_turn(self, key: TurnKey, payload: str) -> None:
         """Persist (or update) a turn that waits for its next state or its judgement."""
-        with self._lock:
+        with self._lock, self._transaction():
             self._db.execute("INSERT OR REPLACE INTO pending_turns(session_key, epoch, turn, payload) VALUES (?,?,?,?)",
                              (*key, payload))
+            self._db.execute("DELETE FROM pending_next_states WHERE session_key=? AND epoch=? AND turn=?", key)
 
     def save_next_state(self, key: TurnKey, next_state: str) -> bool:
-        """Add a persisted waiting turn's next state (JSON) without rewriting its payload, which holds the
-        prompt's ids and, with records on, the conversation twice (~125 KB at ~8K tokens: 0.8 ms of CPU
-        to rewrite). False when the turn has no row, so the caller saves it whole."""
-        with self._lock:
-            cur = self._db.execute("UPDATE pending_turns SET next_state=? WHERE session_key=? AND epoch=? AND turn=?",
-                                   (next_state, *key))
-            return cur.rowcount > 0
+        """Add a persisted waiting turn's next state (JSON) in a row of its own, without rewriting its
+        record, which holds the prompt's ids and, with records on, the conversation twice (~125 KB at ~8K
+        tokens: ~1 ms of CPU to rewrite). False when the turn has no record, so the caller saves it whole."""
+        with self._lock, self._transaction():
+            if self._db.execute("SELECT 1 FROM pending_turns WHERE session_key=? AND epoch=? AND turn=?",
+                                key).fetchone() is None:
+                return False
+            self._db.execute("INSERT OR REPLACE INTO pending_next_states(session_key, epoch, turn, next_state) "
+                             "VALUES (?,?,?,?)", (*key, next_state))
+            return True
 
     def pending_turns(self) -> list[str]:
         """Each waiting turn's record (JSON), with a next state saved apart put back in it."""
         with self._lock:
-            rows = self._db.execute("SELECT payload, next_state FROM pending_turns "
-                                    "ORDER BY session_key, epoch, turn").fetchall()
+            rows = self._db.execute(
+                "SELECT t.payload, n.next_state FROM pending_turns t LEFT JOIN pending_next_states n "
+                "ON n.session_key = t.session_key AND n.epoch = t.epoch AND n.turn = t.turn "
+                "ORDER BY t.session_key, t.epoch, t.turn").fetchall()
         return [payload if next_state is None else json.dumps({**json.loads(payload), "next_state": json.loads(next_state)})
                 for payload, next_state in rows]
 

@@ -251,7 +251,8 @@ def test_a_next_state_saved_alone_survives_a_restart_and_is_judged_with_it(tmp_p
 
     asyncio.run(before_the_crash())
     writer.flush()
-    payload, next_state = spool._db.execute("SELECT payload, next_state FROM pending_turns WHERE turn=1").fetchone()
+    (payload,) = spool._db.execute("SELECT payload FROM pending_turns WHERE turn=1").fetchone()
+    (next_state,) = spool._db.execute("SELECT next_state FROM pending_next_states WHERE turn=1").fetchone()
     assert json.loads(payload)["next_state"] is None  # the record was not written again...
     assert json.loads(next_state) == {"role": "user", "content": "thanks"}  # ...only its next state
 

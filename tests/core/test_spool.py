@@ -221,9 +221,10 @@ def test_samples_come_back_from_the_spool_with_the_values_they_went_in_with(tmp_
 
 
 def test_a_next_state_is_saved_alone_and_comes_back_in_its_turn(tmp_path):
-    """``save_next_state`` sets one column instead of rewriting the whole record (prompt ids, and the
-    conversation twice with records on); ``pending_turns`` puts it back in the record; a whole save
-    afterwards (feedback) replaces both; a turn without a row is refused so the caller saves it whole."""
+    """``save_next_state`` writes a small row of its own instead of rewriting the whole record (prompt
+    ids, and the conversation twice with records on); ``pending_turns`` puts it back in the record; a
+    whole save afterwards (feedback) replaces both; a turn without a record is refused so the caller saves
+    it whole; a turn's samples being stored removes both."""
     import json
 
     spool = Spool(tmp_path)
@@ -237,9 +238,13 @@ def test_a_next_state_is_saved_alone_and_comes_back_in_its_turn(tmp_path):
     whole = {**record, "next_state": {"role": "user", "content": "[explicit feedback: +1]"}}
     spool.save_turn(("k", "", 1), json.dumps(whole))
     assert [json.loads(p) for p in spool.pending_turns()] == [whole]
+    assert spool.save_next_state(("k", "", 1), json.dumps({"role": "user", "content": "again"}))
+    spool.put([], settled=[("k", "", 1)])
+    assert spool.pending_turns() == []
+    assert spool._db.execute("SELECT COUNT(*) FROM pending_next_states").fetchone()[0] == 0
 
 
-def test_a_spool_from_before_the_next_state_column_gets_it_at_open(tmp_path):
+def test_a_spool_from_before_next_states_were_saved_alone_opens_and_takes_them(tmp_path):
     import sqlite3
 
     db = sqlite3.connect(tmp_path / "samples.sqlite3")
