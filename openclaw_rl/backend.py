@@ -36,8 +36,8 @@ import contextlib
 import logging
 import math
 import operator
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -93,6 +93,26 @@ MAX_RESUMES = 3
 """Aborted-by-a-pause generations resumed per request; a fourth abort ends it as an error."""
 
 
+def settle_abort(payload: dict[str, Any], done: GenerateResult, end_ids: frozenset[int]) -> GenerateResult:
+    """What an abort really ended. SGLang runs an aborted request one more decode step before it ends it,
+    so the output may already be complete: ending with an end-of-reply token (a "stop"), or filling the
+    token budget (a "length"). Only an abort that cut the reply short is one to resume."""
+    if done.finish_reason != "abort":
+        return done
+    if done.output_ids and done.output_ids[-1] in end_ids:
+        return replace(done, finish_reason="stop", resumable=False)
+    budget = (payload.get("sampling_params") or {}).get("max_new_tokens")
+    if budget is not None and len(done.output_ids) >= budget:
+        return replace(done, finish_reason="length", resumable=False)
+    return done
+
+
+def resumable(payload: dict[str, Any], done: GenerateResult) -> bool:
+    """A pause's abort (no status code), in a request without stop strings: SGLang matches those in a
+    request's own output only, so one that straddled the resume point would be missed."""
+    return done.finish_reason == "abort" and done.resumable and not (payload.get("sampling_params") or {}).get("stop")
+
+
 def continuation(payload: dict[str, Any], done: GenerateResult) -> dict[str, Any] | None:
     """The request that goes on from ``done``'s tokens: its ids appended to the prompt (ids, never text),
     the token budget reduced by as many; None when no budget is left."""
@@ -104,21 +124,34 @@ def continuation(payload: dict[str, Any], done: GenerateResult) -> dict[str, Any
     return {**payload, "input_ids": [*payload["input_ids"], *done.output_ids], "sampling_params": rest}
 
 
-def joined(done: GenerateResult, more: GenerateResult) -> GenerateResult:
-    """One reply from a generation and its continuation; their versions ``mixed:`` when they differ."""
+def joined(done: GenerateResult, more: GenerateResult,
+           decode: Callable[[list[int]], str] | None = None) -> GenerateResult:
+    """One reply from a generation and its continuation; their versions ``mixed:`` when they differ.
+
+    Each part's text is SGLang's decode of that part's ids alone, so a character whose bytes span the
+    two parts shows as replacement characters in both; then the text is ``decode`` of all the ids
+    (without a trailing replacement character while the reply still streams, as SGLang holds an
+    incomplete character back)."""
     versions = [v for r in (done, more) if r.weight_version is not None
                 for v in (r.weight_version.removeprefix("mixed:").split(",") if r.weight_version.startswith("mixed:")
                           else [r.weight_version])]
     distinct = list(dict.fromkeys(versions))
     version = distinct[0] if len(distinct) == 1 else ("mixed:" + ",".join(distinct) if distinct else None)
-    return GenerateResult(done.text + more.text, done.output_ids + more.output_ids, done.logprobs + more.logprobs,
-                          more.finish_reason, done.prompt_tokens, version, more.resumable)
+    ids = done.output_ids + more.output_ids
+    text = done.text + more.text
+    if decode is not None and (done.text.endswith("\ufffd") or more.text.startswith("\ufffd")):
+        text = decode(ids)
+        if more.finish_reason is None:
+            text = text.rstrip("\ufffd")
+    return GenerateResult(text, ids, done.logprobs + more.logprobs, more.finish_reason, done.prompt_tokens, version,
+                          more.resumable)
 
 
-def _unresumed(result: GenerateResult) -> GenerationAborted:
-    return GenerationAborted(f"policy backend aborted the generation after {len(result.output_ids)} tokens "
-                              f"(resumed {MAX_RESUMES} times at most)" if result.resumable else
-                              f"policy backend aborted the generation after {len(result.output_ids)} tokens")
+def _unresumed(result: GenerateResult, resumes: int) -> GenerationAborted:
+    why = (f", resumed {resumes} times" if resumes >= MAX_RESUMES else
+           "; not resumed: the abort carries an error status" if not result.resumable else
+           "; not resumed: a request with stop strings")
+    return GenerationAborted(f"policy backend aborted the generation after {len(result.output_ids)} tokens{why}")
 
 
 def _completion_tokens(meta: dict[str, Any]) -> int | None:
@@ -503,7 +536,8 @@ class SSEReader:
 
 class PolicyBackend:
     def __init__(self, http: httpx.AsyncClient, url: str, *, timeout_s: float = 600.0, api_key: str = "",
-                 connect_timeout_s: float = 10.0, stream_interval: int = 0):
+                 connect_timeout_s: float = 10.0, stream_interval: int = 0, end_ids: frozenset[int] = frozenset(),
+                 decode: Callable[[list[int], bool], str] | None = None):
         self.http, self.url, self.timeout_s = http, url.rstrip("/"), timeout_s
         self.stream_interval = stream_interval
         """Tokens per event asked of SGLang on streamed calls (``sampling_params.stream_interval``); 0 sends
@@ -517,6 +551,10 @@ class PolicyBackend:
         """The server's ``incremental_streaming_output`` ("incremental" / "cumulative"), once read."""
         self.resumed = 0
         """Generations resumed after a pause's abort."""
+        self.end_ids = end_ids
+        """Ids that end a reply (EOS, end of turn): an aborted output ending with one is complete."""
+        self.decode = decode
+        """``(ids, skip_special_tokens) -> text`` as the server decodes: joins text across a resume."""
         self._probe: asyncio.Task | None = None
 
     def _raise_for(self, status: int, body: bytes) -> None:
@@ -559,16 +597,26 @@ class PolicyBackend:
         """The whole reply. A generation aborted by a pause (Slime pauses SGLang in ``abort`` mode for each
         weight update) is resumed from its tokens: the reply the client gets is whole, and its sample's
         version ``mixed:`` when the weights changed in between."""
-        result = await self._generate_once(payload, routing_key)
-        for _ in range(MAX_RESUMES):
-            nxt = continuation(payload, result) if result.finish_reason == "abort" and result.resumable else None
-            if nxt is None:
-                break
+        decode = self._decoder(payload)
+        result = settle_abort(payload, await self._generate_once(payload, routing_key), self.end_ids)
+        resumes = 0
+        while resumes < MAX_RESUMES and resumable(payload, result):
+            nxt = continuation(payload, result)
+            assert nxt is not None  # settle_abort made a full budget a "length"
+            resumes += 1
             self._log_resume(result)
-            result = joined(result, await self._generate_once(nxt, routing_key))
+            result = settle_abort(payload, joined(result, await self._generate_once(nxt, routing_key), decode),
+                                  self.end_ids)
         if result.finish_reason == "abort":
-            raise _unresumed(result)
+            raise _unresumed(result, resumes)
         return result
+
+    def _decoder(self, payload: dict[str, Any]) -> Callable[[list[int]], str] | None:
+        """Ids → text as SGLang decodes this request's output (its ``skip_special_tokens``)."""
+        if self.decode is None:
+            return None
+        skip = bool((payload.get("sampling_params") or {}).get("skip_special_tokens", True))
+        return lambda ids: self.decode(ids, skip)  # type: ignore[misc]
 
     def _log_resume(self, result: GenerateResult) -> None:
         self.resumed += 1
@@ -593,28 +641,33 @@ class PolicyBackend:
                               gather_s: float = 0.0) -> AsyncIterator[GenerateResult]:
         """``_stream_once``'s snapshots; a generation aborted by a pause goes on from its tokens (see
         ``generate``), its continuation's snapshots joined onto what came before."""
+        decode = self._decoder(payload)
         done: GenerateResult | None = None
         request: dict[str, Any] | None = payload
-        for _ in range(MAX_RESUMES + 1):
+        resumes = 0
+        while True:
             last = None
             stream = self._stream_once(request, routing_key, gather_s)
             try:
                 async for snap in stream:
                     last = snap
                     if snap.finish_reason == "abort":
-                        break  # not shown: what it holds goes on in the continuation
-                    yield snap if done is None else joined(done, snap)
+                        break  # held back: it may be complete after all (settle_abort), or go on resumed
+                    yield snap if done is None else joined(done, snap, decode)
             finally:
                 await stream.aclose()
             assert last is not None  # _stream_once raises when it ends without a finish
-            done = last if done is None else joined(done, last)
+            done = settle_abort(payload, last if done is None else joined(done, last, decode), self.end_ids)
             if done.finish_reason != "abort":
+                if last.finish_reason == "abort":  # an abort that completed the reply: its last snapshot
+                    yield done
                 return
-            request = continuation(payload, done) if done.resumable else None
-            if request is None:
-                break
+            if resumes >= MAX_RESUMES or not resumable(payload, done):
+                raise _unresumed(done, resumes)
+            request = continuation(payload, done)
+            assert request is not None  # settle_abort made a full budget a "length"
+            resumes += 1
             self._log_resume(done)
-        raise _unresumed(done)
 
     async def _stream_once(self, payload: dict[str, Any], routing_key: str | None = None,
                            gather_s: float = 0.0) -> AsyncIterator[GenerateResult]:

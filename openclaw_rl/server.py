@@ -32,7 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import codec
 from .backend import PolicyBackend, probe_backend
-from .chat import ChatRenderer
+from .chat import ChatRenderer, end_of_reply_ids
 from .config import Settings
 from .errors import (
     BadRequest,
@@ -194,7 +194,9 @@ class Proxy:
         gate = SubmissionGate(is_open=gate_open, mode=p.pause_mode, hold_s=p.pause_hold_s)
         metrics.submission_open.set(1 if gate_open else 0)
         backend = PolicyBackend(http, p.policy_url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key,
-                                connect_timeout_s=p.connect_timeout_s, stream_interval=p.stream_interval)
+                                connect_timeout_s=p.connect_timeout_s, stream_interval=p.stream_interval,
+                                end_ids=end_of_reply_ids(tokenizer),
+                                decode=lambda ids, skip: tokenizer.decode(ids, skip_special_tokens=skip))
         service = ChatService(p, renderer, OutputParser.named(p.reasoning_parser, p.tool_parser, renderer.format), backend, tracker,
                               gate, metrics, keep_messages=scorer.keeps_messages)
         auth = Authenticator(p.api_keys, p.rate_limit_per_min)

@@ -8,14 +8,15 @@ fresh directory, asks the server to load it under a version label, checks that t
 label, and deletes the previous directory. The caller keeps submission paused meanwhile (the proxy's
 gate), as Slime does.
 
-Requests admitted before the gate closed may still be generating. SGLang (0.5.23) then swaps the weights
-but refuses to flush the old weights' KV cache, and fails the call ("Weights were updated, but the cache
-was not flushed because requests are still running or queued"), leaving its reported version behind. So,
-as Slime pauses its engines around a weight update, the server's generation is paused first
-(``/pause_generation`` in ``retract`` mode: running requests go back to the queue, so the cache can be
-flushed, and they are recomputed with the new weights after ``/continue_generation``; their log-probs
-come from the weights that sampled each token, and the proxy marks such a turn's version ``mixed:``).
-A server without ``/pause_generation`` is updated unpaused, as before.
+Requests admitted before the gate closed may still be generating. Unpaused, SGLang 0.5.23's update waits
+for the requests in flight (its model-update lock) and then flushes the old weights' KV cache; but in the
+real-SGLang test, under concurrent requests, it failed an update with "Weights were updated, but the cache
+was not flushed because requests are still running or queued", which ended ``train`` (a request still in
+its batch when the update ran). So, as Slime pauses its engines around a weight update, the server's
+generation is paused first (``/pause_generation`` in ``retract`` mode: running requests go back to the
+queue, so the cache can be flushed, and they are recomputed with the new weights after
+``/continue_generation``; their log-probs come from the weights that sampled each token, and the proxy
+marks such a turn's version ``mixed:``). A server without ``/pause_generation`` is updated unpaused.
 
 Why from disk and not from tensors: ``/update_weights_from_tensor`` needs the trainer and the server to
 share a process group or CUDA IPC handles; from disk works for any server that can read the directory
@@ -149,8 +150,9 @@ class SGLangWeightSync:
         if resp.status_code in (404, 405):
             if not self._warned_no_pause:
                 self._warned_no_pause = True
-                log.warning("policy server %s has no /pause_generation: weights are updated while requests run "
-                            "(SGLang then refuses to flush its cache and fails the update)", self.url)
+                log.warning("policy server %s has no /pause_generation: weights are updated unpaused (a request "
+                            "still in SGLang's batch then makes it refuse to flush its cache and fail the update)",
+                            self.url)
             return False
         if resp.status_code != 200:
             raise WeightSyncError(f"policy server refused to pause generation ({resp.status_code}): "

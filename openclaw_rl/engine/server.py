@@ -12,6 +12,7 @@ batch forward passes or cache KV (the core does), and serves no ``/v1/chat/compl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -145,7 +146,9 @@ class EngineService:
         self._pause_mode = ""  # SGLang's pause mode while paused ("abort", "retract" or "in_place")
         self._abort_epoch = 0  # a pause in abort mode ends every request that started before it
         self._aborted = asyncio.Event()  # set (and replaced) by each such pause: wakes the held requests
-        self._running = 0  # requests between their first and last token
+        self._running = 0  # requests dispatched (past a pause they arrived in) and not finished
+        self._idle = asyncio.Event()  # set while none runs: an unpaused weight update waits for it
+        self._idle.set()
         self._reported_version: str | None = None  # /get_model_info's, while it lags the weights (see below)
         self._token_texts: dict[int, str] = {}
 
@@ -270,14 +273,20 @@ class EngineService:
             run.finish = finish_length(0)
             yield run
             return
+        await self._unpaused.wait()  # SGLang holds a request that arrives during a pause before dispatching it
         steps = self.model.generate(item.input_ids, item.sampling_config())
         epoch = self._abort_epoch
         self._running += 1
+        self._idle.clear()
         try:
             while run.finish is None:
                 if not self._unpaused.is_set() and epoch == self._abort_epoch:
-                    await self._held()  # /pause_generation holds every request between tokens
-                if epoch != self._abort_epoch:  # ... and in abort mode ends those it found, as they stand
+                    await self._held()  # /pause_generation holds every running request between tokens
+                if epoch != self._abort_epoch:
+                    # ... and in abort mode ends those it found. SGLang runs an aborted request one more
+                    # decode step first, so its output may end with any token, even its EOS.
+                    with contextlib.suppress(StopAsyncIteration):
+                        self._append(run, await steps.__anext__())
                     run.finish = finish_abort()
                     yield run
                     break
@@ -291,6 +300,8 @@ class EngineService:
                 yield run
         finally:
             self._running -= 1
+            if not self._running:
+                self._idle.set()
             await steps.aclose()
 
     async def _held(self) -> None:
@@ -398,6 +409,11 @@ class EngineService:
         return self._reported_version or self.model.weight_version
 
     async def update_weights(self, body: UpdateWeightsFromDiskRequest) -> Response:
+        """As SGLang 0.5.23: unpaused, the update waits for the running requests (each holds the model
+        update lock's reader side while it generates) and then flushes; paused, it runs at once, and
+        the flush fails if running requests are still in the batch (``in_place``)."""
+        if self._unpaused.is_set():
+            await self._idle.wait()
         before = self.reported_weight_version
         try:
             await self.model.update_weights_from_disk(body.model_path, body.weight_version)
@@ -406,9 +422,9 @@ class EngineService:
             return json_response(update_weights_body(False, f"Failed to update weights: {exc}"), status_code=400)
         self.model_path = body.model_path
         if (body.model_extra or {}).get("flush_cache", True) and not self._flushable():
-            # SGLang 0.5.23: the new weights serve (generations report their version), but the old weights'
-            # cache cannot be flushed under running requests, so the call fails and /get_model_info keeps
-            # the old version
+            # SGLang 0.5.23 paused in place: the new weights serve (generations report their version), but
+            # the old weights' cache cannot be flushed under running requests, so the call fails and
+            # /get_model_info keeps the old version
             self._reported_version = before
             logger.error("%s", FLUSH_REFUSED)
             return json_response(update_weights_body(False, FLUSH_REFUSED), status_code=400)

@@ -147,3 +147,84 @@ def test_a_generation_aborted_again_and_again_ends_as_a_502_and_an_aborted_drop(
     assert answer.status_code == 502 and "aborted the generation" in answer.json()["error"]["message"]
     assert len(engine.model.prompts) == MAX_RESUMES + 1
     _wait_until(lambda: metric(proxy, "openclaw_turns_dropped_total", reason="aborted") == 1)
+
+
+def _backend(results: list[GenerateResult], seen: list[dict[str, Any]], **kw: Any) -> Any:
+    """A PolicyBackend whose calls return ``results`` in turn, streamed as one snapshot each."""
+    from openclaw_rl.backend import PolicyBackend
+
+    backend = PolicyBackend(httpx.AsyncClient(), "http://127.0.0.1:9", end_ids=frozenset({99}), **kw)
+    queue = list(results)
+
+    async def once(payload: dict[str, Any], routing_key: Any = None) -> GenerateResult:
+        seen.append(payload)
+        return queue.pop(0)
+
+    async def stream_once(payload: dict[str, Any], routing_key: Any = None, gather_s: float = 0.0):
+        yield await once(payload)
+
+    backend._generate_once, backend._stream_once = once, stream_once
+    return backend
+
+
+async def _outcome(backend: Any, payload: dict[str, Any], stream: bool) -> GenerateResult:
+    if not stream:
+        return await backend.generate(payload)
+    snapshots = [snap async for snap in backend.generate_stream(payload)]
+    return snapshots[-1]
+
+
+def _aborted(ids: list[int], text: str = "") -> GenerateResult:
+    return GenerateResult(text or "x" * len(ids), ids, [-0.1] * len(ids), "abort", 2, "v0", True)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_abort_whose_output_is_already_complete_is_not_resumed(stream):
+    """SGLang runs an aborted request one more decode step, so its output may end with the EOS (a
+    "stop") or fill the budget (a "length"): resuming would put text after the end of the reply, or turn
+    a whole reply into a 502."""
+    import asyncio
+
+    payload = {"input_ids": [7], "sampling_params": {"max_new_tokens": 4}}
+    seen: list[dict[str, Any]] = []
+    ended = asyncio.run(_outcome(_backend([_aborted([1, 2, 99])], seen), payload, stream))
+    assert (ended.output_ids, ended.finish_reason, len(seen)) == ([1, 2, 99], "stop", 1)
+    seen.clear()
+    full = asyncio.run(_outcome(_backend([_aborted([1, 2, 3, 4])], seen), payload, stream))
+    assert (full.output_ids, full.finish_reason, len(seen)) == ([1, 2, 3, 4], "length", 1)
+    seen.clear()  # and after a resume: the continuation's abort carried the EOS
+    both = asyncio.run(_outcome(_backend([_aborted([1]), _aborted([2, 99])], seen), payload, stream))
+    assert (both.output_ids, both.finish_reason, seen[1]["input_ids"]) == ([1, 2, 99], "stop", [7, 1])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_with_stop_strings_is_not_resumed(stream):
+    """SGLang matches stop strings in a request's own output only: one that straddled the resume point
+    would be missed, so such a request ends as an abort (502) instead."""
+    import asyncio
+
+    from openclaw_rl.errors import GenerationAborted
+
+    seen: list[dict[str, Any]] = []
+    payload = {"input_ids": [7], "sampling_params": {"max_new_tokens": 8, "stop": ["\n\n"]}}
+    with pytest.raises(GenerationAborted, match="stop strings"):
+        asyncio.run(_outcome(_backend([_aborted([1, 2])], seen), payload, stream))
+    assert len(seen) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_character_split_by_the_abort_is_decoded_whole(stream):
+    """Each part's text is the server's decode of that part alone, so a character whose bytes span the
+    resume point comes out as replacement characters; the joined text is then a decode of all the ids."""
+    import asyncio
+
+    table = {1: b"caf", 2: b"\xc3", 3: b"\xa9!"}
+
+    def decode(ids: list[int], skip: bool) -> str:
+        return b"".join(table[i] for i in ids).decode("utf-8", "replace")
+
+    payload = {"input_ids": [7], "sampling_params": {"max_new_tokens": 8}}
+    first = _aborted([1, 2], text="caf\ufffd")
+    rest = GenerateResult("\ufffd!", [3], [-0.1], "stop", 3, "v0")
+    whole = asyncio.run(_outcome(_backend([first, rest], [], decode=decode), payload, stream))
+    assert (whole.text, whole.output_ids) == ("café!", [1, 2, 3])

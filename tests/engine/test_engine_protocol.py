@@ -355,11 +355,12 @@ def paced_engine(tokenizer: Any) -> Iterator[Engine]:
     running.close()
 
 
-def test_a_weight_update_under_running_requests_fails_as_in_sglang(paced_engine: Engine, prompt: list[int]) -> None:
-    """SGLang 0.5.23 swaps the weights under running requests but cannot flush the old weights' cache:
-    the call fails with its message and /get_model_info keeps the old version, while the running
-    request goes on with the new weights (two version segments). Paused in place, the same; paused in
-    ``retract`` mode (the running requests leave the batch), the update succeeds."""
+def test_weight_updates_meet_running_requests_as_in_sglang(paced_engine: Engine, prompt: list[int]) -> None:
+    """SGLang 0.5.23: unpaused, an update waits for the running requests (each holds the model-update
+    lock's reader side) and then flushes; paused in place, it swaps the weights at once, the running
+    request goes on with them, and the flush fails (the call too, and /get_model_info keeps the old
+    version); paused in ``retract`` mode (the running requests leave the batch), it succeeds. A request
+    that arrives during a pause is held before dispatch and does not block the flush."""
     from openclaw_rl.engine.protocol import FLUSH_REFUSED
 
     engine = paced_engine
@@ -368,35 +369,43 @@ def test_a_weight_update_under_running_requests_fails_as_in_sglang(paced_engine:
         return engine.client.post("/update_weights_from_disk", json={"model_path": f"/ckpt/{version}",
                                                                      "weight_version": version})
 
-    with engine.client.stream("POST", "/generate", json={"input_ids": prompt, "stream": True,
-                                                         "sampling_params": {"max_new_tokens": 4}}) as stream:
+    def versions(last_event: dict[str, Any]) -> list[str]:
+        return [seg["version"] for seg in last_event["meta_info"]["weight_versions"]]
+
+    body = {"input_ids": prompt, "stream": True, "sampling_params": {"max_new_tokens": 4}}
+    with engine.client.stream("POST", "/generate", json=body) as stream:
         lines = stream.iter_lines()
-        first = next(lines)  # a token is out: the request runs for ~0.75 s more
-        refused = update("v1")
-        assert (refused.status_code, refused.json()) == (400, {"success": False, "message": FLUSH_REFUSED,
-                                                                "num_paused_requests": 0})
-        assert engine.client.get("/get_model_info").json()["weight_version"] == "default"
-        last = events([first, *lines])[-1]
-    assert [seg["version"] for seg in last["meta_info"]["weight_versions"]] == ["default", "v1"]
-    assert update("v1").status_code == 200  # nothing runs now: the flush succeeds, the version is reported
+        first = next(lines)  # a token is out: the request runs ~0.75 s more
+        assert update("v1").status_code == 200  # ...and the update waited for it
+        assert versions(events([first, *lines])[-1]) == ["default"]
     assert engine.client.get("/get_model_info").json()["weight_version"] == "v1"
 
-    async def paused_update(mode: str) -> tuple[int, dict[str, Any]]:
+    for mode, outcome in (("in_place", 400), ("retract", 200)):
+        with engine.client.stream("POST", "/generate", json=body) as stream:
+            lines = stream.iter_lines()
+            first = next(lines)
+            engine.client.post("/pause_generation", json={"mode": mode})  # holds it between two tokens
+            answer = update(mode)
+            assert answer.status_code == outcome, answer.text
+            if outcome == 400:
+                assert answer.json() == {"success": False, "message": FLUSH_REFUSED, "num_paused_requests": 0}
+                assert engine.client.get("/get_model_info").json()["weight_version"] == "v1"
+            engine.client.post("/continue_generation")
+            assert versions(events([first, *lines])[-1])[-1] == mode  # it went on with the new weights
+    assert engine.client.get("/get_model_info").json()["weight_version"] == "retract"
+
+    async def arrives_during_a_pause() -> int:
         async with httpx.AsyncClient(base_url=engine.server.url, timeout=10) as client:
-            await client.post("/pause_generation", json={"mode": mode})
+            await client.post("/pause_generation", json={"mode": "in_place"})
             held = asyncio.ensure_future(client.post("/generate", json={"input_ids": prompt, "sampling_params": {
                 "max_new_tokens": 1}}))
-            while not engine.app.service._running:  # the request reached the paused loop
-                await asyncio.sleep(0.005)
-            answer = await client.post("/update_weights_from_disk", json={"model_path": "/ckpt/2", "weight_version": mode})
+            await asyncio.sleep(0.05)  # let it reach the server; whether or not it has, nothing is dispatched
+            status = (await client.post("/update_weights_from_disk", json={"model_path": "/ckpt/3"})).status_code
             await client.post("/continue_generation")
             assert (await held).status_code == 200
-            return answer.status_code, answer.json()
+            return status
 
-    assert asyncio.run(paused_update("in_place")) == (400, {"success": False, "message": FLUSH_REFUSED,
-                                                             "num_paused_requests": 0})
-    assert asyncio.run(paused_update("retract"))[0] == 200
-    assert engine.client.get("/get_model_info").json()["weight_version"] == "retract"
+    assert asyncio.run(arrives_during_a_pause()) == 200
 
 
 @pytest.mark.parametrize(("yield_every", "runs"), [(1, [1] * 32), (4, [4] * 8)])
