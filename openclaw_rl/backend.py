@@ -177,14 +177,14 @@ def parse_generate(data: Any, *, final: bool) -> GenerateResult:
         meta = data["meta_info"]
         ids = [int(t) for t in data["output_ids"]]
         logprobs = _aligned_logprobs(ids, meta.get("output_token_logprobs") or [])
-        finish, version, resumable = _finish_and_version(meta)
+        finish, version, pause_abort = _finish_and_version(meta)
         if final and finish is None:
             raise BackendUnavailable("policy backend ended without a finish_reason")
         n = _completion_tokens(meta)
         if n is not None and n != len(ids):
             raise BackendUnavailable(f"policy backend reports {n} completion tokens but sent {len(ids)} ids")
         return GenerateResult(str(data.get("text") or ""), ids, logprobs, finish, int(meta.get("prompt_tokens", 0)),
-                              version, resumable)
+                              version, pause_abort)
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise BackendUnavailable(f"policy backend answered malformed /generate output: {e!r}") from e
 
@@ -380,9 +380,9 @@ class StreamAssembler:
         if self._pieces:  # incremental text: joined once per snapshot, not once per event
             self.text += "".join(self._pieces)
             self._pieces.clear()
-        finish, version, resumable = _finish_and_version(meta)
+        finish, version, pause_abort = _finish_and_version(meta)
         return GenerateResult(self.text, self.ids, self.logprobs, finish, int(meta.get("prompt_tokens", 0)), version,
-                              resumable)
+                              pause_abort)
 
     def _apply(self, data: Any, buf: bytearray | bytes, spliced: _Spans | None) -> dict[str, Any]:
         """Check one decoded event against what was seen and take its new tokens; its ``meta_info``."""
