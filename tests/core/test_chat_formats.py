@@ -218,10 +218,12 @@ def test_the_fast_encoder_gives_encode_ids(tokenizer, mistral_tokenizer, path, m
     """Each fast path (tiktoken's BPE; ``encode_batch_fast``, without offsets, where tiktoken is missing)
     gives ``encode``'s ids; checked here on random text over special tokens, combining marks and
     whitespace, for both chat families."""
-    from openclaw_rl.chat import fast_encoder
+    from openclaw_rl.chat import _KEPT_ENCODER, fast_encoder
 
     if path == "quick":
         monkeypatch.setitem(sys.modules, "tiktoken", None)
+        for tok in (tokenizer, mistral_tokenizer):  # an encoder kept from an earlier test would be tiktoken's
+            monkeypatch.delattr(tok, _KEPT_ENCODER, raising=False)
     rng = random.Random(1)
     pieces = ["hello", " world", "\n\n", "\t", "🙂", "caf\u00e9", "e\u0301", "<think>", "</think>", "<tool_call>",
               "<|im_start|>", "<|im_end|>", "[INST]", "[/INST]", "[THINK]", "  ", "1234", "'s", "?!", "\r\n", "\u00a0"]
