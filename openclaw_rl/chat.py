@@ -126,19 +126,6 @@ def _build_fast_encoder(tokenizer: Any) -> Any:
     return quick if agrees(quick) else plain
 
 
-_END_OF_REPLY = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>")
-
-
-def end_of_reply_ids(tokenizer: Any) -> frozenset[int]:
-    """The ids a reply can end with: the tokenizer's EOS and the usual end-of-turn/end-of-text tokens it
-    has as added tokens (a server stops on them; see ``backend.settle_abort``)."""
-    added = tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}
-    ids = {added[t] for t in _END_OF_REPLY if t in added}
-    eos = getattr(tokenizer, "eos_token_id", None)
-    ids.update(eos if isinstance(eos, list) else [] if eos is None else [eos])
-    return frozenset(int(i) for i in ids)
-
-
 def side_cache_key(session_key: str) -> str:
     """The prefix-cache key of a session's side turns: apart from its main line's, freed with it."""
     return f"{session_key}\x1fside"
@@ -195,6 +182,17 @@ class ChatRenderer:
         # Renders run on worker threads while forget() runs on the event loop: every change to the two
         # caches (store, move to end, evict, forget) holds this lock, so none sees a half-done other.
         self._lock = threading.Lock()
+
+    @property
+    def end_of_reply_ids(self) -> frozenset[int]:
+        """The ids a reply can end with: the tokenizer's EOS, and the family's end-of-turn token where the
+        tokenizer has it (a server stops on them; see ``backend.settle_abort``)."""
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        added = self.tokenizer.get_added_vocab() if hasattr(self.tokenizer, "get_added_vocab") else {}
+        if self.format.turn_end in added:
+            ids.add(added[self.format.turn_end])
+        return frozenset(int(i) for i in ids)
 
     def render(self, messages: list[dict[str, Any]], tools: list[Tool] | None = None,
                add_generation_prompt: bool = True, cache_key: str | None = None,

@@ -35,6 +35,7 @@ class ChatFormat:
     tool_args: str | None = None  # separates the function name from its JSON arguments, if the family has one
     tool_style: str = "tagged_json"  # "tagged_json" (start {json} end) or "named_args" (start name args {json})
     markup_is_special: bool = False  # the tags are special tokens: the backend must not skip them when decoding
+    turn_end: str | None = None  # the token that ends a reply's turn, where it is not the tokenizer's EOS
 
     @property
     def reasons(self) -> bool:
@@ -54,7 +55,7 @@ class ChatFormat:
 
 
 QWEN = ChatFormat(name="qwen", turn_start="<|im_start|>", think_start="<think>", think_end="</think>",
-                  tool_start="<tool_call>", tool_end="</tool_call>")
+                  tool_start="<tool_call>", tool_end="</tool_call>", turn_end="<|im_end|>")
 MISTRAL = ChatFormat(name="mistral", turn_start="[INST]", think_start="[THINK]", think_end="[/THINK]",
                      tool_start="[TOOL_CALLS]", tool_end=None, tool_args="[ARGS]", tool_style="named_args",
                      markup_is_special=True)

@@ -32,7 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import codec
 from .backend import PolicyBackend, probe_backend
-from .chat import ChatRenderer, end_of_reply_ids
+from .chat import ChatRenderer
 from .config import Settings
 from .errors import (
     BadRequest,
@@ -195,7 +195,7 @@ class Proxy:
         metrics.submission_open.set(1 if gate_open else 0)
         backend = PolicyBackend(http, p.policy_url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key,
                                 connect_timeout_s=p.connect_timeout_s, stream_interval=p.stream_interval,
-                                end_ids=end_of_reply_ids(tokenizer),
+                                end_ids=renderer.end_of_reply_ids,
                                 decode=lambda ids, skip: tokenizer.decode(ids, skip_special_tokens=skip))
         service = ChatService(p, renderer, OutputParser.named(p.reasoning_parser, p.tool_parser, renderer.format), backend, tracker,
                               gate, metrics, keep_messages=scorer.keeps_messages)

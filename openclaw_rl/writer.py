@@ -118,11 +118,10 @@ class SampleWriter:
             try:
                 if op == "flush":
                     a.set()
-                elif op == "turn" or (op == "next_state" and not self.spool.save_next_state(
-                        (a.session_key, a.epoch, a.index), codec.dumps_str(a.next_state))):
-                    self.spool.save_turn((a.session_key, a.epoch, a.index), codec.dumps_str(a.to_record()))
-                    b.set_result(True)
-                elif op == "next_state":
+                elif op in ("turn", "next_state"):
+                    key = (a.session_key, a.epoch, a.index)
+                    if op == "turn" or not self.spool.save_next_state(key, codec.dumps_str(a.next_state)):
+                        self.spool.save_turn(key, codec.dumps_str(a.to_record()))
                     b.set_result(True)
                 else:
                     self._write(a, b)

@@ -71,6 +71,14 @@ def scripted_server(tokenizer: Any, reply: Callable[[str], str], *, port: int | 
         yield server
 
 
+def wait_until(cond: Callable[[], Any], timeout: float = 30.0) -> None:
+    """Poll ``cond`` (another thread's or process's progress, which has no event to wait on)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
 def wait_for_samples(proxy: Any, n: int, timeout: float = 20.0) -> list[Any]:
     proxy.writer.flush()
     count = proxy.spool.wait_ready(n, timeout)

@@ -147,6 +147,8 @@ class EngineService:
         self._abort_epoch = 0  # a pause in abort mode ends every request that started before it
         self._aborted = asyncio.Event()  # set (and replaced) by each such pause: wakes the held requests
         self._running = 0  # requests dispatched (past a pause they arrived in) and not finished
+        self.held_arrivals = 0
+        """Requests that arrived during a pause and wait to be dispatched (SGLang's queue before its scheduler)."""
         self._idle = asyncio.Event()  # set while none runs: an unpaused weight update waits for it
         self._idle.set()
         self._reported_version: str | None = None  # /get_model_info's, while it lags the weights (see below)
@@ -273,7 +275,12 @@ class EngineService:
             run.finish = finish_length(0)
             yield run
             return
-        await self._unpaused.wait()  # SGLang holds a request that arrives during a pause before dispatching it
+        if not self._unpaused.is_set():  # SGLang holds a request that arrives during a pause before dispatch
+            self.held_arrivals += 1
+            try:
+                await self._unpaused.wait()
+            finally:
+                self.held_arrivals -= 1
         steps = self.model.generate(item.input_ids, item.sampling_config())
         epoch = self._abort_epoch
         self._running += 1

@@ -233,3 +233,11 @@ def test_the_fast_encoder_gives_encode_ids(tokenizer, mistral_tokenizer, path, m
         for _ in range(200):
             text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
             assert encode(text) == tok.encode(text, add_special_tokens=False)
+
+
+def test_a_reply_ends_with_the_eos_or_the_familys_turn_end(tokenizer, mistral_tokenizer):
+    """What an aborted output may already end with (``backend.settle_abort``): the tokenizer's EOS and
+    the family's end-of-turn token, where the tokenizer has it."""
+    qwen = ChatRenderer(tokenizer).end_of_reply_ids
+    assert qwen == {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
+    assert ChatRenderer(mistral_tokenizer).end_of_reply_ids == {mistral_tokenizer.eos_token_id}

@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from typing import Any
 
 import httpx
 import pytest
-from support import fault_backend, metric
+from support import fault_backend, metric, wait_until
 
 from openclaw_rl.servers import BackgroundServer
 
@@ -40,13 +39,6 @@ def in_thread(fn: Any) -> tuple[threading.Thread, dict]:
     thread = threading.Thread(target=run)
     thread.start()
     return thread, result
-
-
-def wait_until(cond: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 def test_request_running_at_shutdown_gets_503_not_500(caplog):

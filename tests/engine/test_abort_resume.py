@@ -10,13 +10,12 @@ Before, the client got the partial reply labelled ``finish_reason: stop``. The e
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from support import wait_for_samples
+from support import wait_for_samples, wait_until
 
 from openclaw_rl.backend import GenerateResult, continuation, joined
 from openclaw_rl.engine import ScriptedModel, make_engine_app
@@ -58,16 +57,9 @@ def engine(tokenizer: Any) -> Iterator[Any]:
         yield server
 
 
-def _wait_until(condition: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
-
-
 def _pause_update_continue(engine: Any, after_tokens: int) -> None:
     """What Slime does for a weight update, once the request has produced ``after_tokens`` tokens."""
-    _wait_until(lambda: engine.model.emitted >= after_tokens)
+    wait_until(lambda: engine.model.emitted >= after_tokens)
     assert httpx.post(f"{engine.url}/pause_generation", json={}).json()["status"] == "ok"  # Slime's call
     update = httpx.post(f"{engine.url}/update_weights_from_disk", json={"model_path": "tiny", "weight_version": "v1"})
     assert update.json()["success"], update.text
@@ -135,7 +127,7 @@ def test_a_generation_aborted_again_and_again_ends_as_a_502_and_an_aborted_drop(
 
     def keep_aborting() -> None:
         for n in range(MAX_RESUMES + 1):
-            _wait_until(lambda n=n: len(engine.model.prompts) > n and engine.model.emitted >= 3 * (n + 1))
+            wait_until(lambda n=n: len(engine.model.prompts) > n and engine.model.emitted >= 3 * (n + 1))
             httpx.post(f"{engine.url}/pause_generation", json={})
             httpx.post(f"{engine.url}/continue_generation", json={})
 
@@ -146,7 +138,7 @@ def test_a_generation_aborted_again_and_again_ends_as_a_502_and_an_aborted_drop(
     pauser.join()
     assert answer.status_code == 502 and "aborted the generation" in answer.json()["error"]["message"]
     assert len(engine.model.prompts) == MAX_RESUMES + 1
-    _wait_until(lambda: metric(proxy, "openclaw_turns_dropped_total", reason="aborted") == 1)
+    wait_until(lambda: metric(proxy, "openclaw_turns_dropped_total", reason="aborted") == 1)
 
 
 def _backend(results: list[GenerateResult], seen: list[dict[str, Any]], **kw: Any) -> Any:

@@ -399,7 +399,8 @@ def test_weight_updates_meet_running_requests_as_in_sglang(paced_engine: Engine,
             await client.post("/pause_generation", json={"mode": "in_place"})
             held = asyncio.ensure_future(client.post("/generate", json={"input_ids": prompt, "sampling_params": {
                 "max_new_tokens": 1}}))
-            await asyncio.sleep(0.05)  # let it reach the server; whether or not it has, nothing is dispatched
+            while not engine.app.service.held_arrivals:  # it reached the server and waits there
+                await asyncio.sleep(0.005)
             status = (await client.post("/update_weights_from_disk", json={"model_path": "/ckpt/3"})).status_code
             await client.post("/continue_generation")
             assert (await held).status_code == 200
