@@ -67,7 +67,7 @@ async def _with_server(check) -> None:
     server = await asyncio.start_server(raw.handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        async with LoadClient(timeout_s=2.0) as client:
+        async with LoadClient(timeout_s=1.0) as client:
             await check(client, f"http://127.0.0.1:{port}", raw)
     finally:
         server.close()
@@ -106,7 +106,7 @@ def test_errors_are_raised_and_never_reuse_a_broken_connection() -> None:
                 await client.post(f"{base}{path}", b"", {})
             assert await client.post(f"{base}/length", b"", {}) == b"hello world"
         assert raw.connections == 3
-        with pytest.raises(LoadClientError):  # the 2 s deadline closes the connection
+        with pytest.raises(LoadClientError):  # the 1 s deadline closes the connection
             await client.post(f"{base}/hang", b"", {})
         with pytest.raises(LoadClientError):
             await client.post("http://127.0.0.1:9/none", b"", {})  # nothing listens on port 9

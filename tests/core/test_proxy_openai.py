@@ -161,7 +161,7 @@ def test_backend_down_and_timeout_map_to_502_504(make_proxy, tokenizer):
     proxy, url = make_proxy(f"http://127.0.0.1:{free_port()}")
     r = httpx.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 502 and "unreachable" in r.json()["error"]["message"]
-    with scripted_server(tokenizer, lambda p: "slow", ttft_s=2.0) as slow:
+    with scripted_server(tokenizer, lambda p: "slow", ttft_s=1.0) as slow:
         proxy, url = make_proxy(slow.url, proxy_request_timeout_s=0.3)
         r = httpx.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]},
                        headers={"X-Session-Id": "t"}, timeout=10)

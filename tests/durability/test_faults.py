@@ -31,7 +31,7 @@ def test_judge_down_votes_fail_and_training_continues(policy_server, make_proxy)
 
 
 def test_slow_judge_times_out(policy_server, tokenizer, make_proxy):
-    with scripted_server(tokenizer, lambda p: "\\boxed{1}", ttft_s=3.0) as slow_judge:
+    with scripted_server(tokenizer, lambda p: "\\boxed{1}", ttft_s=1.0) as slow_judge:
         proxy, url = make_proxy(policy_server.url, slow_judge.url, judge_votes=1, judge_timeout_s=0.3)
         assert converse(url, "slow", ["thanks", "thanks"]) == [200, 200]
         deadline = time.monotonic() + 20
