@@ -12,6 +12,7 @@ merges them into full weights for the server, so the server needs no LoRA suppor
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -86,7 +87,10 @@ def wrap_lora(model: torch.nn.Module, cfg: PolicyLoadConfig) -> Any:
         raise RuntimeError("LoRA needs peft: pip install 'openclaw-rl[lora]'") from exc
     lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha or 2 * cfg.lora_rank, lora_dropout=cfg.lora_dropout,
                       target_modules=list(cfg.lora_targets), bias="none", task_type="CAUSAL_LM")
-    return get_peft_model(model, lora)
+    with warnings.catch_warnings():  # peft reads the attribute transformers 5 deprecated: a warning per run that
+        warnings.filterwarnings(  # the user can do nothing about (the renamed attribute is what we set above)
+            "ignore", message=".*is_gradient_checkpointing.*is deprecated", category=FutureWarning)
+        return get_peft_model(model, lora)
 
 
 def add_policy_arguments(p: Any) -> None:
