@@ -758,7 +758,8 @@ class PolicyBackend:
                         await conn.wait_finished(gather_s)
                 if not reader.done and conn.finished and not conn.fresh:
                     if conn.error is not None or not conn.complete:
-                        raise BackendUnavailable(f"policy backend stream failed: {conn.error!r}")
+                        why = repr(conn.error) if conn.error is not None else "the connection closed mid-stream"
+                        raise BackendUnavailable(f"policy backend stream failed: {why}")
                     break
             while reader.done and not conn.finished:  # the chunked terminator follows [DONE] at once;
                 try:  # without it the connection is just not reused

@@ -22,7 +22,7 @@ from .chat_format import ChatFormat
 from .chat_template import ChatTemplateText
 from .errors import BadRequest
 from .protocol import ChatMessage, Tool
-from .tiktoken_bpe import is_panic, tiktoken_encoder
+from .tiktoken_bpe import byte_of_char, is_panic, tiktoken_encoder
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +141,33 @@ class _Prefix:
     ids: array  # the longest cut's token ids, 4 bytes each (a Python list costs ~28 bytes per id)
 
 
+def _token_byte_reader(tokenizer: Any) -> Any:
+    """token id -> bytes, by the kind of decoder the tokenizer has; anything else decodes the id alone."""
+    try:
+        decoder = json.loads(tokenizer.backend_tokenizer.to_str()).get("decoder") or {}
+    except (AttributeError, ValueError, TypeError):
+        decoder = {}
+    kinds = {d.get("type") for d in decoder.get("decoders", [decoder])} if isinstance(decoder, dict) else set()
+    added = {int(i): t.content for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()}
+    byte_of = byte_of_char() if "ByteLevel" in kinds else None
+    byte_pieces = "ByteFallback" in kinds
+
+    def read(token_id: int) -> bytes:
+        if token_id in added:
+            return added[token_id].encode()
+        piece = tokenizer.convert_ids_to_tokens(token_id)
+        if isinstance(piece, str):
+            if byte_of is not None and all(ch in byte_of for ch in piece):
+                return bytes(byte_of[ch] for ch in piece)
+            if byte_pieces and len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+                return bytes([int(piece[3:5], 16)])
+            if byte_pieces:
+                return piece.replace("\u2581", " ").encode()
+        return tokenizer.decode([token_id]).encode("utf-8", "surrogatepass")
+
+    return read
+
+
 class ChatRenderer:
     """Owns the policy tokenizer: messages (+ tools) → prompt text and ids.
 
@@ -182,6 +209,7 @@ class ChatRenderer:
         # Renders run on worker threads while forget() runs on the event loop: every change to the two
         # caches (store, move to end, evict, forget) holds this lock, so none sees a half-done other.
         self._lock = threading.Lock()
+        self._token_bytes: Any = None  # built on the first logprobs request
 
     @property
     def end_of_reply_ids(self) -> frozenset[int]:
@@ -193,6 +221,14 @@ class ChatRenderer:
         if self.format.turn_end in added:
             ids.add(added[self.format.turn_end])
         return frozenset(int(i) for i in ids)
+
+    def token_bytes(self, token_id: int) -> list[int]:
+        """A sampled token's own UTF-8 bytes (OpenAI's ``logprobs.content[].bytes``). A token may hold part
+        of a character, whose decode alone is U+FFFD; its bytes are read from the vocabulary instead:
+        byte-level BPE's printable stand-ins, or SentencePiece's ``<0xNN>`` byte pieces and ``▁`` spaces."""
+        if self._token_bytes is None:
+            self._token_bytes = _token_byte_reader(self.tokenizer)
+        return list(self._token_bytes(token_id))
 
     def render(self, messages: list[dict[str, Any]], tools: list[Tool] | None = None,
                add_generation_prompt: bool = True, cache_key: str | None = None,

@@ -63,6 +63,14 @@ class RequestTimeout(OpenClawError):
     error_type = "invalid_request_error"
 
 
+class ClientGone(OpenClawError):
+    """The client hung up before its request body was complete (499, nginx's code: nobody reads the answer).
+    No turn exists yet, so nothing is dropped; the request is counted under status 499."""
+
+    status = 499
+    error_type = "invalid_request_error"
+
+
 class RateLimited(OpenClawError):
     status = 429
     error_type = "rate_limit_error"

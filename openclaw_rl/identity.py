@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .config import is_truthy
-from .protocol import ChatCompletionRequest, ChatMessage
+from .errors import BadRequest
+from .protocol import MAX_SESSION_ID_CHARS, ChatCompletionRequest, ChatMessage
 
 OPENCLAW_CONTEXT_MARKER = "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"
 OPENCLAW_SYSTEM_MARKER = "<!-- openclaw:attempt:"
@@ -78,9 +79,13 @@ RESOLVERS: dict[str, Resolver] = {
 def resolve_identity(order: Sequence[str], headers: Mapping[str, str], req: ChatCompletionRequest) -> Identity:
     """Apply the resolvers in ``order`` (names from ``RESOLVERS``); headers must be lower-cased."""
     for name in order:
-        value = RESOLVERS[name](headers, req)
-        if value:
-            return Identity(value.strip(), name)
+        value = (RESOLVERS[name](headers, req) or "").strip()
+        if not value:  # absent, empty or blank: the next signal decides (never one shared "" session)
+            continue
+        if len(value) > MAX_SESSION_ID_CHARS:
+            raise BadRequest(f"session id from {name} is {len(value)} characters long; at most "
+                             f"{MAX_SESSION_ID_CHARS} are accepted", param="session_id")
+        return Identity(value, name)
     return Identity("unknown", "none")
 
 

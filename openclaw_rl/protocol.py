@@ -2,7 +2,12 @@
 
 Stage: client → **protocol** → serving. Requests are validated here, before any backend work.
 Unknown top-level fields are accepted and ignored (OpenClaw forwards arbitrary ``extra_body`` keys);
-fields that would change semantics and that we cannot honour are rejected with a 400 naming the field.
+fields that would change semantics and that we cannot honour are rejected with a 400 naming the field:
+``logit_bias`` (a bias would sample away from the policy being trained), ``top_logprobs`` above 0 and
+``logprobs`` on a streamed request (log-probs come with non-streamed replies only), structured output,
+``n`` above 1. ``seed`` is accepted and not forwarded: OpenAI itself promises no determinism for it.
+``tool_choice`` must name a tool the request offers; ``required`` and a named function are not enforced
+(constrained decoding would make the sampled tokens something else than the policy's own samples).
 Responses are plain dicts built by the small ``*_response``/``*_chunk`` helpers at the end: they are on
 the hot path, and pydantic adds nothing to data we construct ourselves.
 """
@@ -53,6 +58,12 @@ class ToolCall(BaseModel):
     function: FunctionCall
 
 
+MAX_SESSION_ID_CHARS = 512
+"""The longest session id accepted, in a chat request (any resolver) and in ``/v1/feedback``."""
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
@@ -66,6 +77,8 @@ class ChatMessage(BaseModel):
     def _content_required(self) -> ChatMessage:
         if self.content is None and self.role in ("system", "developer", "user", "tool"):
             raise ValueError(f"a '{self.role}' message needs 'content'")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a 'tool' message needs the 'tool_call_id' of the call it answers")
         if self.role == "assistant" and self.content is None and not self.tool_calls:
             # OpenAI accepts this, templates render it as empty; keep it but make it explicit.
             self.content = ""
@@ -104,21 +117,21 @@ class ChatCompletionRequest(BaseModel):
 
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     model: str | None = None
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
-    logit_bias: dict[str, float] | None = None
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2, allow_inf_nan=False)
+    logit_bias: dict[str, Finite] | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     max_tokens: int | None = Field(default=None, ge=1)
     n: int = Field(default=1, ge=1)
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2, allow_inf_nan=False)
     response_format: dict[str, Any] | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
+    temperature: float | None = Field(default=None, ge=0, le=2, allow_inf_nan=False)
+    top_p: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
     tools: list[Tool] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
@@ -143,6 +156,23 @@ class ChatCompletionRequest(BaseModel):
     def _stop_list(cls, v: str | list[str] | None) -> str | list[str] | None:
         if isinstance(v, list) and len(v) > 16:
             raise ValueError("at most 16 stop sequences")
+        if v == "" or (isinstance(v, list) and "" in v):
+            raise ValueError("a stop sequence cannot be empty")
+        return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _no_bias(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v:
+            raise ValueError("logit_bias is not supported by the training proxy: it would sample away from the "
+                             "policy being trained")
+        return v
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _no_top_logprobs(cls, v: int | None) -> int | None:
+        if v:
+            raise ValueError("top_logprobs is not supported (each token's own log-prob is, with logprobs=true)")
         return v
 
     @field_validator("response_format")
@@ -159,6 +189,20 @@ class ChatCompletionRequest(BaseModel):
             raise ValueError("tool_choice must be 'auto', 'none', 'required' or a function object")
         return v
 
+    @model_validator(mode="after")
+    def _consistent(self) -> ChatCompletionRequest:
+        if self.logprobs and self.stream:
+            raise ValueError("logprobs are returned on non-streamed requests only (stream=false)")
+        choice = self.tool_choice
+        if choice not in (None, "auto", "none"):
+            offered = {t.function.name for t in self.tools or []}
+            if not offered:
+                raise ValueError("tool_choice other than 'auto' or 'none' needs 'tools'")
+            named = ((choice.get("function") or {}).get("name") if isinstance(choice, dict) else None)
+            if isinstance(choice, dict) and named not in offered:
+                raise ValueError(f"tool_choice names a function the request's tools do not offer: {named!r}")
+        return self
+
     def max_new_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
@@ -172,7 +216,7 @@ class FeedbackRequest(BaseModel):
     """``POST /v1/feedback``: an explicit rating of a session's latest turn (openclaw-rl extension)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    session_id: Annotated[str, Field(min_length=1, max_length=512)]
+    session_id: Annotated[str, Field(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
     rating: Literal[1, -1, 0]
     text: Annotated[str, Field(max_length=32_000)] | None = None
 

@@ -29,6 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from . import codec
 from .backend import PolicyBackend, probe_backend
@@ -36,6 +37,7 @@ from .chat import ChatRenderer
 from .config import Settings
 from .errors import (
     BadRequest,
+    ClientGone,
     OpenClawError,
     Overloaded,
     PayloadTooLarge,
@@ -126,9 +128,10 @@ class Authenticator:
     def namespace(self, authorization: str | None) -> str:
         if not self.keys:
             return "default"
-        if not authorization or not authorization.startswith("Bearer "):
+        scheme, _, credentials = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not credentials:  # the scheme is case-insensitive (RFC 9110 11.1)
             raise Unauthorized("missing bearer token")
-        token = authorization[len("Bearer "):].encode("latin-1", "replace")  # the header's own bytes
+        token = credentials.encode("latin-1", "replace")  # the header's own bytes
         found = None
         for key, ns in self.keys:  # check every key: timing does not reveal which one matched
             if hmac.compare_digest(token, key):
@@ -276,6 +279,9 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
         await asyncio.wait_for(read(), timeout_s)
     except asyncio.TimeoutError:
         raise RequestTimeout(f"request body not received within {timeout_s:g}s") from None
+    except ClientDisconnect:
+        log.info("client hung up on %s after %d bytes of its body", request.url.path, len(body))
+        raise ClientGone("client disconnected before its request body was complete") from None
     return bytes(body)
 
 
@@ -362,7 +368,10 @@ def make_app(proxy: Proxy) -> Any:
         yield
         await proxy.shutdown()
 
-    app = FastAPI(title="openclaw-rl proxy", lifespan=lifespan)
+    # No /docs, /redoc or /openapi.json: they would be served without the API key, and a path with a
+    # trailing slash gets the JSON 404 of any unknown path, not a redirect.
+    app = FastAPI(title="openclaw-rl proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
+                  redirect_slashes=False)
     metrics = proxy.metrics
 
     @app.exception_handler(OpenClawError)

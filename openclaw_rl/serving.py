@@ -125,15 +125,20 @@ class ChatService:
                                 self.cfg.rollout_temperature)
             temperature = self.cfg.rollout_temperature
             params.update(top_p=1.0, top_k=-1, min_p=0.0)
-        elif req.top_p is not None:
-            params["top_p"] = req.top_p
+            penalties = [name for name in ("presence_penalty", "frequency_penalty") if getattr(req, name)]
+            if penalties:  # they reshape the distribution as top_p would: the trainer's log-probs would differ
+                self._warn_once("penalties", "client %s dropped on main-line turns, so rollout log-probs match "
+                                "the trainer's", " and ".join(penalties))
+        else:
+            if req.top_p is not None:
+                params["top_p"] = req.top_p
+            for name in ("presence_penalty", "frequency_penalty"):
+                if getattr(req, name):
+                    params[name] = getattr(req, name)
         if temperature is not None:
             params["temperature"] = temperature
         if req.stop:
             params["stop"] = req.stop_list()
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(req, name):
-                params[name] = getattr(req, name)
         if self.renderer.format.markup_is_special:  # e.g. Mistral's [THINK] / [TOOL_CALLS]: the parsers need them
             params["skip_special_tokens"] = False
         return params, temperature
@@ -158,8 +163,8 @@ class ChatService:
     async def complete(self, req: ChatCompletionRequest, headers: dict[str, str],
                        namespace: str, body_bytes: int = 0) -> dict[str, Any] | AsyncIterator[bytes]:
         main = classify_turn(self.cfg.turn_classifier, headers, req) == "main"
+        identity = resolve_identity(self.cfg.identity, headers, req)  # a 400 here: no turn, nothing counted
         self.metrics.turns.labels("main" if main else "side").inc()
-        identity = resolve_identity(self.cfg.identity, headers, req)
         if identity.source in ("none", "prefix"):
             self._warn_once("identity", "requests arrive without a session identity; sessions are grouped by "
                             "conversation prefix. For OpenClaw set compat.sendSessionAffinityHeaders: true on the "
@@ -272,8 +277,8 @@ class _Reply:
     def _logprobs(self, result: GenerateResult) -> dict[str, Any] | None:
         if not self.req.logprobs:
             return None
-        tok = self.svc.renderer.tokenizer
-        return {"content": [{"token": tok.decode([i]), "logprob": lp, "bytes": list(tok.decode([i]).encode()),
+        renderer = self.svc.renderer
+        return {"content": [{"token": renderer.tokenizer.decode([i]), "logprob": lp, "bytes": renderer.token_bytes(i),
                              "top_logprobs": []} for i, lp in zip(result.output_ids, result.logprobs)]}
 
     async def once(self, payload: dict[str, Any]) -> dict[str, Any]:

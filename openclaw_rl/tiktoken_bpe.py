@@ -26,7 +26,7 @@ from typing import Any
 _GPT2_SPLIT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 
-def _byte_of_char() -> dict[str, int]:
+def byte_of_char() -> dict[str, int]:
     """ByteLevel's printable stand-in for each byte, inverted (the table every byte-level BPE uses)."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     chars, extra = {}, 0
@@ -142,7 +142,7 @@ def tiktoken_encoder(tokenizer: Any) -> tuple[Callable[[str], list[int]] | None,
     if getattr(backend, "encode_special_tokens", False) or getattr(tokenizer, "split_special_tokens", False):
         return None, "added tokens in the text are split as text (split_special_tokens)"
 
-    byte_of = _byte_of_char()
+    byte_of = byte_of_char()
     vocab: dict[str, int] = model["vocab"]
     try:
         ranks = {bytes(byte_of[c] for c in token): token_id for token, token_id in vocab.items()}

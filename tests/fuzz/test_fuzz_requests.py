@@ -124,7 +124,8 @@ def test_fuzz_every_endpoint(fuzz_proxy, policy_server):
             tried += 1
         check_error(c.post(f"{url}/v1/chat/completions", content=b" " * 300_000, headers=auth), "huge body")
         for headers in ({}, {"Authorization": "Bearer"}, {"Authorization": "Basic k"}, {"Authorization": "Bearer k2"},
-                        {"Authorization": "Bearer " + "k" * 10_000}, {"Authorization": "bearer k"}):
+                        {"Authorization": "Bearer " + "k" * 10_000}, {"Authorization": "bearer k2"},
+                        {"Authorization": "Bearer  k"}):
             for method, path in (("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("POST", "/v1/feedback")):
                 check_error(c.request(method, f"{url}{path}", json=VALID, headers=headers), f"auth {headers}")
                 tried += 1
