@@ -49,7 +49,8 @@ class BinaryRLScorer:
         excluded = (not has_next) or score == 0
         promoted = excluded and has_next and self.cfg.at_least_one and ledger.effective == 0
         if excluded and not promoted:
-            reason = DropReason.NO_NEXT_STATE if not has_next else DropReason.ZERO_SCORE
+            reason = (DropReason.ZERO_SCORE if has_next else DropReason.NO_NEXT_STATE if turn.next_state is None
+                      else DropReason.NO_JUDGE)
             if not self.cfg.keep_masked_samples:
                 return Outcome(drop=reason, eval_score=score, record=record)
             mask = [0] * turn.response_length

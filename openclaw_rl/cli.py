@@ -108,13 +108,19 @@ def cmd_samples(ns: argparse.Namespace) -> int:
         return 1
     spool = Spool(ns.spool_dir)
     n = 0
-    for sample in spool.iter_samples():
-        if ns.session and sample.session_id != ns.session:
-            continue
-        print(json.dumps(strict_json(sample.summary()), ensure_ascii=False, allow_nan=False))
-        n += 1
-        if ns.limit and n >= ns.limit:
-            break
+    try:
+        for sample in spool.iter_samples():
+            if ns.session and sample.session_id != ns.session:
+                continue
+            print(json.dumps(strict_json(sample.summary()), ensure_ascii=False, allow_nan=False))
+            n += 1
+            if ns.limit and n >= ns.limit:
+                break
+        sys.stdout.flush()
+    except BrokenPipeError:  # `samples | head`: the reader has all it wanted; no traceback, as cat would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's final flush too
+    finally:
+        spool.close()
     return 0
 
 
@@ -144,9 +150,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     samples = sub.add_parser("samples", help="print the spool's samples, one strict JSON object a line "
                              "(a non-finite float prints as null)")
-    samples.add_argument("--spool-dir", required=True)
+    samples.add_argument("--spool-dir", required=True, help="the proxy's spool directory (e.g. runs/local-rl/spool)")
     samples.add_argument("--session", help="only this session id")
-    samples.add_argument("--limit", type=int, default=0)
+    samples.add_argument("--limit", type=int, default=0, help="print at most this many (default 0: all)")
     samples.set_defaults(fn=cmd_samples)
 
     if command in _EXTRA_COMMANDS:

@@ -29,6 +29,9 @@ class DropReason(str, Enum):
     """The policy sampled no tokens."""
     NO_NEXT_STATE = "no_next_state"
     """The session ended (done or idle TTL) before the turn got a next state, and the mode needs one."""
+    NO_JUDGE = "no_judge"
+    """RL with the PRM off (no judge URL) and no explicit feedback: the next state came, but nothing
+    scores it, so the turn would train at reward 0 (upstream's PRM-disabled behaviour)."""
     ZERO_SCORE = "zero_score"
     """RL: the judge scored 0 (ambiguous) and the at-least-one rule did not apply."""
     NO_HINT = "no_hint"

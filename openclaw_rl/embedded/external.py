@@ -188,7 +188,8 @@ def run_train(cfg: ExternalConfig, *, echo: bool = True) -> TrainReport:
             stack.runtime.ack(current.batch_id)
             stack.trainer.log(result.metrics)
             report.steps = result.step
-            report.stale_refused += int(result.metrics.get("train/stale_samples_refused", 0))
+            report.stale_refused += int(result.metrics.get("train/stale_samples_refused", 0)
+                                        + result.metrics.get("train/foreign_samples_refused", 0))
             if "train/rollout_fidelity_abs_diff" in result.metrics:
                 report.fidelity.append(result.metrics["train/rollout_fidelity_abs_diff"])
             if echo:

@@ -5,8 +5,9 @@ votes, a frozen copy of the initial policy as the OPD teacher) behind a second e
 embedded trainer; optionally the simulated users. The training loop is Slime's ``train_async`` with an
 update interval of 1: batch k+1 is collected while step k trains, and the weights are synced with
 submission paused, after batch k+1 is full. Ctrl-C or SIGTERM stops everything (requests in flight
-finish, the report is written); samples not yet trained stay in the durable spool and are trained first
-by the next run.
+finish, the report is written); samples not yet trained stay in the durable spool. The next run on the
+same output directory trains them first if it resumes a checkpoint (``--save-every``); one that starts
+from the untrained model moves them, with the earlier run's metrics, to ``previous/`` instead.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class LocalReport:
     curve_png: str | None = None
     metrics_path: str = ""
     seconds: float = 0.0
-    untrained_samples: int = 0  # left in the spool at the end (the next run on this --out-dir trains them first)
+    untrained_samples: int = 0  # left in the spool at the end (see the module docstring for what comes of them)
 
 
 def provider_json(url: str, model: str, api_key: str = "local", *, context_window: int = 32768,
@@ -97,6 +98,29 @@ def provider_json(url: str, model: str, api_key: str = "local", *, context_windo
         "agents": {"defaults": {"model": {"primary": f"openclaw-rl/{model}"}}}}
 
 
+def set_aside_earlier_run(out: Path) -> Path | None:
+    """Move an earlier run's files out of the way when this run starts from the untrained model.
+
+    Without a checkpoint under ``out/checkpoints`` the run starts from the tiny model as built, so the
+    samples an earlier run left in ``out/spool`` were sampled by weights this trainer never had (labelled
+    ``step-34`` while it is at step 0), and its ``metrics.jsonl`` counts steps this run would count again.
+    They go to ``out/previous/<UTC time>/``: nothing is deleted, nothing is trained on the wrong model.
+    Returns where they went, or None when there was nothing to move (or a checkpoint to resume)."""
+    checkpoints = out / "checkpoints"
+    if checkpoints.is_dir() and any(p.is_dir() and not p.name.endswith(".tmp") for p in checkpoints.glob("step-*")):
+        return None
+    earlier = [p for p in out.iterdir() if p.name not in ("checkpoints", "previous")]
+    if not earlier:
+        return None
+    target = out / "previous" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    while target.exists():  # two runs started within one second
+        target = target.with_name(target.name + "+")
+    target.mkdir(parents=True)
+    for path in earlier:
+        path.rename(target / path.name)
+    return target
+
+
 class LocalStack:
     """Owns every server and thread of a local run; ``close()`` stops them all."""
 
@@ -108,6 +132,11 @@ class LocalStack:
         self.cfg = cfg
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
+        set_aside = set_aside_earlier_run(self.out)
+        if set_aside is not None:
+            print(f"{self.out} holds an earlier run and no checkpoint to resume it from: its spool, metrics and "
+                  f"records moved to {set_aside} (its samples were sampled by that run's weights, not this "
+                  "model's; --save-every N checkpoints a run so that the next one resumes it)", flush=True)
         model_dir = ensure_tiny_model(cfg.preset, seed=cfg.seed, openclaw=cfg.openclaw_model,
                                       log=lambda line: print(line, flush=True))
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -298,7 +327,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
                 break
     except KeyboardInterrupt as exc:
         why = name_of(exc)
-        print(f"\ninterrupted ({why}): stopping (untrained samples stay in the spool for the next run)", flush=True)
+        print(f"\ninterrupted ({why}): stopping (untrained samples stay in the spool)", flush=True)
     finally:
         if unlogged is not None:  # printed and counted, so logged too
             if "perf/sync_ms" in unlogged:  # Ctrl-C came during the ack: synced, its batch maybe acknowledged
@@ -397,7 +426,7 @@ def register_local_command(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", choices=("openclaw", "plain"), default=None,
                    help="openclaw: the tiny model also pre-trained on OpenClaw-shaped 4-15K-token prompts, so it "
-                        "answers OpenClaw (built once, ~10 min, then cached); plain: the seconds-long build that "
+                        "answers OpenClaw (built once, ~13 min on 2 busy cores, then cached); plain: the seconds-long build that "
                         "knows only short chats (default: openclaw, plain with --simulate)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000, help="proxy port")
@@ -444,6 +473,9 @@ def _cmd_local(ns: Any) -> int:
               f"{report.final_rate:.0%} over {report.interactions} interactions; probability of the preferred "
               f"opener {report.preferred_prob_before:.0%} -> {report.preferred_prob_after:.0%})")
     if report.untrained_samples:
-        print(f"{report.untrained_samples} samples collected after the last step stay in {cfg.out_dir}/spool: "
-              "the next run with this --out-dir trains them first")
+        resumable = cfg.save_every > 0 and any((Path(cfg.out_dir) / "checkpoints").glob("step-*"))
+        print(f"{report.untrained_samples} samples collected after the last step stay in {cfg.out_dir}/spool: " +
+              ("the next run with this --out-dir resumes the latest checkpoint and trains them first" if resumable
+               else "no checkpoint was saved (--save-every N), so the next run with this --out-dir starts from the "
+                    "untrained model and moves them to previous/"))
     return 0

@@ -46,7 +46,7 @@ def admit(samples: list[TrainingSample], step: int, max_staleness: int) -> tuple
     """Split a batch at the staleness bound (``max_staleness < 0``: no bound); returns kept + metrics."""
     kept: list[TrainingSample] = []
     ages: list[int] = []
-    refused = unversioned = 0
+    refused = unversioned = foreign = 0
     for sample in samples:
         born = version_step(sample.metadata.get("weight_version"))
         if born is None:
@@ -54,6 +54,12 @@ def admit(samples: list[TrainingSample], step: int, max_staleness: int) -> tuple
             kept.append(sample)
             continue
         age = step - born
+        if age < 0:  # sampled by weights from a step this trainer has not reached: another run's samples
+            foreign += 1
+            log.warning("refusing sample %s (session %s turn %d): sampled by %s, a step this trainer (at step %d) "
+                        "has not reached: another run's sample", sample.sample_id, sample.session_id, sample.turn,
+                        sample.metadata.get("weight_version"), step)
+            continue
         ages.append(age)
         if 0 <= max_staleness < age:
             refused += 1
@@ -62,7 +68,8 @@ def admit(samples: list[TrainingSample], step: int, max_staleness: int) -> tuple
                         age, max_staleness)
             continue
         kept.append(sample)
-    metrics = {"train/stale_samples_refused": float(refused), "train/unversioned_samples": float(unversioned)}
+    metrics = {"train/stale_samples_refused": float(refused), "train/unversioned_samples": float(unversioned),
+               "train/foreign_samples_refused": float(foreign)}
     if ages:
         metrics.update({"train/staleness_mean": sum(ages) / len(ages), "train/staleness_min": float(min(ages)),
                         "train/staleness_max": float(max(ages))})

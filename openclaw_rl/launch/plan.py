@@ -134,9 +134,11 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("plan", help="resolve and check a launch script's settings; print shell assignments")
     c.add_argument("variant", help="the script's variant (rl, rl_lora, opd, ...: modes.LaunchVariant)")
-    c.add_argument("--script", required=True, help="the script's file name (messages, run config header)")
-    c.add_argument("--repo-root", required=True, help="this repository, as the script sees it")
-    c.add_argument("--cwd", required=True, help="where the script was started (relative paths)")
+    c.add_argument("--script", help="the script's file name (messages, run config header; default "
+                   "run_qwen3_4b_openclaw_<variant>.sh)")
+    c.add_argument("--repo-root", default=str(Path(__file__).resolve().parents[2]),
+                   help="this repository, as the script sees it (default: the one this module is in)")
+    c.add_argument("--cwd", default=os.getcwd(), help="where the script was started (relative paths; default: here)")
     c.add_argument("--user-pythonpath", help="the PYTHONPATH the script was started with (default: this one's), "
                    "appended to the Slime job's")
     c.add_argument("--dry-run", action="store_true", help="missing paths and GPUs are warnings; fill OC_PLAN")
@@ -146,7 +148,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     if ns.user_pythonpath is not None:
         env = {**env, "PYTHONPATH": ns.user_pythonpath}
     try:
-        values = make_plan(ns.variant, env, cwd=ns.cwd, repo_root=ns.repo_root, script_name=ns.script,
+        values = make_plan(ns.variant, env, cwd=ns.cwd, repo_root=ns.repo_root,
+                           script_name=ns.script or f"run_qwen3_4b_openclaw_{ns.variant}.sh",
                            dry_run=ns.dry_run, extra=extra, console=Console(ns.dry_run))
     except ValueError as e:  # LaunchError, or an unknown variant
         print(f"[openclaw-rl] ERROR: {e}", file=sys.stderr)

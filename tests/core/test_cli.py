@@ -126,6 +126,24 @@ def test_samples_prints_strict_json(tmp_path):
     assert row["rollout_log_probs"] == [None, None]
 
 
+def test_samples_piped_into_head_ends_quietly(tmp_path):
+    """`openclaw-rl samples ... | head -1`, as the README shows it: the reader closing the pipe early is
+    no error (it was a BrokenPipeError traceback and exit code 1)."""
+    from openclaw_rl.samples import TrainingSample
+    from openclaw_rl.spool import Spool
+
+    spool = Spool(tmp_path)
+    spool.put([TrainingSample(session_id=f"s{i}", turn=1, kind="rl", prompt_ids=[1] * 2000, response_ids=[2],
+                              rollout_log_probs=[-0.5], loss_mask=[1], reward=1.0) for i in range(200)])
+    spool.close()
+    cli = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "samples", "--spool-dir", str(tmp_path)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert cli.stdout is not None and json.loads(cli.stdout.readline())["session_id"] == "s0"
+    cli.stdout.close()  # what head does after its first line
+    _, err = cli.communicate(timeout=60)
+    assert cli.returncode == 0 and b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()
+
+
 def test_a_command_registers_only_its_own_module_and_help_lists_them_all():
     """`serve` must not import the embedded stack and the benchmarks to build its parser (0.4 CPU-s per
     start); `--help` and a mistyped command still see every subcommand."""

@@ -24,6 +24,21 @@ def test_feedback_scores_a_turn_without_any_judge(policy_server, make_proxy):
     assert httpx.post(f"{url}/v1/feedback", json={"session_id": "f", "rating": 1}).status_code == 404
 
 
+def test_without_a_judge_or_feedback_a_next_state_drops_its_turn_as_no_judge(policy_server, make_proxy):
+    """The reason says why: the next state came (not no_next_state), but nothing scored it."""
+    from support import metric
+
+    proxy, url = make_proxy(policy_server.url)
+    first = [{"role": "user", "content": "hello"}]
+    reply = chat(url, "n", first)
+    chat(url, "n", [*first, {"role": "assistant", "content": reply["content"]}, {"role": "user", "content": "ok"}])
+    httpx.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "bye"}]},
+               headers={"X-Session-Id": "n", "X-Session-Done": "1"}, timeout=30)
+    settle(proxy)
+    dropped = {r: metric(proxy, "openclaw_turns_dropped_total", reason=r) for r in ("no_judge", "no_next_state")}
+    assert dropped == {"no_judge": 2.0, "no_next_state": 1.0}
+
+
 def test_feedback_overrides_the_judge(policy_server, judge_server, make_proxy):
     proxy, url = make_proxy(policy_server.url, judge_server.url, judge_votes=1, proxy_api_keys=["a", "b"])
     reply = chat(url, "o", [{"role": "user", "content": "hello"}], key="a")

@@ -12,6 +12,7 @@ from openclaw_rl.embedded.local import (
     configure_local_logging,
     make_progress,
     provider_json,
+    set_aside_earlier_run,
 )
 
 
@@ -93,3 +94,24 @@ def test_flags_reach_the_local_config_and_unset_ones_take_the_mode_defaults():
         ["local", "--center-rewards", "--lr", "1e-4", "--kl-coef", "0.05", "--batch-size", "3", "--session-ttl", "60"]))
     assert (cfg.center_rewards, cfg.lr, cfg.kl_coef, cfg.rollout_batch_size, cfg.session_ttl_s) == (
         True, 1e-4, 0.05, 3, 60.0)
+
+
+def test_a_fresh_run_sets_an_earlier_runs_files_aside_and_a_resumed_run_keeps_them(tmp_path):
+    """Without a checkpoint the run starts from the untrained model: the earlier run's spool (sampled by its
+    weights) and metrics (its step numbers) move to previous/<time>/, whole; with one, they stay."""
+    out = tmp_path / "run"
+    (out / "spool").mkdir(parents=True)
+    (out / "spool" / "spool.sqlite").write_bytes(b"samples")
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    (out / "checkpoints" / "step-000002.tmp").mkdir(parents=True)  # a save cut short resumes nothing
+    moved = set_aside_earlier_run(out)
+    assert moved is not None and moved.parent == out / "previous"
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "previous"]
+    assert (moved / "spool" / "spool.sqlite").read_bytes() == b"samples"
+    assert (moved / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert set_aside_earlier_run(out) is None  # nothing left to move
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert set_aside_earlier_run(out) != moved  # a second fresh run in the same second gets its own folder
+    (out / "metrics.jsonl").write_text('{"step": 3}\n')
+    (out / "checkpoints" / "step-000003").mkdir()
+    assert set_aside_earlier_run(out) is None and (out / "metrics.jsonl").exists()  # resumed: kept

@@ -127,6 +127,16 @@ def test_samples_beyond_the_staleness_bound_are_refused_and_counted():
     assert len(kept) == 5 and metrics["train/stale_samples_refused"] == 0
 
 
+def test_samples_from_a_step_the_trainer_has_not_reached_are_refused_whatever_the_bound():
+    """Another run's samples (labelled step-34 while this trainer is at step 0) are no staleness at all."""
+    batch = [_sample("step-34"), _sample("default"), _sample("step-1")]
+    for bound in (2, -1):
+        kept, metrics = admit(batch, step=0, max_staleness=bound)
+        assert [s.metadata["weight_version"] for s in kept] == ["default"]
+        assert metrics["train/foreign_samples_refused"] == 2 and metrics["train/stale_samples_refused"] == 0
+        assert metrics["train/staleness_min"] == metrics["train/staleness_max"] == 0  # the kept one only
+
+
 def test_the_trainer_takes_no_step_on_a_wholly_stale_batch(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
