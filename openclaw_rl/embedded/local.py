@@ -6,8 +6,9 @@ embedded trainer; optionally the simulated users. The training loop is Slime's `
 update interval of 1: batch k+1 is collected while step k trains, and the weights are synced with
 submission paused, after batch k+1 is full. Ctrl-C or SIGTERM stops everything (requests in flight
 finish, the report is written); samples not yet trained stay in the durable spool. The next run on the
-same output directory trains them first if it resumes a checkpoint (``--save-every``); one that starts
-from the untrained model moves them, with the earlier run's metrics, to ``previous/`` instead.
+same output directory trains them first if it resumes a checkpoint (``--save-every``) of the same tiny
+model; one that starts from the untrained model, or serves the other one, moves them, with the earlier
+run's metrics, to ``previous/`` instead (``set_aside_earlier_run``).
 """
 
 from __future__ import annotations
@@ -98,27 +99,43 @@ def provider_json(url: str, model: str, api_key: str = "local", *, context_windo
         "agents": {"defaults": {"model": {"primary": f"openclaw-rl/{model}"}}}}
 
 
-def set_aside_earlier_run(out: Path) -> Path | None:
-    """Move an earlier run's files out of the way when this run starts from the untrained model.
+RUN_MODEL_FILE = "model.json"  # in the output directory: which tiny model its spool and checkpoints belong to
 
-    Without a checkpoint under ``out/checkpoints`` the run starts from the tiny model as built, so the
-    samples an earlier run left in ``out/spool`` were sampled by weights this trainer never had (labelled
-    ``step-34`` while it is at step 0), and its ``metrics.jsonl`` counts steps this run would count again.
-    They go to ``out/previous/<UTC time>/``: nothing is deleted, nothing is trained on the wrong model.
-    Returns where they went, or None when there was nothing to move (or a checkpoint to resume)."""
+
+def set_aside_earlier_run(out: Path, model: str) -> tuple[Path, str] | None:
+    """Move an earlier run's files out of the way when this run cannot continue it.
+
+    A run continues the one before it in ``out`` when it resumes that run's checkpoint: same model (the
+    tiny model's directory name, kept in ``out/model.json``) and a finished checkpoint under
+    ``out/checkpoints``. Otherwise the samples the earlier run left in ``out/spool`` were sampled by weights
+    this trainer never had (labelled ``step-34`` while it is at step 0, or by the other tiny model: the
+    plain one of ``--simulate`` against the OpenClaw variant), its ``metrics.jsonl`` counts steps this run
+    would count again, and another model's checkpoint must not be loaded. They go to
+    ``out/previous/<UTC time>/``: nothing is deleted, nothing is trained on the wrong model. Returns where
+    they went and why, or None when there was nothing to move or a run to resume."""
+    marker = out / RUN_MODEL_FILE
+    try:
+        earlier_model = json.loads(marker.read_text()).get("model") if marker.exists() else None
+    except (OSError, ValueError, AttributeError):
+        earlier_model = None
     checkpoints = out / "checkpoints"
-    if checkpoints.is_dir() and any(p.is_dir() and not p.name.endswith(".tmp") for p in checkpoints.glob("step-*")):
-        return None
-    earlier = [p for p in out.iterdir() if p.name not in ("checkpoints", "previous")]
-    if not earlier:
-        return None
-    target = out / "previous" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    while target.exists():  # two runs started within one second
-        target = target.with_name(target.name + "+")
-    target.mkdir(parents=True)
-    for path in earlier:
-        path.rename(target / path.name)
-    return target
+    resumable = checkpoints.is_dir() and any(p.is_dir() and not p.name.endswith(".tmp")
+                                             for p in checkpoints.glob("step-*"))
+    other_model = earlier_model is not None and earlier_model != model
+    moved: tuple[Path, str] | None = None
+    if other_model or not resumable:
+        earlier = [p for p in out.iterdir() if p.name != "previous" and (other_model or p.name != "checkpoints")]
+        if earlier:
+            target = out / "previous" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+            while target.exists():  # two runs started within one second
+                target = target.with_name(target.name + "+")
+            target.mkdir(parents=True)
+            for path in earlier:
+                path.rename(target / path.name)
+            moved = (target, f"it was a run of another model ({earlier_model})" if other_model
+                     else "it left no checkpoint to resume")
+    marker.write_text(json.dumps({"model": model}) + "\n")
+    return moved
 
 
 class LocalStack:
@@ -132,13 +149,13 @@ class LocalStack:
         self.cfg = cfg
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        set_aside = set_aside_earlier_run(self.out)
-        if set_aside is not None:
-            print(f"{self.out} holds an earlier run and no checkpoint to resume it from: its spool, metrics and "
-                  f"records moved to {set_aside} (its samples were sampled by that run's weights, not this "
-                  "model's; --save-every N checkpoints a run so that the next one resumes it)", flush=True)
         model_dir = ensure_tiny_model(cfg.preset, seed=cfg.seed, openclaw=cfg.openclaw_model,
                                       log=lambda line: print(line, flush=True))
+        set_aside = set_aside_earlier_run(self.out, model_dir.name)
+        if set_aside is not None:
+            print(f"{self.out} holds an earlier run this one cannot continue ({set_aside[1]}): its files moved to "
+                  f"{set_aside[0]} (its samples were sampled by that run's weights, not this model's; "
+                  "--save-every N checkpoints a run so that the next one resumes it)", flush=True)
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.servers: list[Any] = []
         self.cores: list[Any] = []  # the engines' torch cores (policy, teacher): their worker threads end on close

@@ -96,22 +96,26 @@ def test_flags_reach_the_local_config_and_unset_ones_take_the_mode_defaults():
         True, 1e-4, 0.05, 3, 60.0)
 
 
-def test_a_fresh_run_sets_an_earlier_runs_files_aside_and_a_resumed_run_keeps_them(tmp_path):
+def test_a_run_that_cannot_continue_the_last_sets_its_files_aside(tmp_path):
     """Without a checkpoint the run starts from the untrained model: the earlier run's spool (sampled by its
-    weights) and metrics (its step numbers) move to previous/<time>/, whole; with one, they stay."""
+    weights) and metrics (its step numbers) move to previous/<time>/, whole; with one of the same model they
+    stay; a run of the other tiny model moves even the checkpoints (they must not be loaded into it)."""
     out = tmp_path / "run"
     (out / "spool").mkdir(parents=True)
     (out / "spool" / "spool.sqlite").write_bytes(b"samples")
     (out / "metrics.jsonl").write_text('{"step": 1}\n')
     (out / "checkpoints" / "step-000002.tmp").mkdir(parents=True)  # a save cut short resumes nothing
-    moved = set_aside_earlier_run(out)
-    assert moved is not None and moved.parent == out / "previous"
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "previous"]
+    moved, why = set_aside_earlier_run(out, "tiny-h128-s0-v6")
+    assert moved.parent == out / "previous" and "no checkpoint" in why
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "model.json", "previous"]
     assert (moved / "spool" / "spool.sqlite").read_bytes() == b"samples"
     assert (moved / "metrics.jsonl").read_text() == '{"step": 1}\n'
-    assert set_aside_earlier_run(out) is None  # nothing left to move
     (out / "metrics.jsonl").write_text('{"step": 1}\n')
-    assert set_aside_earlier_run(out) != moved  # a second fresh run in the same second gets its own folder
+    again, _ = set_aside_earlier_run(out, "tiny-h128-s0-v6")
+    assert again != moved  # a second fresh run in the same second gets its own folder
     (out / "metrics.jsonl").write_text('{"step": 3}\n')
     (out / "checkpoints" / "step-000003").mkdir()
-    assert set_aside_earlier_run(out) is None and (out / "metrics.jsonl").exists()  # resumed: kept
+    assert set_aside_earlier_run(out, "tiny-h128-s0-v6") is None and (out / "metrics.jsonl").exists()  # resumed
+    other, why = set_aside_earlier_run(out, "tiny-h128-openclaw3-s0-v6")
+    assert "another model (tiny-h128-s0-v6)" in why and (other / "checkpoints" / "step-000003").is_dir()
+    assert sorted(p.name for p in out.iterdir()) == ["model.json", "previous"]
