@@ -107,9 +107,24 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context(trust_env=False)
 
 
+_TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
+def _is_branch_tag(part: Any) -> bool:
+    """pydantic's name for a union member in an error's path ("str", "list[union[TextPart,OtherPart]]"):
+    not a field of the request. Fields are lower snake_case; members are types."""
+    return isinstance(part, str) and ("[" in part or part[:1].isupper() or part in _TYPE_TAGS)
+
+
 def validation_message(e: ValidationError) -> tuple[str, str | None]:
-    first = e.errors()[0]
-    param = ".".join(str(p) for p in first.get("loc", ())) or None
+    """The first error, said of the field. Where a union's first member only says "should be a valid
+    string", the member that matched the input's type says more (``content: []``: at least 1 item)."""
+    errors = e.errors()
+    first = errors[0]
+    if first["type"].endswith("_type"):
+        first = next((x for x in errors if not x["type"].endswith("_type")
+                      and tuple(x["loc"][:-1]) == tuple(first["loc"][:-1])), first)
+    param = ".".join(str(p) for p in first.get("loc", ()) if not _is_branch_tag(p)) or None
     return f"invalid request: {first.get('msg')}" + (f" (at {param})" if param else ""), param
 
 

@@ -125,3 +125,11 @@ def test_logprob_bytes_are_the_tokens_own_bytes(policy_server, make_proxy, token
     for text in ("naïve 🙂 日本語", "<|im_end|>", " x"):
         ids = tokenizer.encode(text, add_special_tokens=False)
         assert b"".join(bytes(renderer.token_bytes(i)) for i in ids) == text.encode(), text
+
+
+def test_a_validation_error_names_the_field_not_the_union_member(policy_server, make_proxy):
+    """`content: []` used to answer "should be a valid string (at messages.0.content.str)": the first member of
+    the content union, not the one the input was meant for."""
+    proxy, url = make_proxy(policy_server.url)
+    error = _chat(url, {"messages": [{"role": "user", "content": []}]}).json()["error"]
+    assert "at least 1 item" in error["message"] and error["param"] == "messages.0.content"
