@@ -78,6 +78,7 @@ SSE_DONE = b"data: [DONE]\n\n"
 STREAM_FLUSH_S = 0.02  # after a snapshot with text, the next one gathers the tokens of this long (one client write)
 BULK_BYTES = 1 << 20  # request bodies above this render on their own thread, without the prefix cache
 DURABLE_WAIT_S = 30.0  # the longest a reply waits for its turn's commit (a broken spool is counted, not fatal)
+_PENALTIES = ("presence_penalty", "frequency_penalty")  # client knobs that reshape the sampled distribution
 
 
 class ChatService:
@@ -125,14 +126,14 @@ class ChatService:
                                 self.cfg.rollout_temperature)
             temperature = self.cfg.rollout_temperature
             params.update(top_p=1.0, top_k=-1, min_p=0.0)
-            penalties = [name for name in ("presence_penalty", "frequency_penalty") if getattr(req, name)]
+            penalties = [name for name in _PENALTIES if getattr(req, name)]
             if penalties:  # they reshape the distribution as top_p would: the trainer's log-probs would differ
                 self._warn_once("penalties", "client %s dropped on main-line turns, so rollout log-probs match "
                                 "the trainer's", " and ".join(penalties))
         else:
             if req.top_p is not None:
                 params["top_p"] = req.top_p
-            for name in ("presence_penalty", "frequency_penalty"):
+            for name in _PENALTIES:
                 if getattr(req, name):
                     params[name] = getattr(req, name)
         if temperature is not None:

@@ -118,9 +118,9 @@ def set_aside_earlier_run(out: Path, model: str) -> tuple[Path, str] | None:
         earlier_model = json.loads(marker.read_text()).get("model") if marker.exists() else None
     except (OSError, ValueError, AttributeError):
         earlier_model = None
-    checkpoints = out / "checkpoints"
-    resumable = checkpoints.is_dir() and any(p.is_dir() and not p.name.endswith(".tmp")
-                                             for p in checkpoints.glob("step-*"))
+    from .trainer import latest_checkpoint
+
+    resumable = latest_checkpoint(out / "checkpoints") is not None
     other_model = earlier_model is not None and earlier_model != model
     moved: tuple[Path, str] | None = None
     if other_model or not resumable:
@@ -490,7 +490,9 @@ def _cmd_local(ns: Any) -> int:
               f"{report.final_rate:.0%} over {report.interactions} interactions; probability of the preferred "
               f"opener {report.preferred_prob_before:.0%} -> {report.preferred_prob_after:.0%})")
     if report.untrained_samples:
-        resumable = cfg.save_every > 0 and any((Path(cfg.out_dir) / "checkpoints").glob("step-*"))
+        from .trainer import latest_checkpoint
+
+        resumable = cfg.save_every > 0 and latest_checkpoint(Path(cfg.out_dir) / "checkpoints") is not None
         print(f"{report.untrained_samples} samples collected after the last step stay in {cfg.out_dir}/spool: " +
               ("the next run with this --out-dir resumes the latest checkpoint and trains them first" if resumable
                else "no checkpoint was saved (--save-every N), so the next run with this --out-dir starts from the "

@@ -188,6 +188,13 @@ def batch_to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
 # --- the trainer ----------------------------------------------------------------------------------------
 
 
+def latest_checkpoint(ckpt_dir: str | Path) -> Path | None:
+    """The newest finished checkpoint under ``ckpt_dir`` (``step-NNNNNN``; a ``.tmp`` save was cut short)."""
+    root = Path(ckpt_dir)
+    done = sorted(p for p in root.glob("step-*") if p.is_dir() and not p.name.endswith(".tmp")) if root.exists() else []
+    return done[-1] if done else None
+
+
 @dataclass
 class StepResult:
     step: int
@@ -353,9 +360,7 @@ class EmbeddedTrainer:
         return out
 
     def latest_checkpoint(self) -> Path | None:
-        root = Path(self.cfg.ckpt_dir)
-        done = sorted(p for p in root.glob("step-*") if p.is_dir() and not p.name.endswith(".tmp")) if root.exists() else []
-        return done[-1] if done else None
+        return latest_checkpoint(self.cfg.ckpt_dir)
 
     def resume(self) -> bool:
         ckpt = self.latest_checkpoint()
