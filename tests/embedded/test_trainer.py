@@ -115,7 +115,7 @@ def test_the_old_log_probs_from_the_training_forward_equal_a_separate_recompute(
     assert not trainer.separate_old_pass
     seen = recording(trainer)
     trainer.train(samples)
-    want = sequence_logprobs(before, build_batch(samples), trainer.args)
+    want = sequence_logprobs(before, build_batch(samples), trainer.args, trainer.tail)  # the same forward shape
     assert len(seen) == len(want) == 4
     for got, expected in zip(seen, want):
         assert torch.equal(got, expected)
@@ -131,7 +131,8 @@ def test_a_model_with_dropout_gets_its_old_log_probs_from_a_separate_eval_pass(m
     assert trainer.separate_old_pass
     seen = recording(trainer)
     result = trainer.train(samples)
-    for got, expected in zip(seen, sequence_logprobs(before, build_batch(samples), trainer.args), strict=True):
+    for got, expected in zip(seen, sequence_logprobs(before, build_batch(samples), trainer.args, trainer.tail),
+                             strict=True):
         assert torch.equal(got, expected)
     assert result.metrics["train/ppo_kl"] != 0.0  # the dropout forward differs from the eval-mode old pass
 
@@ -148,7 +149,7 @@ def test_fidelity_scores_each_sample_with_the_weights_that_sampled_it(models):
     trainer = EmbeddedTrainer(TrainerConfig(mode="rl"), model, sync=lambda sd, v: None)
     first = tagged(samples_for(tok, core), "default")
     want = [(lp - rollout).abs().mean().item() for lp, rollout in
-            zip(sequence_logprobs(trainer.served["default"], build_batch(first), trainer.args),
+            zip(sequence_logprobs(trainer.served["default"], build_batch(first), trainer.args, trainer.tail),
                 build_batch(first)["rollout_log_probs"])]
     m = trainer.train(first).metrics
     assert m["train/rollout_fidelity_samples"] == 4
