@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random  # SystemRandom: unaffected by tests seeding the global generator
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -25,11 +27,38 @@ RAW_SEND = "openclaw.raw_send"  # ASGI scope key: the server's own `send` (the e
 KEEP_ALIVE_S = 30  # longer than clients' pool expiry (httpx: 5 s), so idle connections close client-side first
 
 
+def ephemeral_port_range() -> tuple[int, int]:
+    """The ports the OS hands out to ``bind(0)`` and to outgoing connections (Linux's default if unknown)."""
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """Ask the OS for a free TCP port on ``host`` (racy by nature, fine for loopback tests)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on ``host`` that is free now, for a server about to be started (racy by nature).
+
+    Picked below the OS's ephemeral range where there is room: a port from ``bind(0)`` is one that every
+    outgoing connection (gloo and Ray rendezvous, HTTP clients) may take as its source port before the
+    server binds it, which made a proxy under Slime's tp=2 check fail with "port in use". Below the range,
+    only another server choosing explicitly can collide.
+    """
+    low, _ = ephemeral_port_range()
+    first = 10000 if low > 12000 else 1024
+    return first_bindable(host, random.SystemRandom().sample(range(first, low), min(64, max(low - first, 0))))
+
+
+def first_bindable(host: str, candidates: list[int]) -> int:
+    """The first of ``candidates`` that ``host`` can bind now; else one from the OS (``bind(0)``)."""
+    for port in [*candidates, 0]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise OSError(f"cannot bind any port on {host}")
 
 
 class AnswerRequestsCutByShutdown:
