@@ -64,6 +64,7 @@ class GenerateResult:
     prompt_tokens: int
     weight_version: str | None
     resumable: bool = False  # an "abort" without a status code: a pause (Slime's weight update), not an error
+    top_logprobs: list[list[tuple[float, int]]] | None = None  # per output token, when top_logprobs_num was asked
 
 
 def _check_error(data: Any) -> dict[str, Any]:
@@ -143,8 +144,9 @@ def joined(done: GenerateResult, more: GenerateResult,
         text = decode(ids)
         if more.finish_reason is None:
             text = text.rstrip("\ufffd")
+    tops = None if done.top_logprobs is None or more.top_logprobs is None else done.top_logprobs + more.top_logprobs
     return GenerateResult(text, ids, done.logprobs + more.logprobs, more.finish_reason, done.prompt_tokens, version,
-                          more.resumable)
+                          more.resumable, tops)
 
 
 def _unresumed(result: GenerateResult, resumes: int) -> GenerationAborted:
@@ -170,6 +172,15 @@ def _aligned_logprobs(ids: list[int], triples: list[Any]) -> list[float]:
     return list(map(float, map(_LOGPROB, triples)))
 
 
+def _top_logprobs(ids: list[int], rows: Any) -> list[list[tuple[float, int]]] | None:
+    """``output_top_logprobs`` (per output token, ``[[logprob, id, text], …]``) as (logprob, id) pairs."""
+    if not rows:
+        return None
+    if len(rows) != len(ids):
+        raise BackendUnavailable(f"policy backend sent top log-probs for {len(rows)} of {len(ids)} tokens")
+    return [[(float(lp), int(t)) for lp, t, *_ in row] for row in rows]
+
+
 def parse_generate(data: Any, *, final: bool) -> GenerateResult:
     """A whole (non-streamed) ``/generate`` object."""
     data = _check_error(data)
@@ -184,7 +195,7 @@ def parse_generate(data: Any, *, final: bool) -> GenerateResult:
         if n is not None and n != len(ids):
             raise BackendUnavailable(f"policy backend reports {n} completion tokens but sent {len(ids)} ids")
         return GenerateResult(str(data.get("text") or ""), ids, logprobs, finish, int(meta.get("prompt_tokens", 0)),
-                              version, pause_abort)
+                              version, pause_abort, _top_logprobs(ids, meta.get("output_top_logprobs")))
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise BackendUnavailable(f"policy backend answered malformed /generate output: {e!r}") from e
 

@@ -3,8 +3,8 @@
 Stage: client → **protocol** → serving. Requests are validated here, before any backend work.
 Unknown top-level fields are accepted and ignored (OpenClaw forwards arbitrary ``extra_body`` keys);
 fields that would change semantics and that we cannot honour are rejected with a 400 naming the field:
-``logit_bias`` (a bias would sample away from the policy being trained), ``top_logprobs`` above 0 and
-``logprobs`` on a streamed request (log-probs come with non-streamed replies only), structured output,
+``logit_bias`` (a bias would sample away from the policy being trained), ``logprobs`` on a streamed
+request (log-probs, and their ``top_logprobs``, come with non-streamed replies only), structured output,
 ``n`` above 1. ``seed`` is accepted and not forwarded: OpenAI itself promises no determinism for it.
 ``tool_choice`` must name a tool the request offers; ``required`` and a named function are not enforced
 (constrained decoding would make the sampled tokens something else than the policy's own samples).
@@ -168,13 +168,6 @@ class ChatCompletionRequest(BaseModel):
                              "policy being trained")
         return v
 
-    @field_validator("top_logprobs")
-    @classmethod
-    def _no_top_logprobs(cls, v: int | None) -> int | None:
-        if v:
-            raise ValueError("top_logprobs is not supported (each token's own log-prob is, with logprobs=true)")
-        return v
-
     @field_validator("response_format")
     @classmethod
     def _plain_text_only(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -193,6 +186,8 @@ class ChatCompletionRequest(BaseModel):
     def _consistent(self) -> ChatCompletionRequest:
         if self.logprobs and self.stream:
             raise ValueError("logprobs are returned on non-streamed requests only (stream=false)")
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs=true")
         choice = self.tool_choice
         if choice not in (None, "auto", "none"):
             offered = {t.function.name for t in self.tools or []}

@@ -180,6 +180,8 @@ class ChatService:
             self._bulk_pool if bulk else self._render_pool, self._prepare, req, cache_key)
         params, temperature = self._sampling_params(req, main, len(prompt_ids))
         payload = {"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}
+        if req.top_logprobs:
+            payload["top_logprobs_num"] = req.top_logprobs
         done = session_done(headers, req)
         turn = None
         if main:
@@ -278,9 +280,18 @@ class _Reply:
     def _logprobs(self, result: GenerateResult) -> dict[str, Any] | None:
         if not self.req.logprobs:
             return None
-        renderer = self.svc.renderer
-        return {"content": [{"token": renderer.tokenizer.decode([i]), "logprob": lp, "bytes": renderer.token_bytes(i),
-                             "top_logprobs": []} for i, lp in zip(result.output_ids, result.logprobs)]}
+        renderer, tops = self.svc.renderer, result.top_logprobs or [()] * len(result.output_ids)
+        if self.req.top_logprobs and result.top_logprobs is None and result.output_ids:
+            self.svc._warn_once("top_logprobs", "the policy backend sent no top log-probs (does it take "
+                                "top_logprobs_num?): replies carry empty top_logprobs lists")
+
+        def entry(token_id: int, logprob: float) -> dict[str, Any]:
+            return {"token": renderer.tokenizer.decode([token_id]), "logprob": logprob,
+                    "bytes": renderer.token_bytes(token_id)}
+
+        k = self.req.top_logprobs or 0
+        return {"content": [{**entry(i, lp), "top_logprobs": [entry(t, tlp) for tlp, t in top[:k]]}
+                            for i, lp, top in zip(result.output_ids, result.logprobs, tops)]}
 
     async def once(self, payload: dict[str, Any]) -> dict[str, Any]:
         with self._settled_on_error():

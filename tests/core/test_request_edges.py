@@ -47,7 +47,8 @@ def test_a_body_cut_off_by_the_client_is_a_499_with_one_log_line(policy_server, 
 @pytest.mark.parametrize(("extra", "says"), [
     ({"logit_bias": {"100": -100}}, "logit_bias is not supported"),
     ({"logit_bias": {"1": float("nan")}}, "finite number"),
-    ({"top_logprobs": 5, "logprobs": True}, "top_logprobs is not supported"),
+    ({"top_logprobs": 5}, "top_logprobs needs logprobs=true"),
+    ({"top_logprobs": 21, "logprobs": True}, "less than or equal to 20"),
     ({"logprobs": True, "stream": True}, "non-streamed requests only"),
     ({"tool_choice": "required"}, "needs 'tools'"),
     ({"tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": TOOLS}, "do not offer: 'nope'"),
@@ -125,6 +126,24 @@ def test_logprob_bytes_are_the_tokens_own_bytes(policy_server, make_proxy, token
     for text in ("naïve 🙂 日本語", "<|im_end|>", " x"):
         ids = tokenizer.encode(text, add_special_tokens=False)
         assert b"".join(bytes(renderer.token_bytes(i)) for i in ids) == text.encode(), text
+
+
+def test_top_logprobs_come_with_each_token(policy_server, make_proxy):
+    """``top_logprobs: k``: each sampled token's k most likely alternatives, best first, in the same shape as
+    the token itself; the sampled token, where it is among them, has the same log-prob there."""
+    proxy, url = make_proxy(policy_server.url)
+    entries = _chat(url, {"messages": HI, "logprobs": True, "top_logprobs": 3}).json()["choices"][0]["logprobs"]["content"]
+    assert entries
+    for e in entries:
+        tops = e["top_logprobs"]
+        assert len(tops) == 3 and all(set(t) == {"token", "logprob", "bytes"} for t in tops)
+        assert [t["logprob"] for t in tops] == sorted((t["logprob"] for t in tops), reverse=True)
+        assert e["logprob"] <= tops[0]["logprob"] + 1e-6
+        same = [t for t in tops if t["bytes"] == e["bytes"]]
+        assert not same or same[0]["logprob"] == pytest.approx(e["logprob"], abs=1e-5)
+    assert any(t["bytes"] == e["bytes"] for e in entries for t in e["top_logprobs"])  # the sampled token shows up
+    plain = _chat(url, {"messages": HI, "logprobs": True}).json()["choices"][0]["logprobs"]["content"]
+    assert all(e["top_logprobs"] == [] for e in plain)
 
 
 def test_a_validation_error_names_the_field_not_the_union_member(policy_server, make_proxy):

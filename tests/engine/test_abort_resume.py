@@ -81,9 +81,13 @@ def test_an_aborted_generation_is_resumed_and_the_client_gets_the_whole_reply(en
         assert not any("error" in e for e in events), events
         text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e.get("choices"))
         finish = [e["choices"][0]["finish_reason"] for e in events if e.get("choices")][-1]
-    else:
+    else:  # with log-probs and top log-probs: both parts' lists joined, one entry per token
+        body |= {"logprobs": True, "top_logprobs": 2}
         answer = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=60).json()
         text, finish = answer["choices"][0]["message"]["content"], answer["choices"][0]["finish_reason"]
+        entries = answer["choices"][0]["logprobs"]["content"]
+        assert len(entries) == answer["usage"]["completion_tokens"] and all(len(e["top_logprobs"]) == 2
+                                                                             for e in entries)
     pauser.join()
     assert (text, finish) == (REPLY, "stop")
     assert len(engine.model.prompts) == 2 and engine.model.prompts[1] > engine.model.prompts[0]  # one resume

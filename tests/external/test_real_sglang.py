@@ -147,6 +147,19 @@ def test_streamed_turns_at_interval_8_assemble_what_interval_1_does(sglang_serve
     assert max(abs(a - b) for a, b in zip(one.rollout_log_probs, eight.rollout_log_probs)) < 1e-3
 
 
+def test_top_logprobs_from_real_sglang(sglang_server, make_proxy):
+    """``top_logprobs`` goes to SGLang as ``top_logprobs_num``; greedy, each sampled token is its own top one."""
+    proxy, url = make_proxy(sglang_server, proxy_rollout_temperature=0.0)
+    req = {"messages": [{"role": "user", "content": "Tell me about Paris."}], "max_tokens": 12, "logprobs": True,
+           "top_logprobs": 3}
+    answer = httpx.post(f"{url}/v1/chat/completions", json=req, timeout=120).json()
+    entries = answer["choices"][0]["logprobs"]["content"]
+    assert len(entries) == answer["usage"]["completion_tokens"] > 0
+    for e in entries:
+        assert len(e["top_logprobs"]) == 3 and e["top_logprobs"][0]["bytes"] == e["bytes"]
+        assert e["top_logprobs"][0]["logprob"] == pytest.approx(e["logprob"], abs=1e-4)
+
+
 def test_a_stream_aborted_by_slimes_pause_is_resumed_whole(sglang_server, make_proxy):
     """Slime pauses SGLang for each weight update with ``/pause_generation`` (abort mode): real SGLang
     ends the running request with an abort, and the proxy resumes it from its tokens. Greedy, so the
