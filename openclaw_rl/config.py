@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import ipaddress
 import os
 import types
 import typing
@@ -158,6 +159,24 @@ class Settings:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if j.votes < 1:
             raise ValueError("judge votes (openclaw_judge_votes / PRM_M) must be >= 1")
+        if not 0 <= j.temperature < float("inf"):
+            raise ValueError(f"openclaw_judge_temperature (PRM_TEMPERATURE): expected a number >= 0, got {j.temperature}")
+        if j.max_new_tokens < 1:
+            raise ValueError(f"openclaw_judge_max_new_tokens (PRM_MAX_NEW_TOKENS): expected >= 1, got {j.max_new_tokens}")
+        if self.opd.teacher_concurrency < 0:
+            raise ValueError("openclaw_opd_teacher_concurrency (OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY): expected 0 "
+                             f"(no limit) or more, got {self.opd.teacher_concurrency}")
+        t = p.rollout_temperature
+        if t is not None and not 0 <= t < float("inf"):
+            raise ValueError(f"openclaw_proxy_rollout_temperature (ROLLOUT_TEMPERATURE): expected a number >= 0, got {t}")
+        from .parsers import REASONING_PARSERS, TOOL_PARSERS  # parsers imports the chat formats, not config
+
+        if p.tool_parser not in TOOL_PARSERS:
+            raise ValueError(f"openclaw_proxy_tool_parser (TOOL_CALL_PARSER): unknown parser {p.tool_parser!r}; "
+                             f"one of {', '.join(sorted(TOOL_PARSERS))}")
+        if p.reasoning_parser not in REASONING_PARSERS:
+            raise ValueError(f"openclaw_proxy_reasoning_parser: unknown parser {p.reasoning_parser!r}; one of "
+                             f"{', '.join(sorted(REASONING_PARSERS))}")
         if self.spool.sync not in ("full", "normal"):
             raise ValueError(f"openclaw_spool_sync must be 'full' or 'normal', not {self.spool.sync!r}")
         if p.pause_mode not in ("reject", "hold"):
@@ -175,7 +194,14 @@ class Settings:
 
 
 def is_loopback(host: str) -> bool:
-    return host in ("localhost", "::1") or host.startswith("127.")
+    """A loopback address (127.0.0.0/8, ::1) or ``localhost``; a name that merely starts with ``127.``
+    (``127.example.com``) is a public host and needs an API key like any other."""
+    if host.strip("[]").lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 # upstream environment variables → flat keys (values are parsed by the field's type)

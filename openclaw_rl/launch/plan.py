@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import run_config, script, slime_args
+from . import refusals, run_config, script, slime_args
 from .script import Console, ScriptSettings
 from .slime_args import Commands
 
@@ -85,6 +85,8 @@ def plan_text(s: ScriptSettings, c: Commands, config_text: str, env: Mapping[str
 def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, script_name: str, dry_run: bool,
               extra: Sequence[str], console: Console) -> dict[str, Any]:
     """Resolve, check, write the run config; the values the script needs. Raises LaunchError."""
+    slime_args.check_extra(extra)
+    env = {**env, **refusals.check_variant(variant, env, script_name, console)}
     s = script.resolve(variant, env, cwd=cwd, repo_root=repo_root, script=script_name)
     script.check_split(s, console)
     script.check_paths(s, console)
@@ -102,6 +104,7 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
         console.warn(w)
     s.proxy = {k.removeprefix("proxy_"): str(values[k]) for k in (
         "proxy_host", "proxy_port", "proxy_served_model_name", "proxy_tool_parser", "proxy_rollout_temperature")}
+    script.check_ports(s)
     commands = slime_args.build(s, extra, console, cwd)
     slime_args.write_config(s, config_text, console)
     return {

@@ -94,6 +94,18 @@ def check_bind(values: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
     return [f"the proxy listens on {host}:{port} WITHOUT an API key (ALLOW_INSECURE_BIND=1)"]
 
 
+def _replaced(base: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
+    """A warning per key that ``base`` sets to something else than the run will use."""
+    by_key = {key: var for var, key in SCRIPT_ENV.items()}
+    out = []
+    for key, value in values.items():
+        mine = base.get(PREFIX + key)
+        if mine is not None and mine != value and not (isinstance(value, list) and str(mine) == ",".join(value)):
+            how = f"set {by_key[key]} to change it" if key in by_key else "the script computes it"
+            out.append(f"OPENCLAW_CONFIG sets {PREFIX}{key}: {mine!r}, but the run uses {value!r} ({how})")
+    return out
+
+
 def _yaml_value(value: Any) -> str:
     return json.dumps(value)  # JSON scalars (strings, numbers, true/false) are valid YAML
 
@@ -136,8 +148,11 @@ def build(mode: str, script: str, base: Path, run_dir: Path, judge_url: str, jud
                                  env={})
     except ValueError as e:
         raise LaunchError(str(e)) from None
-    if settings.proxy.rollout_temperature is None:  # the trainer's log-probs are taken at this temperature
-        raise LaunchError("ROLLOUT_TEMPERATURE / openclaw_proxy_rollout_temperature must be a number here: it is "
-                          "also Slime's --rollout-temperature, the temperature the trainer computes log-probs at")
+    if env.get("OPENCLAW_CONFIG"):  # the user's own file: say which of its values the launch replaces
+        warnings += _replaced(data, values)
+    if not settings.proxy.rollout_temperature:  # the trainer's log-probs are taken at this temperature
+        raise LaunchError("ROLLOUT_TEMPERATURE / openclaw_proxy_rollout_temperature must be a number above 0 here: "
+                          "it is also Slime's --rollout-temperature, the temperature the trainer divides its logits "
+                          "by to compute log-probs")
     ordered = {k: values[k] for k in sorted(values, key=lambda k: (ORDER.index(k) if k in ORDER else len(ORDER), k))}
     return render(mode, script, base, ordered), values, warnings

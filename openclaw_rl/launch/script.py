@@ -24,13 +24,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from ..config import is_truthy
+from ..config import FALSE_WORDS, TRUE_WORDS
 from ..modes import LaunchVariant, Mode, launch_variant
 from .run_config import LaunchError
 
 UINT = re.compile(r"[0-9]+")
 NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+
+
+def switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """A yes/no variable: unset or empty is ``default``; a word that is neither yes nor no is refused,
+    so a typo (``DRY_RUN=ture``) never quietly means "no"."""
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    if raw not in TRUE_WORDS + FALSE_WORDS:
+        raise LaunchError(f"{name} must be one of {'/'.join(w for w in TRUE_WORDS + FALSE_WORDS if w)}, got "
+                          f"'{env.get(name)}'")
+    return raw in TRUE_WORDS
 
 
 @dataclass
@@ -131,27 +143,40 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
     def get(name: str, default: object = "") -> str:
         return env.get(name) or str(default)
 
-    def uint(name: str, default: object) -> int:
+    def uint(name: str, default: object, minimum: int = 0, maximum: int | None = None) -> int:
         raw = get(name, default)
         if not UINT.fullmatch(raw):
             raise LaunchError(f"{name} must be a non-negative integer, got '{raw}'")
+        if int(raw) < minimum or (maximum is not None and int(raw) > maximum):
+            bounds = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+            raise LaunchError(f"{name} must be {bounds}, got {raw}")
         return int(raw)
 
-    def number(name: str, default: object) -> str:  # verbatim on the command line ("1e-5" stays "1e-5")
+    def port(name: str, default: object) -> int:
+        return uint(name, default, 1, 65535)
+
+    def number(name: str, default: object, above: float | None = None, at_least: float | None = None,
+               at_most: float | None = None) -> str:  # verbatim on the command line ("1e-5" stays "1e-5")
         raw = get(name, default)
         if not NUMBER.fullmatch(raw):
             raise LaunchError(f"{name} must be a number, got '{raw}'")
+        x = float(raw)
+        for ok, words in ((above is None or x > above, f"above {above:g}" if above is not None else ""),
+                          (at_least is None or x >= at_least, f"at least {at_least:g}" if at_least is not None else ""),
+                          (at_most is None or x <= at_most, f"at most {at_most:g}" if at_most is not None else "")):
+            if not ok:
+                raise LaunchError(f"{name} must be {words}, got {raw}")
         return raw
 
     def absolute(path: str) -> str:
         return path if path.startswith("/") else f"{cwd}/{path}"
 
     prm_url = get("PRM_URL").removesuffix("/")
-    num_gpus, actor_gpus = uint("NUM_GPUS", v.num_gpus), uint("ACTOR_GPUS", v.actor_gpus)
+    num_gpus, actor_gpus = uint("NUM_GPUS", v.num_gpus, 1), uint("ACTOR_GPUS", v.actor_gpus)
     rollout_gpus, prm_gpus = uint("ROLLOUT_GPUS", v.rollout_gpus), uint("PRM_GPUS", 0 if prm_url else v.prm_gpus)
-    tp = uint("TP", v.tp)
-    prm_tp = uint("PRM_TP", tp)
-    train_tp = 0 if v.lora else uint("TRAIN_TP", min(actor_gpus, 4))
+    tp = uint("TP", v.tp, 1)
+    prm_tp = uint("PRM_TP", tp, 1)
+    train_tp = 0 if v.lora else uint("TRAIN_TP", min(actor_gpus, 4), 1)
 
     slime_dir = absolute(get("SLIME_DIR", cwd))
     megatron_dir = get("MEGATRON_DIR")
@@ -160,19 +185,19 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
     hf_name = "Qwen3-4B" if v.lora else "Qwen3-4B-Thinking-2507"
     hf_ckpt = absolute(get("HF_CKPT", f"{repo_root}/models/{hf_name}"))
     prm_model_path = get("PRM_MODEL_PATH", "" if prm_url else hf_ckpt)  # with PRM_URL: the judge's tokenizer
-    context_length = uint("CONTEXT_LENGTH", 32768)
-    prm_port = uint("PRM_PORT", 30010)
-    judge_startup_timeout = uint("JUDGE_STARTUP_TIMEOUT", 1200)
-    mem_fraction = number("MEM_FRACTION_STATIC", v.mem_fraction)
-    prm_mem_fraction = number("PRM_MEM_FRACTION", mem_fraction)
-    ints = {name: uint(name, default) for name, default in (
+    context_length = uint("CONTEXT_LENGTH", 32768, 1)
+    prm_port = port("PRM_PORT", 30010)
+    judge_startup_timeout = uint("JUDGE_STARTUP_TIMEOUT", 1200, 1)
+    mem_fraction = number("MEM_FRACTION_STATIC", v.mem_fraction, above=0, at_most=1)
+    prm_mem_fraction = number("PRM_MEM_FRACTION", mem_fraction, above=0, at_most=1)
+    ints = {name: uint(name, default, 1) for name, default in (
         ("ROLLOUT_BATCH_SIZE", v.rollout_batch_size), ("SAVE_INTERVAL", v.save_interval),
         ("MAX_TOKENS_PER_GPU", 8192 if v.lora else 32768), ("ROTARY_BASE", 5000000), ("LORA_RANK", 16),
         ("LORA_ALPHA", 32))}
-    lr, kl_loss_coef = number("LR", v.lr), number("KL_LOSS_COEF", "0.0")
+    lr, kl_loss_coef = number("LR", v.lr, above=0), number("KL_LOSS_COEF", "0.0", at_least=0)
     ray_port_raw = get("RAY_PORT", 6379)
-    ray_port, ray_dashboard_port = uint("RAY_PORT", 6379), uint("RAY_DASHBOARD_PORT", 8265)
-    ray_start_timeout = uint("RAY_START_TIMEOUT", 180)
+    ray_port, ray_dashboard_port = port("RAY_PORT", 6379), port("RAY_DASHBOARD_PORT", 8265)
+    ray_start_timeout = uint("RAY_START_TIMEOUT", 180, 1)
     return ScriptSettings(
         mode=mode, variant=v, script=script, repo_root=repo_root, python=get("PYTHON", "python3"),
         num_gpus=num_gpus, actor_gpus=actor_gpus, rollout_gpus=rollout_gpus, prm_gpus=prm_gpus, tp=tp,
@@ -182,7 +207,7 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
         prm_model_path=absolute(prm_model_path) if prm_model_path else "",
         run_dir=absolute(get("RUN_DIR", f"{repo_root}/results/{v.run_name}")),
         openclaw_config=absolute(get("OPENCLAW_CONFIG", f"{repo_root}/configs/openclaw_{mode.name}.yaml")),
-        model_args_file=get("MODEL_ARGS_FILE"), context_length=context_length, prm_port=prm_port,
+        model_args_file=absolute(get("MODEL_ARGS_FILE")) if get("MODEL_ARGS_FILE") else "", context_length=context_length, prm_port=prm_port,
         mem_fraction_static=mem_fraction, prm_mem_fraction=prm_mem_fraction,
         judge_url=prm_url or f"http://127.0.0.1:{prm_port}", rollout_batch_size=ints["ROLLOUT_BATCH_SIZE"], lr=lr,
         save_interval=ints["SAVE_INTERVAL"], max_tokens_per_gpu=ints["MAX_TOKENS_PER_GPU"], kl_loss_coef=kl_loss_coef,
@@ -191,7 +216,7 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
         ray_port=ray_port, ray_dashboard_port=ray_dashboard_port,
         ray_temp_dir=absolute(get("RAY_TEMP_DIR", f"/tmp/openclaw_rl_ray_{ray_port_raw}")),
         ray_start_timeout=ray_start_timeout, judge_startup_timeout=judge_startup_timeout,
-        use_wandb=is_truthy(get("USE_WANDB", "1")), wandb_project=get("WANDB_PROJECT", "openclaw_rl"),
+        use_wandb=switch(env, "USE_WANDB", True), wandb_project=get("WANDB_PROJECT", "openclaw_rl"),
         wandb_key_set=bool(get("WANDB_KEY") or get("WANDB_API_KEY")), user_pythonpath=get("PYTHONPATH"),
         cuda_visible_devices=get("CUDA_VISIBLE_DEVICES"))
 
@@ -207,8 +232,9 @@ def check_split(s: ScriptSettings, console: Console) -> None:
             f"{used}, more than NUM_GPUS={s.num_gpus}. Lower one of them, or run the judge elsewhere "
             "(PRM_URL=http://host:port, PRM_GPUS=0). Layouts: docs/deployment.md")
     if s.prm_url:
-        if not re.match(r"https?://[^/\s]+", s.prm_url):
-            raise LaunchError(f"PRM_URL must look like http://host:port, got '{s.prm_url}'")
+        if not re.fullmatch(r"https?://[^/\s]+", s.prm_url):
+            raise LaunchError(f"PRM_URL must look like http://host:port (no path: the script checks <PRM_URL>/health), "
+                              f"got '{s.prm_url}'")
         if s.prm_gpus > 0:
             console.warn(f"PRM_URL is set, so no judge server is launched here and the {s.prm_gpus} PRM_GPUS stay "
                          "idle; using PRM_GPUS=0")
@@ -224,6 +250,20 @@ def check_split(s: ScriptSettings, console: Console) -> None:
     if not s.variant.lora and (s.train_tp < 1 or s.actor_gpus % s.train_tp):
         raise LaunchError(f"ACTOR_GPUS={s.actor_gpus} is not a multiple of the Megatron tensor-parallel size "
                           f"TRAIN_TP={s.train_tp}")
+
+
+def check_ports(s: ScriptSettings) -> None:
+    """The proxy, the judge server and Ray each need a port of their own (a clash would surface only after
+    the judge and Ray had started, as a proxy that cannot bind inside the Slime job)."""
+    ports = {"PORT": int(s.proxy["port"]), "RAY_PORT": s.ray_port, "RAY_DASHBOARD_PORT": s.ray_dashboard_port,
+             **({} if s.prm_url else {"PRM_PORT": s.prm_port})}
+    if ports["PORT"] == 0:
+        raise LaunchError("PORT must be a fixed port (1-65535): OpenClaw is configured with it")
+    seen: dict[int, str] = {}
+    for name, value in ports.items():
+        if value in seen:
+            raise LaunchError(f"{name} and {seen[value]} are both {value}: each service needs a port of its own")
+        seen[value] = name
 
 
 def check_paths(s: ScriptSettings, console: Console) -> None:
@@ -283,7 +323,7 @@ def check_slime_features(s: ScriptSettings, env: Mapping[str, str], console: Con
     if s.opd_advantage not in ("auto", "estimator", "custom"):
         raise LaunchError(f"OPD_ADVANTAGE must be auto, estimator or custom, got '{s.opd_advantage}'")
     name = s.variant.name
-    if is_truthy(env.get("SKIP_SLIME_FEATURE_CHECK") or "0"):
+    if switch(env, "SKIP_SLIME_FEATURE_CHECK", False):
         console.warn(f"SKIP_SLIME_FEATURE_CHECK=1: the Slime in {s.slime_dir} is not checked for what {name} needs")
     else:
         res = subprocess.run([s.python, "-m", "openclaw_rl.slime_hooks.features", name, "--opd-advantage",

@@ -84,6 +84,20 @@ def model_args(s: ScriptSettings, cwd: str) -> list[str]:
     return [w.decode() for w in res.stdout.split(b"\0")[:-1]]
 
 
+# Slime flags whose value the run config repeats for the proxy: given again as an extra argument, Slime
+# would take the new value and the proxy the old one (e.g. the trainer's log-probs at another temperature).
+MIRRORED = {"--rollout-temperature": "ROLLOUT_TEMPERATURE", "--sglang-tool-call-parser": "TOOL_CALL_PARSER",
+            "--custom-config-path": "OPENCLAW_CONFIG"}
+
+
+def check_extra(extra: Sequence[str]) -> None:
+    for arg in extra:
+        flag = arg.partition("=")[0]
+        if flag in MIRRORED:
+            raise LaunchError(f"{flag} cannot be passed as an extra argument: the proxy's run config holds the same "
+                              f"value; set {MIRRORED[flag]} instead")
+
+
 def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -> Commands:
     lora = s.variant.lora
     hooks = s.mode.slime
@@ -114,7 +128,11 @@ def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -
         optimizer += ["--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer"]
     lora_args = ["--use-lora", "--lora-rank", str(s.lora_rank), "--lora-alpha", str(s.lora_alpha),
                  "--lora-target-modules", s.lora_target_modules] if lora else []
-    sglang = ["--rollout-num-gpus-per-engine", str(s.tp), "--sglang-tool-call-parser", s.proxy["tool_parser"],
+    # SGLang knows every parser name the proxy does except "auto" and "none"; it never parses for us (the
+    # proxy calls /generate), so those two simply leave SGLang's own setting unset
+    parser = s.proxy["tool_parser"]
+    sglang = ["--rollout-num-gpus-per-engine", str(s.tp),
+              *(["--sglang-tool-call-parser", parser] if parser not in ("auto", "none") else []),
               "--sglang-mem-fraction-static", s.mem_fraction_static, "--sglang-context-length", str(s.context_length),
               "--sglang-reasoning-parser", "qwen3",
               # each stream chunk carries only its new ids and log-probs (SGLang's default repeats all of them

@@ -5,8 +5,8 @@
 # be shell (starting and stopping processes, traps). Everything else is Python.
 #
 # A variant script sets VARIANT (its entry in the mode registry, openclaw_rl/modes.py: mode, LoRA,
-# upstream OpenClaw-RL's per-script defaults, Slime loss flags), optionally defines `oc_variant_checks`
-# (refusals), sources this file and calls `oc_main "$@"`. oc_main then:
+# upstream OpenClaw-RL's per-script defaults, Slime loss flags; its refusals: openclaw_rl/launch/refusals.py),
+# sources this file and calls `oc_main "$@"`. oc_main then:
 #   1-2. runs `python -m openclaw_rl.launch plan VARIANT` (openclaw_rl/launch/), which resolves every
 #      setting below from the environment over the registry's defaults and checks it (GPU split, TP
 #      divisibility, paths, GPUs, Slime features; bind and API-key rule, judge votes, mode options typed
@@ -19,9 +19,10 @@
 #      rollout GPUs;
 #   5. runs `ray job submit ... python3 train_async.py <flags>` with this repository first on PYTHONPATH;
 #   6. on exit stops exactly the process groups it started in 3 and 4. Nothing else is ever killed.
-# DRY_RUN=1, or --dry-run as first argument, does 1-2 and prints 3-5 without starting anything; problems
-# that only matter for a real launch (missing paths, no GPU) are then warnings. Arguments after the
-# optional --dry-run are appended to the train_async.py flags (the last occurrence of a flag wins).
+# DRY_RUN=1, or --dry-run anywhere among the arguments, does 1-2 and prints 3-5 without starting anything;
+# problems that only matter for a real launch (missing paths, no GPU) are then warnings. A DRY_RUN value
+# that is neither yes nor no, or a near miss such as --dryrun, is refused rather than read as a real launch.
+# The other arguments are appended to the train_async.py flags.
 #
 # Environment (default in brackets; "v" = differs per script: LaunchVariant in openclaw_rl/modes.py):
 #   SLIME_DIR [$PWD]             Slime checkout holding train_async.py (run the script from it, like upstream)
@@ -59,8 +60,6 @@ oc_die() {
   printf '[openclaw-rl] ERROR: %s\n' "$*" >&2
   exit 2
 }
-oc_truthy() { [[ ${1,,} =~ ^(1|true|yes|on)$ ]]; }
-oc_is_zero() { [[ $1 =~ ^[+-]?0*\.?0*([eE][+-]?[0-9]+)?$ ]]; }
 oc_port_in_use() { (: <"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # Steps 1-2 (see the top): the plan, as assignments quoted for a POSIX shell (openclaw_rl/launch/plan.py).
@@ -184,19 +183,25 @@ oc_launch() {
 
 oc_main() {
   OC_EXTRA_ARGS=()
-  if [[ ${1:-} == --dry-run ]]; then
-    DRY_RUN=1
-    shift
-  fi
   if [[ ${1:-} == -h || ${1:-} == --help ]]; then
     sed -n '2,/^set -euo pipefail/p' "$0" | sed -n 's/^# \{0,1\}//p'
     printf '\nEnvironment variables: see the header of %s/lib/common.sh and docs/deployment.md\n' "$(dirname -- "$0")"
     exit 0
   fi
-  OC_EXTRA_ARGS=("$@")
-  if oc_truthy "${DRY_RUN}"; then DRY_RUN=1; else DRY_RUN=0; fi
+  case ${DRY_RUN,,} in
+    1 | true | yes | on) DRY_RUN=1 ;;
+    0 | false | no | off | "") DRY_RUN=0 ;;
+    *) oc_die "DRY_RUN must be 1/true/yes/on or 0/false/no/off, got '${DRY_RUN}'" ;;
+  esac
+  local arg
+  for arg in "$@"; do
+    case ${arg} in
+      --dry-run) DRY_RUN=1 ;;
+      --dryrun | --dry_run | --dry-run=* | -dry-run) oc_die "unknown option '${arg}': did you mean --dry-run?" ;;
+      *) OC_EXTRA_ARGS+=("${arg}") ;;
+    esac
+  done
 
-  if declare -F oc_variant_checks >/dev/null; then oc_variant_checks; fi
   oc_plan
   oc_export_env
   if [[ ${DRY_RUN} == 1 ]]; then

@@ -116,3 +116,26 @@ def test_serve_flags_take_none_and_refuse_a_non_number_for_the_rollout_temperatu
     assert settings().proxy.rollout_temperature == 1.0
     with pytest.raises(ValueError, match="--rollout-temperature: openclaw_proxy_rollout_temperature: expected a number"):
         settings("--rollout-temperature", "warm")
+
+
+@pytest.mark.parametrize(("host", "loopback"), [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True),
+                                                ("[::1]", True), ("localhost", True), ("0.0.0.0", False),
+                                                ("127.attacker.example.com", False), ("10.0.0.5", False)])
+def test_loopback_means_a_loopback_address_not_a_name_that_starts_with_127(host, loopback):
+    from openclaw_rl.config import is_loopback
+
+    assert is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"openclaw_judge_temperature": -1.0}, "PRM_TEMPERATURE"),
+    ({"openclaw_judge_temperature": float("nan")}, "PRM_TEMPERATURE"),
+    ({"openclaw_judge_max_new_tokens": 0}, "PRM_MAX_NEW_TOKENS"),
+    ({"openclaw_opd_teacher_concurrency": -2}, "OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY"),
+    ({"openclaw_proxy_rollout_temperature": float("inf")}, "ROLLOUT_TEMPERATURE"),
+    ({"openclaw_proxy_tool_parser": "qwen2.5"}, "unknown parser 'qwen2.5'"),
+    ({"openclaw_proxy_reasoning_parser": "r1"}, "unknown parser 'r1'"),
+])
+def test_values_the_proxy_could_not_use_are_refused_at_start(values, message):
+    with pytest.raises(ValueError, match=message):
+        load_settings(values, env={})

@@ -27,6 +27,8 @@ def _value(key: str) -> tuple[str, Any]:
     default = getattr(getattr(Settings(), section), name)
     if key == "proxy_host":
         return "127.0.0.2", "127.0.0.2"
+    if key == "proxy_tool_parser":  # a name the parsers know (others are refused)
+        return "hermes", "hermes"
     if isinstance(default, bool):
         return ("0", False) if default else ("yes", True)
     if isinstance(default, list):

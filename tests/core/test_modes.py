@@ -89,7 +89,7 @@ def test_the_launch_plan_names_the_registered_hooks(variant, tmp_path):
 
     mode, v = get_launch_variant(variant)
     env = {"SKIP_SLIME_FEATURE_CHECK": "1", "SLIME_DIR": str(tmp_path), "RUN_DIR": str(tmp_path / "run"),
-           "USE_WANDB": "0", "PATH": ""}
+           "USE_WANDB": "0", "PATH": "", "ALLOW_LORA_FALLBACK": "1"}  # combine_lora runs only as the fallback
     out = make_plan(variant, env, cwd=str(tmp_path), repo_root=str(REPO), script_name=f"run_{variant}.sh",
                     dry_run=True, extra=(), console=Console(True, io.StringIO()))
     argv = out["OC_TRAIN_CMD"]

@@ -435,7 +435,7 @@ def test_external_judge_with_prm_gpus_warns_and_frees_them(launch):
 def test_an_unset_rollout_temperature_is_refused_with_the_reason(launch):
     """``serve`` takes ``none`` (the client's temperature, as upstream); Slime's --rollout-temperature cannot."""
     run = launch("rl", ROLLOUT_TEMPERATURE="none")
-    assert run.rc == 2 and "must be a number here" in run.err and "--rollout-temperature" in run.err, run.err
+    assert run.rc == 2 and "must be a number above 0 here" in run.err and "--rollout-temperature" in run.err, run.err
     assert "ray job submit" not in run.out
 
 
@@ -699,3 +699,76 @@ def test_each_documented_script_variable_changes_the_launch(launch, var, value, 
         return f"{run.rc}{run.out}{run.err}{config}".replace(str(run.run_dir), "RUN")
 
     assert seen(before) != seen(after), f"{var}={value} changed nothing"
+
+
+# --- mistakes an adversarial review made on purpose (each refused before anything starts) -----------------
+
+
+def test_dry_run_anywhere_among_the_arguments_and_typos_refused(launch):
+    run = launch("rl", "--num-rollout", "3", "--dry-run", DRY_RUN="0")
+    assert run.rc == 0 and run.slime().flags["--num-rollout"] == "3" and "--dry-run" not in run.out, run.err
+    for args, env, says in ((("--dryrun",), {"DRY_RUN": "0"}, "did you mean --dry-run"),
+                            (("--dry-run=1",), {"DRY_RUN": "0"}, "did you mean --dry-run"),
+                            ((), {"DRY_RUN": "ture"}, "DRY_RUN must be"),
+                            ((), {"USE_WANDB": "ture"}, "USE_WANDB must be one of")):
+        run = launch("rl", *args, **env)
+        assert run.rc == 2 and says in run.err and "ray job submit" not in run.out, (args, env, run.err)
+
+
+@pytest.mark.parametrize(("variant", "env", "says"), [
+    ("opd_topk_lora", {}, "refuses to run"),
+    ("combine_lora", {}, "refuses to run by default"),
+    ("combine_lora", {"ALLOW_LORA_FALLBACK": "1", "OPENCLAW_COMBINE_W_OPD": "e5"}, "cannot apply a teacher weight"),
+])
+def test_the_python_plan_refuses_what_the_scripts_refuse(variant, env, says, capsys):
+    from openclaw_rl.launch.plan import main
+
+    assert main(["plan", variant, "--dry-run"], env={"PATH": os.environ["PATH"], **env}) == 2
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({"ROLLOUT_BATCH_SIZE": "0"}, "ROLLOUT_BATCH_SIZE must be at least 1"),
+    ({"SAVE_INTERVAL": "0"}, "SAVE_INTERVAL must be at least 1"),
+    ({"TP": "0"}, "TP must be at least 1"),
+    ({"MEM_FRACTION_STATIC": "1.5"}, "MEM_FRACTION_STATIC must be at most 1"),
+    ({"PRM_MEM_FRACTION": "0"}, "PRM_MEM_FRACTION must be above 0"),
+    ({"LR": "-1e-5"}, "LR must be above 0"),
+    ({"KL_LOSS_COEF": "-0.1"}, "KL_LOSS_COEF must be at least 0"),
+    ({"PRM_PORT": "70000"}, "PRM_PORT must be between 1 and 65535"),
+    ({"RAY_DASHBOARD_PORT": "0"}, "RAY_DASHBOARD_PORT must be between 1 and 65535"),
+    ({"ROLLOUT_TEMPERATURE": "0"}, "must be a number above 0 here"),
+    ({"ROLLOUT_TEMPERATURE": "nan"}, "ROLLOUT_TEMPERATURE"),
+    ({"PRM_MAX_NEW_TOKENS": "0"}, "PRM_MAX_NEW_TOKENS"),
+    ({"PORT": "0"}, "PORT must be a fixed port"),
+    ({"PORT": "30010"}, "PRM_PORT and PORT are both 30010"),
+    ({"RAY_PORT": "8265"}, "RAY_DASHBOARD_PORT and RAY_PORT are both 8265"),
+    ({"TOOL_CALL_PARSER": "qwen2.5"}, "unknown parser 'qwen2.5'"),
+    ({"PRM_URL": "http://judge:30010/v1"}, "no path"),
+])
+def test_values_slime_or_the_judge_could_not_use_are_refused(launch, env, says):
+    run = launch("rl", **env)
+    assert run.rc == 2 and says in run.err and "ray job submit" not in run.out, run.err
+
+
+def test_flags_the_run_config_mirrors_cannot_be_passed_again(launch):
+    run = launch("rl", "--rollout-temperature", "1.0")
+    assert run.rc == 2 and "set ROLLOUT_TEMPERATURE instead" in run.err
+
+
+def test_a_relative_model_args_file_is_taken_from_where_the_script_started(launch, tmp_path):
+    (tmp_path / "qwen3-4B.sh").write_text("MODEL_ARGS=(--num-layers 36)\n")
+    run = launch("rl", MODEL_ARGS_FILE="qwen3-4B.sh")
+    assert run.rc == 0 and run.slime().flags["--num-layers"] == "36", run.err
+
+
+def test_parsers_sglang_lacks_are_not_passed_to_it(launch):
+    assert "--sglang-tool-call-parser" not in launch("rl", TOOL_CALL_PARSER="auto").slime().flags
+    assert launch("rl", TOOL_CALL_PARSER="hermes").slime().flags["--sglang-tool-call-parser"] == "hermes"
+
+
+def test_values_of_a_users_config_that_the_launch_replaces_are_named(launch, tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text((REPO_ROOT / "configs" / "openclaw_rl.yaml").read_text() + "openclaw_judge_votes: 5\n")
+    run = launch("rl", OPENCLAW_CONFIG=str(mine))
+    assert run.rc == 0 and "OPENCLAW_CONFIG sets openclaw_judge_votes: 5, but the run uses 3 (set PRM_M" in run.err
