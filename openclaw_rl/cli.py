@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from .config import load_settings, load_yaml
+from .errors import CommandError
 from .modes import MODES, mode_names
 
 SERVE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
@@ -227,6 +228,7 @@ def setup_logging(level: str, as_json: bool) -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     for noisy in ("httpx", "httpx2", "httpcore"):  # one line per HTTP call would drown the proxy's own log
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("torch").setLevel(logging.WARNING)  # e.g. FakeTensor cache stats at exit, at INFO
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"openclaw-rl: error: {e}", file=sys.stderr)
         return 2
+    except CommandError as e:
+        print(f"openclaw-rl {ns.command}: error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as exc:  # one line, not a traceback (e.g. `local` interrupted while it starts)
         print(f"\nopenclaw-rl {ns.command}: interrupted{f' {exc}' if str(exc) else ''}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 130))

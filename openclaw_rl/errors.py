@@ -10,6 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 
+class CommandError(RuntimeError):
+    """A command's failure that its message explains (a server it needs is down, say): the CLI prints it
+    as one line and exits 1, without a traceback."""
+
+
 class OpenClawError(Exception):
     """Base class: a failure with a status code and an OpenAI error type."""
 

@@ -225,8 +225,10 @@ def _simulate(stack: ExternalStack, cfg: ExternalConfig, out: dict[str, Any]) ->
 
 
 def _print_step(step: int, m: dict[str, float]) -> None:
+    from .trainer import fidelity_text  # loaded by then: the step was trained
+
     print(f"step {step:4d} | reward {m.get('rollout/reward_mean', 0):+.2f} | loss {m.get('train/loss', 0):+.4f} | "
-          f"|Δlogprob| {m.get('train/rollout_fidelity_abs_diff', float('nan')):.1e} | staleness max "
+          f"|Δlogprob| {fidelity_text(m)} | staleness max "
           f"{m.get('train/staleness_max', float('nan')):.0f}, refused {m.get('train/stale_samples_refused', 0):.0f} | "
           f"sync {m.get('perf/sync_ms', 0):.0f}ms", flush=True)
 

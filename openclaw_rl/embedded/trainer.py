@@ -188,6 +188,13 @@ def batch_to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
 # --- the trainer ----------------------------------------------------------------------------------------
 
 
+def fidelity_text(metrics: dict[str, float]) -> str:
+    """The step line's ``|Δlogprob|``: ``n/a`` for a step whose samples no kept copy of the weights sampled
+    (e.g. the first step after a resume, for samples of the run before it)."""
+    value = metrics.get("train/rollout_fidelity_abs_diff")
+    return "n/a" if value is None else f"{value:.1e}"
+
+
 def latest_checkpoint(ckpt_dir: str | Path) -> Path | None:
     """The newest finished checkpoint under ``ckpt_dir`` (``step-NNNNNN``; a ``.tmp`` save was cut short)."""
     root = Path(ckpt_dir)

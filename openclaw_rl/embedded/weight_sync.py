@@ -35,10 +35,12 @@ from typing import Any
 import httpx
 import torch
 
+from ..errors import CommandError
+
 log = logging.getLogger(__name__)
 
 
-class WeightSyncError(RuntimeError):
+class WeightSyncError(CommandError):
     """The server refused or failed the update; its old weights (and version) keep serving."""
 
 

@@ -148,6 +148,12 @@ def build(mode: str, script: str, base: Path, run_dir: Path, judge_url: str, jud
                                  env={})
     except ValueError as e:
         raise LaunchError(str(e)) from None
+    if env.get("HOST") and env["HOST"] != values.get("proxy_host"):
+        warnings.append(f"HOST={env['HOST']} is ignored: the launch scripts bind the proxy to PROXY_HOST "
+                        f"({values.get('proxy_host')})")
+    if env.get("OPENCLAW_RECORD_FILE"):
+        warnings.append("OPENCLAW_RECORD_FILE is ignored: the launch scripts record to $RUN_DIR/records "
+                        "(OPENCLAW_RECORD_ENABLED=0 turns that off)")
     if env.get("OPENCLAW_CONFIG"):  # the user's own file: say which of its values the launch replaces
         warnings += _replaced(data, values)
     if not settings.proxy.rollout_temperature:  # the trainer's log-probs are taken at this temperature

@@ -99,6 +99,18 @@ def test_config_errors_are_one_clear_line(tmp_path):
     assert out.returncode == 2 and "--policy-timeout" in out.stderr
 
 
+def test_train_without_its_policy_server_is_one_line_not_a_traceback(tmp_path, tiny_model_dir, capsys):
+    from openclaw_rl.cli import main
+    from openclaw_rl.servers import free_port
+
+    down = f"http://127.0.0.1:{free_port()}"
+    rc = main(["train", "--mode", "rl", "--model", str(tiny_model_dir), "--policy-url", down, "--judge-url", down,
+               "--device", "cpu", "--batch-size", "2", "--max-steps", "1", "--spool-dir", str(tmp_path / "spool")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and err[-1].startswith(f"openclaw-rl train: error: policy server {down} unreachable"), err
+    assert not any("Traceback" in line for line in err)
+
+
 def test_corrupt_spool_refuses_to_start_with_advice(tmp_path, tiny_model_dir):
     spool = tmp_path / "spool"
     spool.mkdir()

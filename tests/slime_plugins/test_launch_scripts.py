@@ -772,3 +772,8 @@ def test_values_of_a_users_config_that_the_launch_replaces_are_named(launch, tmp
     mine.write_text((REPO_ROOT / "configs" / "openclaw_rl.yaml").read_text() + "openclaw_judge_votes: 5\n")
     run = launch("rl", OPENCLAW_CONFIG=str(mine))
     assert run.rc == 0 and "OPENCLAW_CONFIG sets openclaw_judge_votes: 5, but the run uses 3 (set PRM_M" in run.err
+
+
+def test_upstream_variables_the_scripts_do_not_read_are_named(launch):
+    run = launch("rl", HOST="0.0.0.0", OPENCLAW_RECORD_FILE="/tmp/r.jsonl")
+    assert run.rc == 0 and "HOST=0.0.0.0 is ignored" in run.err and "OPENCLAW_RECORD_FILE is ignored" in run.err
