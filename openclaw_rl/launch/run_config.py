@@ -94,6 +94,16 @@ def check_bind(values: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
     return [f"the proxy listens on {host}:{port} WITHOUT an API key (ALLOW_INSECURE_BIND=1)"]
 
 
+def _named(message: str, env: Mapping[str, str]) -> str:
+    """A settings error about a key the environment set, with that variable named (the user set PORT, not
+    openclaw_proxy_port)."""
+    key = message.partition(":")[0].removeprefix(PREFIX)
+    if key == "proxy_api_keys" and env.get("SGLANG_API_KEY"):
+        return f"SGLANG_API_KEY: {message}"
+    var = next((v for v, k in SCRIPT_ENV.items() if k == key and env.get(v)), None)
+    return f"{var}={env[var]}: {message}" if var else message
+
+
 def _replaced(base: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
     """A warning per key that ``base`` sets to something else than the run will use."""
     by_key = {key: var for var, key in SCRIPT_ENV.items()}
@@ -147,7 +157,7 @@ def build(mode: str, script: str, base: Path, run_dir: Path, judge_url: str, jud
         settings = load_settings({**data, **{PREFIX + k: v for k, v in values.items()}, **api_keys, "mode": mode},
                                  env={})
     except ValueError as e:
-        raise LaunchError(str(e)) from None
+        raise LaunchError(_named(str(e), env)) from None
     if env.get("HOST") and env["HOST"] != values.get("proxy_host"):
         warnings.append(f"HOST={env['HOST']} is ignored: the launch scripts bind the proxy to PROXY_HOST "
                         f"({values.get('proxy_host')})")

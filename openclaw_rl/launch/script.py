@@ -306,6 +306,9 @@ def assign_devices(s: ScriptSettings) -> None:
     visible = s.cuda_visible_devices.split(",") if s.cuda_visible_devices else [str(i) for i in range(s.num_gpus)]
     if visible and visible[-1] == "":  # "0,1," lists two devices, as Bash's read does
         visible.pop()
+    if any(d != d.strip() or not d for d in visible) or len(set(visible)) != len(visible):
+        raise LaunchError(f"CUDA_VISIBLE_DEVICES={s.cuda_visible_devices} must list distinct devices separated by "
+                          "commas, without spaces")
     need = s.ray_gpus + s.prm_gpus
     if len(visible) < need:
         raise LaunchError(f"CUDA_VISIBLE_DEVICES={s.cuda_visible_devices} lists {len(visible)} GPU(s) but the split "

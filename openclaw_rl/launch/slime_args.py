@@ -14,6 +14,7 @@ import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from .run_config import LaunchError
 from .script import Console, ScriptSettings
@@ -84,6 +85,38 @@ def model_args(s: ScriptSettings, cwd: str) -> list[str]:
     return [w.decode() for w in res.stdout.split(b"\0")[:-1]]
 
 
+def attention_shape(s: ScriptSettings, margs: Sequence[str]) -> tuple[int, int, str] | None:
+    """(attention heads, key/value heads, where from): the Megatron model args, else the checkpoint's
+    config.json; None when neither says."""
+    flags = dict(zip(margs, margs[1:]))
+    if "--num-attention-heads" in flags:
+        heads = int(flags["--num-attention-heads"])
+        groups = int(flags["--num-query-groups"]) if "--group-query-attention" in margs else heads
+        return heads, groups, "the model args"
+    try:
+        cfg = json.loads(Path(s.hf_ckpt, "config.json").read_text())
+        heads = int(cfg["num_attention_heads"])
+        return heads, int(cfg.get("num_key_value_heads") or heads), f"{s.hf_ckpt}/config.json"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def check_parallel_sizes(s: ScriptSettings, margs: Sequence[str]) -> None:
+    """Tensor-parallel sizes the model's attention can be split by: Megatron needs TRAIN_TP to divide the
+    heads and the query groups; SGLang needs TP to divide the heads, and the key/value heads to divide by
+    TP or TP by them (it replicates them). Caught here, not minutes later at Megatron's or SGLang's init."""
+    shape = attention_shape(s, margs)
+    if shape is None:
+        return
+    heads, groups, source = shape
+    if s.train_tp and (heads % s.train_tp or groups % s.train_tp):
+        raise LaunchError(f"TRAIN_TP={s.train_tp} does not divide the model's {heads} attention heads and {groups} "
+                          f"query groups ({source}); Megatron would refuse it. Set TRAIN_TP to a divisor of both")
+    if heads % s.tp or (groups % s.tp and s.tp % groups):
+        raise LaunchError(f"TP={s.tp} cannot split the model's {heads} attention heads and {groups} key/value heads "
+                          f"({source}); SGLang would refuse it. Set TP (and ROLLOUT_GPUS) accordingly")
+
+
 # Slime flags whose value the run config repeats for the proxy: given again as an extra argument, Slime
 # would take the new value and the proxy the old one (e.g. the trainer's log-probs at another temperature).
 MIRRORED = {"--rollout-temperature": "ROLLOUT_TEMPERATURE", "--sglang-tool-call-parser": "TOOL_CALL_PARSER",
@@ -150,7 +183,9 @@ def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -
     custom = ["--custom-generate-function-path", hooks.generate, "--custom-rm-path", hooks.reward_func]
     # Our settings (openclaw_* keys, incl. the judge URL) reach the proxy through this YAML.
     openclaw = ["--custom-config-path", s.config_path]
-    groups = [cluster, model_args(s, cwd), ckpt, rollout, optimizer, algorithm_args(s), perf, lora_args, [], sglang,
+    margs = model_args(s, cwd)
+    check_parallel_sizes(s, margs)
+    groups = [cluster, margs, ckpt, rollout, optimizer, algorithm_args(s), perf, lora_args, [], sglang,
               misc, wandb, custom, openclaw, list(extra)]
 
     # Every hook named above lives under openclaw_rl / openclaw_opd / openclaw_combine, so the order does not

@@ -745,6 +745,9 @@ def test_the_python_plan_refuses_what_the_scripts_refuse(variant, env, says, cap
     ({"RAY_PORT": "8265"}, "RAY_DASHBOARD_PORT and RAY_PORT are both 8265"),
     ({"TOOL_CALL_PARSER": "qwen2.5"}, "unknown parser 'qwen2.5'"),
     ({"PRM_URL": "http://judge:30010/v1"}, "no path"),
+    ({"PORT": "70000"}, "PORT=70000: openclaw_proxy_port"),
+    ({"SGLANG_API_KEY": "a b"}, "SGLANG_API_KEY: openclaw_proxy_api_keys"),
+    ({"CUDA_VISIBLE_DEVICES": "0, 1,1,2,3,4,5,6,7"}, "must list distinct devices"),
 ])
 def test_values_slime_or_the_judge_could_not_use_are_refused(launch, env, says):
     run = launch("rl", **env)
@@ -777,3 +780,19 @@ def test_values_of_a_users_config_that_the_launch_replaces_are_named(launch, tmp
 def test_upstream_variables_the_scripts_do_not_read_are_named(launch):
     run = launch("rl", HOST="0.0.0.0", OPENCLAW_RECORD_FILE="/tmp/r.jsonl")
     assert run.rc == 0 and "HOST=0.0.0.0 is ignored" in run.err and "OPENCLAW_RECORD_FILE is ignored" in run.err
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({"ACTOR_GPUS": "3"}, "TRAIN_TP=3 does not divide the model's 32 attention heads and 8 query groups"),
+    ({"TP": "3", "ROLLOUT_GPUS": "3", "PRM_TP": "2", "NUM_GPUS": "9"}, "TP=3 cannot split the model's 32 attention heads"),
+])
+def test_tensor_parallel_sizes_the_model_cannot_split_are_refused(launch, env, says):
+    run = launch("rl", **env)
+    assert run.rc == 2 and says in run.err, run.err
+
+
+def test_a_lora_checkpoints_config_is_read_for_the_rollout_tp(launch, tmp_path):
+    (tmp_path / "models" / "Qwen3-4B" / "config.json").write_text('{"num_attention_heads": 32, "num_key_value_heads": 8}')
+    assert launch("rl_lora", TP="1").rc == 0
+    run = launch("rl_lora", TP="3", ROLLOUT_GPUS="3", PRM_TP="1", NUM_GPUS="6")
+    assert run.rc == 2 and "config.json" in run.err, run.err
