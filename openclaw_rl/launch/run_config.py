@@ -158,6 +158,9 @@ def build(mode: str, script: str, base: Path, run_dir: Path, judge_url: str, jud
                                  env={})
     except ValueError as e:
         raise LaunchError(_named(str(e), env)) from None
+    sections = _sections_for(mode)
+    warnings += [f"{var} is ignored: mode {mode} has no {key.partition('_')[0]} settings ({PREFIX}{key})"
+                 for var, key in SCRIPT_ENV.items() if env.get(var) and key.partition("_")[0] not in sections]
     if env.get("HOST") and env["HOST"] != values.get("proxy_host"):
         warnings.append(f"HOST={env['HOST']} is ignored: the launch scripts bind the proxy to PROXY_HOST "
                         f"({values.get('proxy_host')})")

@@ -30,6 +30,8 @@ from .run_config import LaunchError
 
 UINT = re.compile(r"[0-9]+")
 NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+IGNORABLE = ("PRM_TP", "PRM_PORT", "PRM_MEM_FRACTION", "LORA_RANK", "LORA_ALPHA", "LORA_TARGET_MODULES", "TRAIN_TP",
+             "OPD_ADVANTAGE")  # variables some variants do not read: setting them there gets a warning
 LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 
 
@@ -121,6 +123,7 @@ class ScriptSettings:
     ray_devices: str = ""  # assign_devices
     judge_devices: str = ""
     proxy: dict[str, str] = field(default_factory=dict)  # the run config's resolved proxy values the flags use
+    env_set: dict[str, bool] = field(default_factory=dict)  # the variables the environment set (for warnings)
 
     @property
     def ray_gpus(self) -> int:
@@ -218,7 +221,7 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
         ray_start_timeout=ray_start_timeout, judge_startup_timeout=judge_startup_timeout,
         use_wandb=switch(env, "USE_WANDB", True), wandb_project=get("WANDB_PROJECT", "openclaw_rl"),
         wandb_key_set=bool(get("WANDB_KEY") or get("WANDB_API_KEY")), user_pythonpath=get("PYTHONPATH"),
-        cuda_visible_devices=get("CUDA_VISIBLE_DEVICES"))
+        cuda_visible_devices=get("CUDA_VISIBLE_DEVICES"), env_set={k: bool(env.get(k)) for k in IGNORABLE})
 
 
 def check_split(s: ScriptSettings, console: Console) -> None:
@@ -239,6 +242,10 @@ def check_split(s: ScriptSettings, console: Console) -> None:
             console.warn(f"PRM_URL is set, so no judge server is launched here and the {s.prm_gpus} PRM_GPUS stay "
                          "idle; using PRM_GPUS=0")
             s.prm_gpus = 0
+        unused = [name for name in ("PRM_TP", "PRM_PORT", "PRM_MEM_FRACTION") if s.env_set.get(name)]
+        if unused:
+            console.warn(f"{', '.join(unused)} ignored: PRM_URL names an external judge, which this script does not "
+                         "start")
     elif s.prm_gpus == 0:
         raise LaunchError(
             "PRM_GPUS=0 but no PRM_URL: the judge/teacher needs either its own GPUs (PRM_GPUS >= 1) or an external "
@@ -264,6 +271,18 @@ def check_ports(s: ScriptSettings) -> None:
         if value in seen:
             raise LaunchError(f"{name} and {seen[value]} are both {value}: each service needs a port of its own")
         seen[value] = name
+
+
+def warn_unused(s: ScriptSettings, console: Console) -> None:
+    """Variables this variant does not read (the external-judge ones are checked in ``check_split``)."""
+    lora_only = ("LORA_RANK", "LORA_ALPHA", "LORA_TARGET_MODULES")
+    unused = [n for n in lora_only if s.env_set.get(n)] if not s.variant.lora else []
+    if s.variant.lora and s.env_set.get("TRAIN_TP"):
+        unused.append("TRAIN_TP")
+    if s.variant.algorithm != "opd_token" and s.env_set.get("OPD_ADVANTAGE"):
+        unused.append("OPD_ADVANTAGE")
+    if unused:
+        console.warn(f"{', '.join(unused)} ignored by {s.script} (not used by the {s.variant.name} variant)")
 
 
 def check_paths(s: ScriptSettings, console: Console) -> None:

@@ -796,3 +796,16 @@ def test_a_lora_checkpoints_config_is_read_for_the_rollout_tp(launch, tmp_path):
     assert launch("rl_lora", TP="1").rc == 0
     run = launch("rl_lora", TP="3", ROLLOUT_GPUS="3", PRM_TP="1", NUM_GPUS="6")
     assert run.rc == 2 and "config.json" in run.err, run.err
+
+
+@pytest.mark.parametrize(("variant", "env", "says"), [
+    ("rl", {"OPENCLAW_COMBINE_W_OPD": "0.5"}, "OPENCLAW_COMBINE_W_OPD is ignored: mode rl has no combine settings"),
+    ("rl", {"OPENCLAW_EVAL_MODE": "1"}, "OPENCLAW_EVAL_MODE is ignored: mode rl has no opd settings"),
+    ("rl", {"LORA_RANK": "8"}, "LORA_RANK ignored by"),
+    ("rl_lora", {"TRAIN_TP": "2"}, "TRAIN_TP ignored by"),
+    ("rl", {"OPD_ADVANTAGE": "custom"}, "OPD_ADVANTAGE ignored by"),
+    ("rl", {"PRM_URL": "http://judge:30000", "PRM_TP": "4"}, "PRM_TP ignored: PRM_URL names an external judge"),
+])
+def test_variables_the_variant_does_not_read_are_named(launch, variant, env, says):
+    run = launch(variant, **env)
+    assert run.rc == 0 and says in run.err, run.err
