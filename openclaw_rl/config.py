@@ -10,6 +10,7 @@ rejects unknown ``openclaw_*`` keys so a typo in a config file fails loudly inst
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import ipaddress
 import os
@@ -353,8 +354,10 @@ def load_settings(values: Mapping[str, Any] | None = None, *, env: Mapping[str, 
             continue  # an empty YAML value keeps the default; on an optional field, null unsets it
         _apply(settings, key, value, sources.get(raw_key, "settings"))
     if unknown:
-        raise ValueError(f"unknown openclaw setting(s) {sorted(unknown)}; known keys: "
-                         f"{', '.join(PREFIX + k for k in sorted(known))}")
+        names = [PREFIX + k for k in sorted(known)]
+        hints = [f"{k} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(
+            PREFIX + k.removeprefix(PREFIX), names, n=1)) else k for k in sorted(unknown)]
+        raise ValueError(f"unknown openclaw setting(s): {', '.join(hints)}; known keys: {', '.join(names)}")
     return settings.validate()
 
 

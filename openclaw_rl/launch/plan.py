@@ -46,6 +46,11 @@ def train_text(s: ScriptSettings, c: Commands) -> str:
     return " \\\n".join(lines)
 
 
+def proxy_url(s: ScriptSettings) -> str:
+    host = s.proxy["host"]
+    return f"http://{f'[{host}]' if ':' in host else host}:{s.proxy['port']}/v1"  # an IPv6 address in brackets
+
+
 def plan_text(s: ScriptSettings, c: Commands, config_text: str, env: Mapping[str, str]) -> str:
     if s.prm_url:
         judge = f"external SGLang server {s.prm_url} (not started or stopped by this script)"
@@ -59,7 +64,7 @@ def plan_text(s: ScriptSettings, c: Commands, config_text: str, env: Mapping[str
         f"# GPUs: ACTOR_GPUS={s.actor_gpus} + ROLLOUT_GPUS={s.rollout_gpus} (SGLang TP {s.tp}) + PRM_GPUS={s.prm_gpus} "
         f"of NUM_GPUS={s.num_gpus}; Ray gets GPU(s) {s.ray_devices}",
         f"# judge/teacher: {s.judge_url}, {judge}",
-        f"# proxy for OpenClaw: http://{s.proxy['host']}:{s.proxy['port']}/v1 ({auth}), model id "
+        f"# proxy for OpenClaw: {proxy_url(s)} ({auth}), model id "
         f"{s.proxy['served_model_name']}",
         f"# run dir: {s.run_dir} (spool, records, logs); run config: {s.config_path}",
         "",
@@ -116,7 +121,7 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
         "SLIME_DIR": s.slime_dir, "RUN_DIR": s.run_dir, "PRM_URL": s.prm_url, "PRM_PORT": str(s.prm_port),
         "RAY_PORT": str(s.ray_port), "RAY_DASHBOARD_PORT": str(s.ray_dashboard_port), "RAY_TEMP_DIR": s.ray_temp_dir,
         "RAY_START_TIMEOUT": str(s.ray_start_timeout), "JUDGE_STARTUP_TIMEOUT": str(s.judge_startup_timeout),
-        "OC_JUDGE_URL": s.judge_url, "OC_JUDGE_DEVICES": s.judge_devices, "OC_RAY_DEVICES": s.ray_devices,
+        "OC_JUDGE_URL": s.judge_url, "OC_PROXY_URL": proxy_url(s), "OC_JUDGE_DEVICES": s.judge_devices, "OC_RAY_DEVICES": s.ray_devices,
         "OC_ENV": [f"{k}={val}" for k, val in slime_args.exports(s)],
         "OC_JUDGE_CMD": commands.judge, "OC_RAY_CMD": commands.ray, "OC_TRAIN_CMD": commands.train,
         "OC_PLAN": plan_text(s, commands, config_text, env) if dry_run else "",

@@ -65,6 +65,8 @@ oc_port_in_use() { (: <"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # Steps 1-2 (see the top): the plan, as assignments quoted for a POSIX shell (openclaw_rl/launch/plan.py).
 oc_plan() {
   local out rc=0 cwd=${PWD} user_path=${PYTHONPATH:-} dry=()
+  command -v "${PYTHON:-python3}" >/dev/null ||
+    oc_die "PYTHON=${PYTHON:-python3} not found: set PYTHON to the Python of Slime's environment"
   [[ ${DRY_RUN} == 0 ]] || dry=(--dry-run)
   out=$(cd "${OC_REPO_ROOT}" && PYTHONPATH="${OC_REPO_ROOT}${user_path:+:${user_path}}" "${PYTHON:-python3}" \
     -m openclaw_rl.launch plan "${VARIANT}" --script "${OC_SCRIPT_NAME}" --repo-root "${OC_REPO_ROOT}" --cwd "${cwd}" \
@@ -172,7 +174,7 @@ oc_launch() {
     oc_wait_http "external judge" "${OC_JUDGE_URL}/health" 60
   fi
 
-  oc_log "submitting the training job; point OpenClaw at http://${PROXY_HOST}:${PORT}/v1 once the log says the proxy is up"
+  oc_log "submitting the training job; point OpenClaw at ${OC_PROXY_URL} once the log says the proxy is up"
   local rc=0
   "${OC_TRAIN_CMD[@]}" || rc=$?
   if ((rc != 0)); then oc_warn "the training job ended with status ${rc}; Ray logs: ${RAY_TEMP_DIR}/session_latest/logs"; fi

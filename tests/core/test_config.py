@@ -139,3 +139,8 @@ def test_loopback_means_a_loopback_address_not_a_name_that_starts_with_127(host,
 def test_values_the_proxy_could_not_use_are_refused_at_start(values, message):
     with pytest.raises(ValueError, match=message):
         load_settings(values, env={})
+
+
+def test_a_mistyped_key_gets_a_suggestion():
+    with pytest.raises(ValueError, match=r"openclaw_judge_vote \(did you mean openclaw_judge_votes\?\)"):
+        load_settings({"openclaw_judge_vote": 5}, env={})

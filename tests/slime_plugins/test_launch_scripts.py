@@ -809,3 +809,10 @@ def test_a_lora_checkpoints_config_is_read_for_the_rollout_tp(launch, tmp_path):
 def test_variables_the_variant_does_not_read_are_named(launch, variant, env, says):
     run = launch(variant, **env)
     assert run.rc == 0 and says in run.err, run.err
+
+
+def test_an_ipv6_proxy_address_is_printed_in_brackets_and_a_missing_python_is_named(launch):
+    run = launch("rl", PROXY_HOST="::1")
+    assert run.rc == 0 and "http://[::1]:30000/v1" in run.out, run.err
+    run = launch("rl", PYTHON="python3.99-missing")
+    assert run.rc == 2 and "PYTHON=python3.99-missing not found" in run.err
