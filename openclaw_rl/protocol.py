@@ -3,9 +3,9 @@
 Stage: client → **protocol** → serving. Requests are validated here, before any backend work.
 Unknown top-level fields are accepted and ignored (OpenClaw forwards arbitrary ``extra_body`` keys);
 fields that would change semantics and that we cannot honour are rejected with a 400 naming the field:
-``logit_bias`` (a bias would sample away from the policy being trained), ``logprobs`` on a streamed
-request (log-probs, and their ``top_logprobs``, come with non-streamed replies only), structured output,
-``n`` above 1. ``seed`` is accepted and not forwarded: OpenAI itself promises no determinism for it.
+``logit_bias`` (a bias would sample away from the policy being trained), ``top_logprobs`` on a streamed
+request (a stream carries each token's own log-prob, in a chunk after the text of its snapshot),
+structured output, ``n`` above 1. ``seed`` is accepted and not forwarded: OpenAI itself promises no determinism for it.
 ``tool_choice`` must name a tool the request offers; ``required`` and a named function are not enforced
 (constrained decoding would make the sampled tokens something else than the policy's own samples).
 Responses are plain dicts built by the small ``*_response``/``*_chunk`` helpers at the end: they are on
@@ -184,8 +184,9 @@ class ChatCompletionRequest(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ChatCompletionRequest:
-        if self.logprobs and self.stream:
-            raise ValueError("logprobs are returned on non-streamed requests only (stream=false)")
+        if self.top_logprobs and self.stream:
+            raise ValueError("top_logprobs come with non-streamed replies only (stream=false); a stream carries each "
+                             "token's own log-prob")
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs=true")
         choice = self.tool_choice

@@ -280,18 +280,22 @@ class _Reply:
     def _logprobs(self, result: GenerateResult) -> dict[str, Any] | None:
         if not self.req.logprobs:
             return None
-        renderer, tops = self.svc.renderer, result.top_logprobs or [()] * len(result.output_ids)
         if self.req.top_logprobs and result.top_logprobs is None and result.output_ids:
             self.svc._warn_once("top_logprobs", "the policy backend sent no top log-probs (does it take "
                                 "top_logprobs_num?): replies carry empty top_logprobs lists")
+        return {"content": self._logprob_entries(result.output_ids, result.logprobs, result.top_logprobs)}
+
+    def _logprob_entries(self, ids: list[int], logprobs: list[float],
+                         tops: list[list[tuple[float, int]]] | None = None) -> list[dict[str, Any]]:
+        """OpenAI's ``logprobs.content`` entries of these tokens (``top_logprobs`` cut to the request's k)."""
+        renderer, k = self.svc.renderer, self.req.top_logprobs or 0
 
         def entry(token_id: int, logprob: float) -> dict[str, Any]:
             return {"token": renderer.tokenizer.decode([token_id]), "logprob": logprob,
                     "bytes": renderer.token_bytes(token_id)}
 
-        k = self.req.top_logprobs or 0
-        return {"content": [{**entry(i, lp), "top_logprobs": [entry(t, tlp) for tlp, t in top[:k]]}
-                            for i, lp, top in zip(result.output_ids, result.logprobs, tops)]}
+        return [{**entry(i, lp), "top_logprobs": [entry(t, tlp) for tlp, t in top[:k]]}
+                for i, lp, top in zip(ids, logprobs, tops or [()] * len(ids))]
 
     async def once(self, payload: dict[str, Any]) -> dict[str, Any]:
         with self._settled_on_error():
@@ -326,11 +330,21 @@ class _Reply:
         parser = self.svc.parser.streaming(self.tools_enabled, self.opens_thinking)
         out = ChunkBytes(self.id, self.model, self.created)
         last = first
+        sent = 0  # tokens whose log-probs went out (logprobs=true: a chunk of their own after each snapshot's text)
+
+        def logprob_chunk(snap: GenerateResult) -> bytes:
+            nonlocal sent
+            if not self.req.logprobs or len(snap.output_ids) <= sent:
+                return b""
+            entries = self._logprob_entries(snap.output_ids[sent:], snap.logprobs[sent:])
+            sent = len(snap.output_ids)
+            return out.chunk(delta={}, logprobs={"content": entries})
+
         try:
-            yield out.role() + out.deltas(parser.feed(first.text))
+            yield out.role() + out.deltas(parser.feed(first.text)) + logprob_chunk(first)
             async for snap in chunks:
                 last = snap
-                data = out.deltas(parser.feed(snap.text))
+                data = out.deltas(parser.feed(snap.text)) + logprob_chunk(snap)
                 if data:
                     yield data
             self._check_values(last)

@@ -49,7 +49,7 @@ def test_a_body_cut_off_by_the_client_is_a_499_with_one_log_line(policy_server, 
     ({"logit_bias": {"1": float("nan")}}, "finite number"),
     ({"top_logprobs": 5}, "top_logprobs needs logprobs=true"),
     ({"top_logprobs": 21, "logprobs": True}, "less than or equal to 20"),
-    ({"logprobs": True, "stream": True}, "non-streamed requests only"),
+    ({"logprobs": True, "top_logprobs": 2, "stream": True}, "top_logprobs come with non-streamed replies only"),
     ({"tool_choice": "required"}, "needs 'tools'"),
     ({"tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": TOOLS}, "do not offer: 'nope'"),
     ({"stop": [""]}, "cannot be empty"),
@@ -144,6 +144,23 @@ def test_top_logprobs_come_with_each_token(policy_server, make_proxy):
     assert any(t["bytes"] == e["bytes"] for e in entries for t in e["top_logprobs"])  # the sampled token shows up
     plain = _chat(url, {"messages": HI, "logprobs": True}).json()["choices"][0]["logprobs"]["content"]
     assert all(e["top_logprobs"] == [] for e in plain)
+
+
+def test_a_stream_carries_each_tokens_log_prob_once_in_order(policy_server, make_proxy):
+    """``logprobs: true`` on a stream: after each snapshot's text, a chunk with the log-probs of its new
+    tokens; joined, they are the reply's tokens, their bytes the reply's text, as a non-streamed reply's."""
+    import json
+
+    proxy, url = make_proxy(policy_server.url)
+    body = {"messages": HI, "logprobs": True, "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=30) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    entries = [e for ev in events for c in ev["choices"] if c.get("logprobs") for e in c["logprobs"]["content"]]
+    text = "".join(c["delta"].get("content") or "" for ev in events for c in ev["choices"])
+    assert len(entries) == events[-1]["usage"]["completion_tokens"] > 1
+    assert b"".join(bytes(e["bytes"]) for e in entries).decode().removesuffix("<|im_end|>") == text
+    whole = _chat(url, {"messages": HI, "logprobs": True}).json()["choices"][0]["logprobs"]["content"]
+    assert [(e["token"], e["bytes"]) for e in entries] == [(e["token"], e["bytes"]) for e in whole]
 
 
 def test_a_validation_error_names_the_field_not_the_union_member(policy_server, make_proxy):

@@ -148,7 +148,8 @@ def test_streamed_turns_at_interval_8_assemble_what_interval_1_does(sglang_serve
 
 
 def test_top_logprobs_from_real_sglang(sglang_server, make_proxy):
-    """``top_logprobs`` goes to SGLang as ``top_logprobs_num``; greedy, each sampled token is its own top one."""
+    """``top_logprobs`` goes to SGLang as ``top_logprobs_num``; greedy, each sampled token is its own top one.
+    Streamed, the same tokens come with their own log-probs."""
     proxy, url = make_proxy(sglang_server, proxy_rollout_temperature=0.0)
     req = {"messages": [{"role": "user", "content": "Tell me about Paris."}], "max_tokens": 12, "logprobs": True,
            "top_logprobs": 3}
@@ -158,6 +159,12 @@ def test_top_logprobs_from_real_sglang(sglang_server, make_proxy):
     for e in entries:
         assert len(e["top_logprobs"]) == 3 and e["top_logprobs"][0]["bytes"] == e["bytes"]
         assert e["top_logprobs"][0]["logprob"] == pytest.approx(e["logprob"], abs=1e-4)
+    req |= {"stream": True, "top_logprobs": 0}  # streamed: the same tokens' own log-probs, chunk by chunk
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=req, timeout=120) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    streamed = [e for ev in events for c in ev["choices"] if c.get("logprobs") for e in c["logprobs"]["content"]]
+    assert [e["bytes"] for e in streamed] == [e["bytes"] for e in entries]
+    assert max(abs(a["logprob"] - b["logprob"]) for a, b in zip(streamed, entries)) < 1e-3
 
 
 def test_a_stream_aborted_by_slimes_pause_is_resumed_whole(sglang_server, make_proxy):
