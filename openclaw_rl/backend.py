@@ -144,7 +144,8 @@ def joined(done: GenerateResult, more: GenerateResult,
         text = decode(ids)
         if more.finish_reason is None:
             text = text.rstrip("\ufffd")
-    tops = None if done.top_logprobs is None or more.top_logprobs is None else done.top_logprobs + more.top_logprobs
+    parts = [r.top_logprobs if r.top_logprobs is not None or r.output_ids else [] for r in (done, more)]
+    tops = None if None in parts else parts[0] + parts[1]  # a part without tokens (aborted in the queue) has none
     return GenerateResult(text, ids, done.logprobs + more.logprobs, more.finish_reason, done.prompt_tokens, version,
                           more.resumable, tops)
 

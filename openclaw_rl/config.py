@@ -14,6 +14,7 @@ import difflib
 import functools
 import ipaddress
 import os
+import socket
 import types
 import typing
 from collections.abc import Mapping
@@ -195,14 +196,21 @@ class Settings:
 
 
 def is_loopback(host: str) -> bool:
-    """A loopback address (127.0.0.0/8, ::1) or ``localhost``; a name that merely starts with ``127.``
-    (``127.example.com``) is a public host and needs an API key like any other."""
-    if host.strip("[]").lower() in ("localhost", "localhost."):
+    """A loopback address (127.0.0.0/8 in any IPv4 spelling such as ``127.1``, ``::1``, ``::ffff:127.0.0.1``)
+    or ``localhost``; a name that merely starts with ``127.`` (``127.example.com``) is a public host and
+    needs an API key like any other."""
+    name = host.strip("[]").lower()
+    if name in ("localhost", "localhost."):
         return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        addr = ipaddress.ip_address(name)
     except ValueError:
-        return False
+        try:  # the C library's IPv4 forms (127.1, 0x7f.1): numeric parts only, so never a host name
+            addr = ipaddress.IPv4Address(socket.inet_aton(name))
+        except OSError:
+            return False
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return bool(addr.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 # upstream environment variables → flat keys (values are parsed by the field's type)

@@ -39,26 +39,29 @@ def ephemeral_port_range() -> tuple[int, int]:
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port on ``host`` that is free now, for a server about to be started (racy by nature).
 
-    Picked below the OS's ephemeral range where there is room: a port from ``bind(0)`` is one that every
-    outgoing connection (gloo and Ray rendezvous, HTTP clients) may take as its source port before the
-    server binds it, which made a proxy under Slime's tp=2 check fail with "port in use". Below the range,
-    only another server choosing explicitly can collide.
+    Picked between Ray's worker ports (10002-19999 by default) and the OS's ephemeral range where there
+    is room: a port from ``bind(0)`` is one that every outgoing connection (gloo and Ray rendezvous, HTTP
+    clients) may take as its source port before the server binds it, which made a proxy under Slime's
+    tp=2 check fail with "port in use". There, only another server choosing explicitly can collide.
     """
     low, _ = ephemeral_port_range()
-    first = 10000 if low > 12000 else 1024
+    first = 20000 if low > 22000 else 1024
     return first_bindable(host, random.SystemRandom().sample(range(first, low), min(64, max(low - first, 0))))
 
 
 def first_bindable(host: str, candidates: list[int]) -> int:
     """The first of ``candidates`` that ``host`` can bind now; else one from the OS (``bind(0)``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    error: OSError | None = None
     for port in [*candidates, 0]:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind((host, port))
-            except OSError:
+            except OSError as e:
+                error = e
                 continue
             return int(sock.getsockname()[1])
-    raise OSError(f"cannot bind any port on {host}")
+    raise OSError(f"cannot bind any port on {host}: {error}") from error
 
 
 class AnswerRequestsCutByShutdown:

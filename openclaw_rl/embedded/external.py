@@ -225,11 +225,11 @@ def _simulate(stack: ExternalStack, cfg: ExternalConfig, out: dict[str, Any]) ->
 
 
 def _print_step(step: int, m: dict[str, float]) -> None:
-    from .trainer import fidelity_text  # loaded by then: the step was trained
+    from .trainer import metric_text  # loaded by then: the step was trained
 
     print(f"step {step:4d} | reward {m.get('rollout/reward_mean', 0):+.2f} | loss {m.get('train/loss', 0):+.4f} | "
-          f"|Δlogprob| {fidelity_text(m)} | staleness max "
-          f"{m.get('train/staleness_max', float('nan')):.0f}, refused {m.get('train/stale_samples_refused', 0):.0f} | "
+          f"|Δlogprob| {metric_text(m, 'train/rollout_fidelity_abs_diff')} | staleness max "
+          f"{metric_text(m, 'train/staleness_max', '.0f')}, refused {m.get('train/stale_samples_refused', 0):.0f} | "
           f"sync {m.get('perf/sync_ms', 0):.0f}ms", flush=True)
 
 

@@ -405,14 +405,14 @@ def _simulate(stack: LocalStack, cfg: LocalConfig, out: dict[str, Any], progress
 def _print_step(step: int, m: dict[str, float], sim: dict[str, Any], bar: Any = None) -> None:
     """One line per optimizer step, printed as soon as the step is done (the weights reach the engine
     once the next batch is full; ``perf/sync_ms`` is in metrics.jsonl)."""
-    from .trainer import fidelity_text  # loaded by then: the step was trained
+    from .trainer import metric_text  # loaded by then: the step was trained
 
     live = sim.get("live")
     rate = f" | preferred {live.rate_curve(32)[-1]:.0%} after {len(live.matches)} replies" if live and live.matches else ""
     line = (f"step {step:4d} | reward {m.get('rollout/reward_mean', 0):+.2f} | batch filled in "
           f"{m.get('rollout/batch_fill_seconds', 0):.1f}s | loss {m.get('train/loss', 0):+.4f} | "
-          f"|Δlogprob| {fidelity_text(m)} "
-          f"(stale {m.get('train/train_rollout_logprob_abs_diff', float('nan')):.1e}) | "
+          f"|Δlogprob| {metric_text(m, 'train/rollout_fidelity_abs_diff')} "
+          f"(stale {metric_text(m, 'train/train_rollout_logprob_abs_diff')}) | "
           f"{int(m.get('rollout/samples', 0))} samples in {m.get('perf/train_seconds', 0):.1f}s{rate}")
     if bar is not None:
         bar.write(line)

@@ -188,11 +188,11 @@ def batch_to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
 # --- the trainer ----------------------------------------------------------------------------------------
 
 
-def fidelity_text(metrics: dict[str, float]) -> str:
-    """The step line's ``|Δlogprob|``: ``n/a`` for a step whose samples no kept copy of the weights sampled
-    (e.g. the first step after a resume, for samples of the run before it)."""
-    value = metrics.get("train/rollout_fidelity_abs_diff")
-    return "n/a" if value is None else f"{value:.1e}"
+def metric_text(metrics: dict[str, float], key: str, spec: str = ".1e") -> str:
+    """A step line's value, or ``n/a`` when the step did not measure it (``|Δlogprob|`` for samples no kept
+    copy of the weights sampled, e.g. right after a resume), rather than ``nan``."""
+    value = metrics.get(key)
+    return "n/a" if value is None or value != value else format(value, spec)
 
 
 def latest_checkpoint(ckpt_dir: str | Path) -> Path | None:

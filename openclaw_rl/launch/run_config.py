@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config import ENV_FALLBACKS, PREFIX, Settings, _apply, is_loopback, is_truthy, load_settings, load_yaml
+from ..config import ENV_FALLBACKS, PREFIX, Settings, _apply, is_loopback, load_settings, load_yaml
 from ..modes import MODES
 
 # Environment variables the launch scripts read into the run config → flat keys. Upstream's names
@@ -144,7 +144,9 @@ def render(mode: str, script: str, base: Path, values: Mapping[str, Any]) -> str
 def build(mode: str, script: str, base: Path, run_dir: Path, judge_url: str, judge_tokenizer: str,
           defaults: Mapping[str, str], env: Mapping[str, str]) -> tuple[str, dict[str, Any], list[str]]:
     """The run config's text, its resolved values and the warnings to print; raises LaunchError."""
-    record = is_truthy(env.get("OPENCLAW_RECORD_ENABLED", "1"))
+    from .script import switch  # script imports this module's LaunchError
+
+    record = switch(env, "OPENCLAW_RECORD_ENABLED", True)
     fixed: dict[str, Any] = {
         "proxy_record_dir": str(run_dir / "records") if record else "", "judge_url": judge_url,
         "judge_api": "sglang", "judge_tokenizer": judge_tokenizer, "spool_dir": str(run_dir / "spool")}

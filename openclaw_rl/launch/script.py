@@ -8,13 +8,15 @@ are taken from the directory the script was started in, and a problem that only 
 Differences from the Bash this replaced (scripts/lib/common.sh before #13; the recorded dry runs in
 tests/data/launch-golden/ are otherwise unchanged): integers are written in canonical form (``ACTOR_GPUS=04``
 gives ``4``, where Bash passed ``04`` on and read ``08`` as a bad octal number); ``USE_WANDB`` is truthy
-like every other switch (``true``/``yes``/``on`` enable W&B, not only ``1``); the Ray runtime-env JSON
+like every other switch (``true``/``yes``/``on`` enable W&B, not only ``1``; a word that is neither yes
+nor no is refused); the Ray runtime-env JSON
 escapes control characters; a ``MODEL_ARGS_FILE`` is sourced by its own Bash, so only ``MODEL_ARGS`` comes
 back from it.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -164,6 +166,8 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
         if not NUMBER.fullmatch(raw):
             raise LaunchError(f"{name} must be a number, got '{raw}'")
         x = float(raw)
+        if not math.isfinite(x):
+            raise LaunchError(f"{name} must be a finite number, got '{raw}'")
         for ok, words in ((above is None or x > above, f"above {above:g}" if above is not None else ""),
                           (at_least is None or x >= at_least, f"at least {at_least:g}" if at_least is not None else ""),
                           (at_most is None or x <= at_most, f"at most {at_most:g}" if at_most is not None else "")):
@@ -174,7 +178,7 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
     def absolute(path: str) -> str:
         return path if path.startswith("/") else f"{cwd}/{path}"
 
-    prm_url = get("PRM_URL").removesuffix("/")
+    prm_url = get("PRM_URL").rstrip("/")
     num_gpus, actor_gpus = uint("NUM_GPUS", v.num_gpus, 1), uint("ACTOR_GPUS", v.actor_gpus)
     rollout_gpus, prm_gpus = uint("ROLLOUT_GPUS", v.rollout_gpus), uint("PRM_GPUS", 0 if prm_url else v.prm_gpus)
     tp = uint("TP", v.tp, 1)
@@ -235,9 +239,13 @@ def check_split(s: ScriptSettings, console: Console) -> None:
             f"{used}, more than NUM_GPUS={s.num_gpus}. Lower one of them, or run the judge elsewhere "
             "(PRM_URL=http://host:port, PRM_GPUS=0). Layouts: docs/deployment.md")
     if s.prm_url:
-        if not re.fullmatch(r"https?://[^/\s]+", s.prm_url):
-            raise LaunchError(f"PRM_URL must look like http://host:port (no path: the script checks <PRM_URL>/health), "
-                              f"got '{s.prm_url}'")
+        if not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", s.prm_url, re.IGNORECASE):
+            raise LaunchError(f"PRM_URL must look like http://host:port (or a path prefix a gateway serves SGLang "
+                              f"under), got '{s.prm_url}'")
+        if re.search(r"/(v1|generate|health)$", s.prm_url):
+            raise LaunchError(f"PRM_URL is the server's base URL, without {s.prm_url[s.prm_url.rindex('/'):]}: the "
+                              f"script checks <PRM_URL>/health and the judge calls <PRM_URL>/generate; got "
+                              f"'{s.prm_url}'")
         if s.prm_gpus > 0:
             console.warn(f"PRM_URL is set, so no judge server is launched here and the {s.prm_gpus} PRM_GPUS stay "
                          "idle; using PRM_GPUS=0")

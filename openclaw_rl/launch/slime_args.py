@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import is_loopback
 from .run_config import LaunchError
 from .script import Console, ScriptSettings
 
@@ -90,8 +91,13 @@ def attention_shape(s: ScriptSettings, margs: Sequence[str]) -> tuple[int, int, 
     config.json; None when neither says."""
     flags = dict(zip(margs, margs[1:]))
     if "--num-attention-heads" in flags:
-        heads = int(flags["--num-attention-heads"])
-        groups = int(flags["--num-query-groups"]) if "--group-query-attention" in margs else heads
+        try:
+            heads = int(flags["--num-attention-heads"])
+            # Megatron's default for --num-query-groups is 1 (multi-query attention)
+            groups = int(flags.get("--num-query-groups", "1")) if "--group-query-attention" in margs else heads
+        except ValueError as e:
+            raise LaunchError(f"MODEL_ARGS_FILE={s.model_args_file}: --num-attention-heads / --num-query-groups must be "
+                              f"integers ({e})") from None
         return heads, groups, "the model args"
     try:
         cfg = json.loads(Path(s.hf_ckpt, "config.json").read_text())
@@ -208,7 +214,7 @@ def exports(s: ScriptSettings) -> list[tuple[str, str]]:
     """The environment the script exports before ``ray start`` (the Slime job inherits it); secrets are
     exported by the script itself from its own environment and never pass through here."""
     no_proxy = "127.0.0.1,localhost"
-    if not (s.master_addr in ("localhost", "::1") or s.master_addr.startswith("127.")):
+    if not is_loopback(s.master_addr):
         no_proxy += f",{s.master_addr}"
     return [("PYTHONUNBUFFERED", "1"), ("PYTHONFAULTHANDLER", "1"), ("RAY_health_check_failure_threshold", "20"),
             ("RAY_health_check_period_ms", "5000"), ("RAY_health_check_timeout_ms", "30000"),

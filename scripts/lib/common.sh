@@ -185,17 +185,19 @@ oc_launch() {
 
 oc_main() {
   OC_EXTRA_ARGS=()
-  if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-    sed -n '2,/^set -euo pipefail/p' "$0" | sed -n 's/^# \{0,1\}//p'
-    printf '\nEnvironment variables: see the header of %s/lib/common.sh and docs/deployment.md\n' "$(dirname -- "$0")"
-    exit 0
-  fi
+  local arg
+  for arg in "$@"; do
+    if [[ ${arg} == -h || ${arg} == --help ]]; then  # anywhere: never a real launch for Slime to print its help
+      sed -n '2,/^set -euo pipefail/p' "$0" | sed -n 's/^# \{0,1\}//p'
+      printf '\nEnvironment variables: see the header of %s/lib/common.sh and docs/deployment.md\n' "$(dirname -- "$0")"
+      exit 0
+    fi
+  done
   case ${DRY_RUN,,} in
     1 | true | yes | on) DRY_RUN=1 ;;
     0 | false | no | off | "") DRY_RUN=0 ;;
     *) oc_die "DRY_RUN must be 1/true/yes/on or 0/false/no/off, got '${DRY_RUN}'" ;;
   esac
-  local arg
   for arg in "$@"; do
     case ${arg} in
       --dry-run) DRY_RUN=1 ;;

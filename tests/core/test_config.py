@@ -120,7 +120,8 @@ def test_serve_flags_take_none_and_refuse_a_non_number_for_the_rollout_temperatu
 
 @pytest.mark.parametrize(("host", "loopback"), [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True),
                                                 ("[::1]", True), ("localhost", True), ("0.0.0.0", False),
-                                                ("127.attacker.example.com", False), ("10.0.0.5", False)])
+                                                ("127.attacker.example.com", False), ("10.0.0.5", False),
+                                                ("127.1", True), ("::ffff:127.0.0.1", True), ("127.0.0.1.nip.io", False)])
 def test_loopback_means_a_loopback_address_not_a_name_that_starts_with_127(host, loopback):
     from openclaw_rl.config import is_loopback
 

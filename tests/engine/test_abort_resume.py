@@ -224,3 +224,11 @@ def test_a_character_split_by_the_abort_is_decoded_whole(stream):
     rest = GenerateResult("\ufffd!", [3], [-0.1], "stop", 3, "v0")
     whole = asyncio.run(_outcome(_backend([first, rest], [], decode=decode), payload, stream))
     assert (whole.text, whole.output_ids) == ("café!", [1, 2, 3])
+
+
+def test_top_logprobs_survive_a_resume_whose_first_part_had_no_tokens():
+    """A pause often aborts a request still queued: its part has no tokens and so no top log-probs."""
+    empty = GenerateResult("", [], [], "abort", 5, "default", True, None)
+    more = GenerateResult("ab", [7, 8], [-0.1, -0.2], "stop", 5, "v1", False, [[(-0.1, 7)], [(-0.2, 8)]])
+    assert joined(empty, more).top_logprobs == [[(-0.1, 7)], [(-0.2, 8)]]
+    assert joined(more, GenerateResult("c", [9], [-0.3], "stop", 7, "v1")).top_logprobs is None  # one part lacks them

@@ -744,7 +744,10 @@ def test_the_python_plan_refuses_what_the_scripts_refuse(variant, env, says, cap
     ({"PORT": "30010"}, "PRM_PORT and PORT are both 30010"),
     ({"RAY_PORT": "8265"}, "RAY_DASHBOARD_PORT and RAY_PORT are both 8265"),
     ({"TOOL_CALL_PARSER": "qwen2.5"}, "unknown parser 'qwen2.5'"),
-    ({"PRM_URL": "http://judge:30010/v1"}, "no path"),
+    ({"PRM_URL": "http://judge:30010/v1"}, "without /v1"),
+    ({"PRM_URL": "http://judge:30010/health?x=1"}, "PRM_URL must look like"),
+    ({"LR": "1e999"}, "LR must be a finite number"),
+    ({"OPENCLAW_RECORD_ENABLED": "ture"}, "OPENCLAW_RECORD_ENABLED must be one of"),
     ({"PORT": "70000"}, "PORT=70000: openclaw_proxy_port"),
     ({"SGLANG_API_KEY": "a b"}, "SGLANG_API_KEY: openclaw_proxy_api_keys"),
     ({"CUDA_VISIBLE_DEVICES": "0, 1,1,2,3,4,5,6,7"}, "must list distinct devices"),
@@ -816,3 +819,18 @@ def test_an_ipv6_proxy_address_is_printed_in_brackets_and_a_missing_python_is_na
     assert run.rc == 0 and "http://[::1]:30000/v1" in run.out, run.err
     run = launch("rl", PYTHON="python3.99-missing")
     assert run.rc == 2 and "PYTHON=python3.99-missing not found" in run.err
+
+
+def test_judge_urls_behind_a_gateway_and_mqa_model_args_are_accepted(launch, tmp_path):
+    for url in ("https://gw.example.com/sglang", "HTTP://judge:30010//"):
+        run = launch("rl", PRM_URL=url)
+        assert run.rc == 0, (url, run.err)
+    (tmp_path / "mqa.sh").write_text("MODEL_ARGS=(--num-layers 2 --num-attention-heads 32 --group-query-attention)\n")
+    assert launch("rl", MODEL_ARGS_FILE="mqa.sh", TRAIN_TP="1").rc == 0  # one query group (Megatron's default)
+    run = launch("rl", MODEL_ARGS_FILE="mqa.sh")  # TRAIN_TP 4 cannot split one group
+    assert run.rc == 2 and "1 query groups" in run.err and "Traceback" not in run.err, run.err
+
+
+def test_help_anywhere_prints_help_and_launches_nothing(launch):
+    run = launch("rl", "--dry-run", "--help")
+    assert run.rc == 0 and "Environment variables" in run.out and "ray job submit" not in run.out
