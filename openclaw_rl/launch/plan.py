@@ -94,7 +94,7 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
     env = {**env, **refusals.check_variant(variant, env, script_name, console)}
     s = script.resolve(variant, env, cwd=cwd, repo_root=repo_root, script=script_name)
     script.check_split(s, console)
-    script.warn_unused(s, console)
+    script.warn_unused(s, env, console)
     script.check_paths(s, console)
     script.check_tools(s, console, env.get("PATH", os.defpath))
     script.assign_devices(s)

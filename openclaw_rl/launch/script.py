@@ -32,8 +32,6 @@ from .run_config import LaunchError
 
 UINT = re.compile(r"[0-9]+")
 NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
-IGNORABLE = ("PRM_TP", "PRM_PORT", "PRM_MEM_FRACTION", "LORA_RANK", "LORA_ALPHA", "LORA_TARGET_MODULES", "TRAIN_TP",
-             "OPD_ADVANTAGE")  # variables some variants do not read: setting them there gets a warning
 LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 
 
@@ -125,7 +123,6 @@ class ScriptSettings:
     ray_devices: str = ""  # assign_devices
     judge_devices: str = ""
     proxy: dict[str, str] = field(default_factory=dict)  # the run config's resolved proxy values the flags use
-    env_set: dict[str, bool] = field(default_factory=dict)  # the variables the environment set (for warnings)
 
     @property
     def ray_gpus(self) -> int:
@@ -168,15 +165,16 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
         x = float(raw)
         if not math.isfinite(x):
             raise LaunchError(f"{name} must be a finite number, got '{raw}'")
-        for ok, words in ((above is None or x > above, f"above {above:g}" if above is not None else ""),
-                          (at_least is None or x >= at_least, f"at least {at_least:g}" if at_least is not None else ""),
-                          (at_most is None or x <= at_most, f"at most {at_most:g}" if at_most is not None else "")):
-            if not ok:
-                raise LaunchError(f"{name} must be {words}, got {raw}")
+        if above is not None and not x > above:
+            raise LaunchError(f"{name} must be above {above:g}, got {raw}")
+        if at_least is not None and not x >= at_least:
+            raise LaunchError(f"{name} must be at least {at_least:g}, got {raw}")
+        if at_most is not None and not x <= at_most:
+            raise LaunchError(f"{name} must be at most {at_most:g}, got {raw}")
         return raw
 
     def absolute(path: str) -> str:
-        return path if path.startswith("/") else f"{cwd}/{path}"
+        return path if not path or path.startswith("/") else f"{cwd}/{path}"
 
     prm_url = get("PRM_URL").rstrip("/")
     num_gpus, actor_gpus = uint("NUM_GPUS", v.num_gpus, 1), uint("ACTOR_GPUS", v.actor_gpus)
@@ -214,7 +212,7 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
         prm_model_path=absolute(prm_model_path) if prm_model_path else "",
         run_dir=absolute(get("RUN_DIR", f"{repo_root}/results/{v.run_name}")),
         openclaw_config=absolute(get("OPENCLAW_CONFIG", f"{repo_root}/configs/openclaw_{mode.name}.yaml")),
-        model_args_file=absolute(get("MODEL_ARGS_FILE")) if get("MODEL_ARGS_FILE") else "", context_length=context_length, prm_port=prm_port,
+        model_args_file=absolute(get("MODEL_ARGS_FILE")), context_length=context_length, prm_port=prm_port,
         mem_fraction_static=mem_fraction, prm_mem_fraction=prm_mem_fraction,
         judge_url=prm_url or f"http://127.0.0.1:{prm_port}", rollout_batch_size=ints["ROLLOUT_BATCH_SIZE"], lr=lr,
         save_interval=ints["SAVE_INTERVAL"], max_tokens_per_gpu=ints["MAX_TOKENS_PER_GPU"], kl_loss_coef=kl_loss_coef,
@@ -225,7 +223,7 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
         ray_start_timeout=ray_start_timeout, judge_startup_timeout=judge_startup_timeout,
         use_wandb=switch(env, "USE_WANDB", True), wandb_project=get("WANDB_PROJECT", "openclaw_rl"),
         wandb_key_set=bool(get("WANDB_KEY") or get("WANDB_API_KEY")), user_pythonpath=get("PYTHONPATH"),
-        cuda_visible_devices=get("CUDA_VISIBLE_DEVICES"), env_set={k: bool(env.get(k)) for k in IGNORABLE})
+        cuda_visible_devices=get("CUDA_VISIBLE_DEVICES"))
 
 
 def check_split(s: ScriptSettings, console: Console) -> None:
@@ -250,10 +248,6 @@ def check_split(s: ScriptSettings, console: Console) -> None:
             console.warn(f"PRM_URL is set, so no judge server is launched here and the {s.prm_gpus} PRM_GPUS stay "
                          "idle; using PRM_GPUS=0")
             s.prm_gpus = 0
-        unused = [name for name in ("PRM_TP", "PRM_PORT", "PRM_MEM_FRACTION") if s.env_set.get(name)]
-        if unused:
-            console.warn(f"{', '.join(unused)} ignored: PRM_URL names an external judge, which this script does not "
-                         "start")
     elif s.prm_gpus == 0:
         raise LaunchError(
             "PRM_GPUS=0 but no PRM_URL: the judge/teacher needs either its own GPUs (PRM_GPUS >= 1) or an external "
@@ -281,14 +275,16 @@ def check_ports(s: ScriptSettings) -> None:
         seen[value] = name
 
 
-def warn_unused(s: ScriptSettings, console: Console) -> None:
-    """Variables this variant does not read (the external-judge ones are checked in ``check_split``)."""
-    lora_only = ("LORA_RANK", "LORA_ALPHA", "LORA_TARGET_MODULES")
-    unused = [n for n in lora_only if s.env_set.get(n)] if not s.variant.lora else []
-    if s.variant.lora and s.env_set.get("TRAIN_TP"):
-        unused.append("TRAIN_TP")
-    if s.variant.algorithm != "opd_token" and s.env_set.get("OPD_ADVANTAGE"):
-        unused.append("OPD_ADVANTAGE")
+def warn_unused(s: ScriptSettings, env: Mapping[str, str], console: Console) -> None:
+    """Variables this variant does not read, named in a warning rather than silently dropped."""
+    if s.prm_url:
+        judge_only = [n for n in ("PRM_TP", "PRM_PORT", "PRM_MEM_FRACTION") if env.get(n)]
+        if judge_only:
+            console.warn(f"{', '.join(judge_only)} ignored: PRM_URL names an external judge, which this script does "
+                         "not start")
+    unused = [n for n in ("LORA_RANK", "LORA_ALPHA", "LORA_TARGET_MODULES") if env.get(n) and not s.variant.lora]
+    unused += [n for n in ("TRAIN_TP",) if env.get(n) and s.variant.lora]
+    unused += [n for n in ("OPD_ADVANTAGE",) if env.get(n) and s.variant.algorithm != "opd_token"]
     if unused:
         console.warn(f"{', '.join(unused)} ignored by {s.script} (not used by the {s.variant.name} variant)")
 
