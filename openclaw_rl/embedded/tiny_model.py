@@ -218,9 +218,15 @@ def ensure_tiny_model(preset: str = DEFAULT_PRESET, cache_dir: Path | None = Non
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=root))
     try:
-        if log is not None:
-            log(f"building the tiny model {target.name} (once; cached in {root})")
-        build_tiny_model(tmp, preset, seed, openclaw=openclaw, log=log)
+        from openclaw_rl.embedded.shipped_model import copy_shipped, shipped_copy
+
+        shipped = shipped_copy(target.name)
+        if shipped is not None:  # the package carries this build (the OpenClaw variant): no minutes of training
+            copy_shipped(shipped, tmp)
+        else:
+            if log is not None:
+                log(f"building the tiny model {target.name} (once; cached in {root})")
+            build_tiny_model(tmp, preset, seed, openclaw=openclaw, log=log)
         # mkdtemp (and the safetensors writer) make things private; a cache should be readable as usual.
         tmp.chmod(0o755)
         for path in tmp.iterdir():
