@@ -50,9 +50,10 @@ class HintedJudgement:
 
 async def judge_with_hint(turn: Turn, judge: JudgeClient, renderer: ChatRenderer, *, with_prm: bool,
                           min_hint_chars: int, top_k: int, selection: str = "longest",
-                          max_candidates: int = 1) -> HintedJudgement | None:
+                          max_candidates: int = 1, teacher: JudgeClient | None = None) -> HintedJudgement | None:
     """Hint votes and (optionally) PRM votes concurrently, then the teacher for each hint to score
-    (``selection.hints_to_score``: one, or every candidate under a scored rule) and the rule's choice."""
+    (``selection.hints_to_score``: one, or every candidate under a scored rule) and the rule's choice.
+    ``teacher``: a teacher server apart from the judge (``teacher_server.py``); None: the judge scores."""
     feedback = PRMJudgement.from_feedback(turn.feedback) if turn.feedback is not None else None
     if turn.next_state is None or not judge.enabled:
         return None if feedback is None else HintedJudgement(None, feedback)
@@ -66,7 +67,8 @@ async def judge_with_hint(turn: Turn, judge: JudgeClient, renderer: ChatRenderer
     result = HintedJudgement(hints, prm, candidates[0] if candidates else "", candidates=candidates)
     if not candidates:
         return result
-    outcomes = await asyncio.gather(*(teacher_signal(turn, h, judge, renderer, top_k) for h in candidates),
+    scorer = teacher or judge
+    outcomes = await asyncio.gather(*(teacher_signal(turn, h, scorer, renderer, top_k) for h in candidates),
                                     return_exceptions=True)
     scored = [(h, o) for h, o in zip(candidates, outcomes) if isinstance(o, TeacherSignal)]
     errors = [o for o in outcomes if not isinstance(o, TeacherSignal)]
@@ -116,13 +118,15 @@ class OPDScorer:
     name = "opd"
     keeps_messages = True
 
-    def __init__(self, settings: Settings, judge: JudgeClient, renderer: ChatRenderer):
-        self.judge_client, self.renderer, self.cfg = judge, renderer, settings.opd
+    def __init__(self, settings: Settings, judge: JudgeClient, renderer: ChatRenderer,
+                 teacher: JudgeClient | None = None):
+        self.judge_client, self.renderer, self.cfg, self.teacher = judge, renderer, settings.opd, teacher
 
     async def judge(self, turn: Turn) -> HintedJudgement | None:
         return await judge_with_hint(turn, self.judge_client, self.renderer, with_prm=self.cfg.eval_mode,
                                      min_hint_chars=self.cfg.min_hint_chars, top_k=self.cfg.distill_topk,
-                                     selection=self.cfg.hint_selection, max_candidates=self.cfg.max_hint_candidates)
+                                     selection=self.cfg.hint_selection, max_candidates=self.cfg.max_hint_candidates,
+                                     teacher=self.teacher)
 
     def build(self, turn: Turn, judgement: HintedJudgement | None, ledger: Ledger) -> Outcome:
         eval_score = None

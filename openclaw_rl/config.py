@@ -114,6 +114,10 @@ class OPDSettings:
     # which ids the top-K loss compares: teacher (its top-K) or overlap (those also in the student's top-K);
     # see openclaw_opd/loss.py (OPENCLAW_TOPK_SUBSET_MODE)
     distill_subset: str = "teacher"
+    # a teacher server apart from the judge (openclaw_opd/teacher_server.py); empty: the judge is the teacher
+    teacher_url: str = ""  # TEACHER_URL: SGLang /generate for the teacher log-probs only
+    teacher_api_key: str = ""  # TEACHER_API_KEY
+    teacher_tokenizer: str = ""  # TEACHER_MODEL_PATH: its tokenizer, compared with the policy's at start
 
 
 HINT_SELECTIONS = ("longest", "shortest", "sequence_optimal", "token_optimal")  # OPDSettings.hint_selection
@@ -188,6 +192,9 @@ class Settings:
                    if self.opd.distill_subset == "student" else "")
             raise ValueError(f"openclaw_opd_distill_subset (OPENCLAW_TOPK_SUBSET_MODE): {self.opd.distill_subset!r} "
                              f"is not one of {', '.join(DISTILL_SUBSETS)}{why}")
+        if self.opd.teacher_url and not self.opd.teacher_url.lower().startswith(("http://", "https://")):
+            raise ValueError(f"openclaw_opd_teacher_url (TEACHER_URL): expected http(s)://host:port, got "
+                             f"{self.opd.teacher_url!r}")
         if self.opd.max_hint_candidates < 1:
             raise ValueError("openclaw_opd_max_hint_candidates (OPENCLAW_TOPK_MAX_CAND): expected >= 1, got "
                              f"{self.opd.max_hint_candidates}")
@@ -248,6 +255,8 @@ ENV_FALLBACKS = {
     "OPENCLAW_STREAM_INTERVAL": "proxy_stream_interval",
     "OPENCLAW_TOPK_HINT_SELECTION": "opd_hint_selection", "OPENCLAW_TOPK_MAX_CAND": "opd_max_hint_candidates",
     "OPENCLAW_TOPK_SUBSET_MODE": "opd_distill_subset",
+    "TEACHER_URL": "opd_teacher_url", "TEACHER_MODEL_PATH": "opd_teacher_tokenizer",
+    "TEACHER_API_KEY": "opd_teacher_api_key",  # bearer key of a separate teacher server
 }
 
 # Slime flags (attributes of Slime's args) → flat keys, lowest precedence

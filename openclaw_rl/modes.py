@@ -152,6 +152,10 @@ MODES: dict[str, Mode] = {m.name: m for m in (
                 "help": "opd and combine: which candidate hint's teacher signal a sample keeps (longest)"}),
             ("--max-hint-candidates", "opd_max_hint_candidates", {
                 "type": int, "help": "opd and combine: hints scored by sequence_/token_optimal (3)"}),
+            ("--teacher-url", "opd_teacher_url", {
+                "help": "opd and combine: SGLang server for the teacher log-probs (default: the judge's)"}),
+            ("--teacher-tokenizer", "opd_teacher_tokenizer", {
+                "help": "the teacher's tokenizer dir, checked against the policy's (default: what its server reports)"}),
             ("--distill-subset", "opd_distill_subset", {
                 "choices": ["teacher", "overlap"],
                 "help": "OPD top-K loss: compare the teacher's top-K ids (teacher) or those also in the student's (overlap)"}),

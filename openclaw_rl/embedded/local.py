@@ -49,6 +49,7 @@ class LocalConfig:
     distill_topk: int = 0
     hint_selection: str = "longest"  # opd/combine: which candidate hint's teacher signal a sample keeps
     distill_subset: str = "teacher"  # opd top-K: which ids the loss compares
+    teacher_url: str = ""  # opd/combine: a teacher server instead of the embedded frozen copy
     max_steps: int = 0  # 0 = until the simulation ends (or Ctrl-C without --simulate)
     judge_votes: int = 1  # the rule judge is deterministic: one vote is as good as m
     save_every: int = 0
@@ -202,6 +203,7 @@ class LocalStack:
             "proxy_max_new_tokens": cfg.max_new_tokens, "proxy_served_model_name": "tiny",
             "proxy_rollout_temperature": 1.0, "opd_distill_topk": cfg.distill_topk, "proxy_session_ttl_s": cfg.session_ttl_s,
             "opd_hint_selection": cfg.hint_selection, "opd_distill_subset": cfg.distill_subset,
+            "opd_teacher_url": cfg.teacher_url,
         }, env={})
         self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
         self.metrics_path = str(self.out / "metrics.jsonl")
@@ -446,6 +448,8 @@ def register_local_command(sub: Any) -> None:
     p.add_argument("--distill-topk", type=int, default=0, help="opd: train the top-K reverse-KL loss")
     p.add_argument("--distill-subset", choices=DISTILL_SUBSETS, default="teacher",
                    help="opd --distill-topk: compare the teacher's top-K ids, or only those also in the student's")
+    p.add_argument("--teacher-url", default="", help="opd/combine: an SGLang server (the policy's tokenizer) for the "
+                   "teacher log-probs, instead of the embedded frozen copy of the initial policy")
     p.add_argument("--hint-selection", choices=HINT_SELECTIONS, default="longest",
                    help="opd/combine: which candidate hint's teacher signal a sample keeps (the rule judge gives one "
                         "hint per turn, so every rule picks it; see openclaw_opd/selection.py)")
@@ -486,7 +490,7 @@ def local_config(ns: Any) -> LocalConfig:
         lr=ns.lr if ns.lr is not None else defaults["lr"],
         kl_coef=ns.kl_coef if ns.kl_coef is not None else defaults["kl_coef"],
         center_rewards=ns.center_rewards, distill_topk=ns.distill_topk, max_steps=ns.max_steps,
-        hint_selection=ns.hint_selection, distill_subset=ns.distill_subset,
+        hint_selection=ns.hint_selection, distill_subset=ns.distill_subset, teacher_url=ns.teacher_url,
         save_every=ns.save_every, simulate=ns.simulate, concurrency=ns.concurrency,
         interactions=ns.interactions or int(defaults["interactions"]),
         preferred_style=ns.preferred_style, session_ttl_s=ns.session_ttl, openclaw_model=wants_openclaw_model(ns))
