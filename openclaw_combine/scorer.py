@@ -33,13 +33,16 @@ class CombineScorer:
     name = "combine"
     keeps_messages = True
 
-    def __init__(self, settings: Settings, judge: JudgeClient, renderer: ChatRenderer):
-        self.judge_client, self.renderer = judge, renderer
+    def __init__(self, settings: Settings, judge: JudgeClient, renderer: ChatRenderer,
+                 teacher: JudgeClient | None = None):
+        self.judge_client, self.renderer, self.teacher = judge, renderer, teacher
         self.opd, self.combine = settings.opd, settings.combine
 
     async def judge(self, turn: Turn) -> HintedJudgement | None:
         return await judge_with_hint(turn, self.judge_client, self.renderer, with_prm=True,
-                                     min_hint_chars=self.opd.min_hint_chars, top_k=self.opd.distill_topk)
+                                     min_hint_chars=self.opd.min_hint_chars, top_k=self.opd.distill_topk,
+                                     selection=self.opd.hint_selection, max_candidates=self.opd.max_hint_candidates,
+                                     teacher=self.teacher)
 
     def build(self, turn: Turn, judgement: HintedJudgement | None, ledger: Ledger) -> Outcome:
         eval_score = judgement.prm.score if judgement and judgement.prm else 0.0

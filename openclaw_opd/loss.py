@@ -16,6 +16,15 @@ Deviations from upstream OpenClaw-RL (``topk_distillation_loss.py`` and Slime's 
 4) Runs without Megatron (the embedded trainer); upstream imported ``mpu`` unconditionally.
 5) ``opd_token_advantages`` aligns the teacher to the student's last tokens like Slime's ``[-R:]``,
    but an empty response gives an empty advantage (Slime's ``teacher[-0:]`` keeps the whole tensor).
+
+Which K tokens the top-K loss compares (``openclaw_opd_distill_subset``, upstream PR #99's
+``--distill-subset-mode``; ``DISTILL_SUBSETS``): ``teacher`` (default, upstream 0d034dd's loss) compares
+the teacher's top-K ids; ``overlap`` only those of them that are also in the student's own top-K (K the
+same, ranked on the logits being trained, ties at the K-th value included); the other teacher entries
+fold into the tail bin on both sides, and a token with no common id contributes 0 (upstream masks it).
+Upstream's ``student`` (the student's top-K, the teacher gathered there) is refused at configuration:
+the teacher here is a server that returns its own top-K only, so its log-probs at student ids outside
+that set are unknown (upstream's teacher runs in the trainer, PR #85).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from openclaw_rl.config import DISTILL_SUBSETS
 from openclaw_rl.losses.logprobs import active_tp_group, gather_log_probs, iter_response_logits
 from openclaw_rl.slime_hooks.topk import teacher_topk_from_batch
 
@@ -122,6 +132,38 @@ def topk_reverse_kl(
     return kl_R, entropy_R
 
 
+@torch.no_grad()
+def in_student_topk(logits_RV: torch.Tensor, ids_RK: torch.Tensor, k: int,
+                    tp_group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """[R, K] True where ``ids_RK`` is among the row's ``k`` largest logits (global ids; ties at the k-th
+    value count as in). Logits, not log-probs: the ranking is the same at any temperature."""
+    rows, vocab_local = logits_RV.shape
+    logits = logits_RV.detach().float()
+    if tp_group is None:
+        kth_R = logits.topk(min(k, vocab_local), dim=-1).values[:, -1]
+        picked_RK = logits.gather(-1, ids_RK.clamp(0, vocab_local - 1))
+        return picked_RK >= kth_R.unsqueeze(-1)
+    world = dist.get_world_size(tp_group)
+    local_top = logits.topk(min(k, vocab_local), dim=-1).values.contiguous()
+    shards = [torch.empty_like(local_top) for _ in range(world)]
+    dist.all_gather(shards, local_top, group=tp_group)
+    kth_R = torch.cat(shards, dim=-1).topk(min(k, vocab_local * world), dim=-1).values[:, -1]
+    local_RK = ids_RK - dist.get_rank(tp_group) * vocab_local
+    in_shard_RK = (local_RK >= 0) & (local_RK < vocab_local)
+    picked_RK = logits.gather(-1, local_RK.clamp(0, vocab_local - 1))
+    picked_RK = torch.where(in_shard_RK, picked_RK, torch.full_like(picked_RK, -math.inf))
+    dist.all_reduce(picked_RK, op=dist.ReduceOp.MAX, group=tp_group)
+    return picked_RK >= kth_R.unsqueeze(-1)
+
+
+def distill_subset(args: Any) -> str:
+    """The subset the top-K loss compares: ``args.openclaw_opd_distill_subset`` (the run config), else teacher."""
+    subset = getattr(args, "openclaw_opd_distill_subset", None) or "teacher"
+    if subset not in DISTILL_SUBSETS:
+        raise ValueError(f"openclaw_opd_distill_subset: {subset!r} is not one of {', '.join(DISTILL_SUBSETS)}")
+    return subset
+
+
 def teacher_rows_valid(teacher_RK: torch.Tensor) -> torch.Tensor:
     """True where a teacher row can be a (truncated) distribution: no NaN/+inf, mass <= 1 + tolerance."""
     broken_R = (teacher_RK.isnan() | teacher_RK.isposinf()).any(dim=-1)
@@ -148,11 +190,12 @@ def topk_distillation_loss_function(
                          "teacher_topk_indices, or teacher_log_probs unpacked by --rollout-data-postprocess-path "
                          "openclaw_rl.slime_hooks.topk.unpack_teacher_topk (run the opd proxy with distill_topk > 0)")
     teacher_lp, teacher_ids = topk
+    subset = distill_subset(args)
     entropy_coef = float(getattr(args, "entropy_coef", 0.0) or 0.0)
     tp_group = active_tp_group()
     tp_size = 1 if tp_group is None else dist.get_world_size(tp_group)
 
-    kls, entropies, invalid = [], [], []
+    kls, entropies, invalid, sizes = [], [], [], []
     responses = iter_response_logits(args, batch, logits)
     for i, ((logits_RV, _), lp, ids) in enumerate(zip(responses, teacher_lp, teacher_ids, strict=True)):
         rows = logits_RV.size(0)
@@ -166,6 +209,8 @@ def topk_distillation_loss_function(
             raise ValueError(f"sample {i}: teacher log-probs {tuple(teacher_RK.shape)} vs ids {tuple(ids_RK.shape)}")
         vocab = logits_RV.size(-1) * tp_size
         valid_RK = teacher_RK.isfinite() & (ids_RK >= 0) & (ids_RK < vocab)
+        if subset == "overlap":
+            valid_RK = valid_RK & in_student_topk(logits_RV, ids_RK.clamp(0, vocab - 1), ids_RK.size(-1), tp_group)
         student_RK = gather_log_probs(logits_RV, ids_RK.clamp(0, vocab - 1), tp_group)
         kl_R, entropy_R = topk_reverse_kl(student_RK, teacher_RK, valid_RK)
         if entropy_coef == 0.0:
@@ -174,9 +219,11 @@ def topk_distillation_loss_function(
         kls.append(torch.where(row_ok_R, kl_R, torch.zeros_like(kl_R)))
         entropies.append(torch.where(row_ok_R, entropy_R, torch.zeros_like(entropy_R)))
         invalid.append((~row_ok_R).to(kl_R.dtype))
+        sizes.append(valid_RK.sum(dim=-1).to(kl_R.dtype))
 
     dtype = logits.dtype if logits.dtype == torch.float64 else torch.float32
-    kl_T, entropy_T, invalid_T = (_cat_tokens(values, logits.device, dtype) for values in (kls, entropies, invalid))
+    kl_T, entropy_T, invalid_T, size_T = (_cat_tokens(values, logits.device, dtype)
+                                          for values in (kls, entropies, invalid, sizes))
 
     kl_loss = sum_of_sample_mean(kl_T)
     entropy_loss = sum_of_sample_mean(entropy_T)
@@ -188,6 +235,7 @@ def topk_distillation_loss_function(
         "kl_loss": kl_loss.detach().clone(),
         "entropy_loss": entropy_loss.detach().clone(),
         "teacher_invalid_frac": sum_of_sample_mean(invalid_T).detach(),
+        "distill_subset_size": sum_of_sample_mean(size_T).detach(),  # ids compared per token (K for teacher)
     }
 
 

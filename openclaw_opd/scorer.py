@@ -1,15 +1,16 @@
 """OPD mode: a turn whose next state yields a hindsight hint becomes a distillation sample.
 
 m hint votes run concurrently (plus m PRM votes when ``opd.eval_mode``, for ``rollout/prm_eval_score``,
-concurrently too); the longest hint of a +1 vote longer than 10 characters is kept; the hinted teacher
-scores the turn's exact response ids (``teacher.py``). No accepted hint → no sample (counted as
+concurrently too); by default the longest hint of a +1 vote longer than 10 characters is kept, or
+several candidate hints are scored and one chosen (``opd.hint_selection``, ``selection.py``); the hinted
+teacher scores the turn's exact response ids (``teacher.py``). No accepted hint → no sample (counted as
 ``no_hint``). The reward is upstream's dummy 1.0: token-level OPD trains on ``teacher − old`` only.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from openclaw_rl.chat import ChatRenderer
@@ -20,6 +21,7 @@ from openclaw_rl.samples import TrainingSample
 from openclaw_rl.scoring import Ledger, Outcome
 from openclaw_rl.turns import DropReason, Turn
 
+from .selection import Selection, hints_to_score, select
 from .teacher import TeacherSignal, teacher_signal
 
 
@@ -30,9 +32,13 @@ class HintedJudgement:
     hint: str = ""
     teacher: TeacherSignal | None = None
     teacher_error: str = ""
+    candidates: list[str] = field(default_factory=list)  # the hints scored (one unless a scored selection rule)
+    picks: list[int] = field(default_factory=list)  # response tokens taken from each candidate
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {"accepted": self.teacher is not None, "hint": self.hint, "hint_len": len(self.hint)}
+        if len(self.candidates) > 1:
+            out["candidates"] = [{"hint": h, "tokens": n} for h, n in zip(self.candidates, self.picks)]
         if self.hints:
             out["votes"] = [{"score": v.score, "hint": v.hint, "raw": v.raw} for v in self.hints.votes]
         if self.prm:
@@ -43,8 +49,11 @@ class HintedJudgement:
 
 
 async def judge_with_hint(turn: Turn, judge: JudgeClient, renderer: ChatRenderer, *, with_prm: bool,
-                          min_hint_chars: int, top_k: int) -> HintedJudgement | None:
-    """Hint votes and (optionally) PRM votes concurrently, then the teacher if a hint was accepted."""
+                          min_hint_chars: int, top_k: int, selection: str = "longest",
+                          max_candidates: int = 1, teacher: JudgeClient | None = None) -> HintedJudgement | None:
+    """Hint votes and (optionally) PRM votes concurrently, then the teacher for each hint to score
+    (``selection.hints_to_score``: one, or every candidate under a scored rule) and the rule's choice.
+    ``teacher``: a teacher server apart from the judge (``teacher_server.py``); None: the judge scores."""
     feedback = PRMJudgement.from_feedback(turn.feedback) if turn.feedback is not None else None
     if turn.next_state is None or not judge.enabled:
         return None if feedback is None else HintedJudgement(None, feedback)
@@ -54,12 +63,30 @@ async def judge_with_hint(turn: Turn, judge: JudgeClient, renderer: ChatRenderer
         hints, prm = await asyncio.gather(judge.hints(text, state), judge.prm(text, state))
     else:
         hints, prm = await judge.hints(text, state), feedback
-    result = HintedJudgement(hints, prm, hints.best_hint(min_hint_chars))
-    if result.hint:
-        try:
-            result.teacher = await teacher_signal(turn, result.hint, judge, renderer, top_k)
-        except OpenClawError as e:
-            result.teacher_error = e.message
+    candidates = hints_to_score(hints, selection, min_hint_chars, max_candidates)
+    result = HintedJudgement(hints, prm, candidates[0] if candidates else "", candidates=candidates)
+    if not candidates:
+        return result
+    scorer = teacher or judge
+    outcomes = await asyncio.gather(*(teacher_signal(turn, h, scorer, renderer, top_k) for h in candidates),
+                                    return_exceptions=True)
+    scored = [(h, o) for h, o in zip(candidates, outcomes) if isinstance(o, TeacherSignal)]
+    errors = [o for o in outcomes if not isinstance(o, TeacherSignal)]
+    for e in errors:
+        if not isinstance(e, OpenClawError):
+            raise e
+    if not scored:
+        result.teacher_error = errors[0].message  # type: ignore[union-attr]
+        return result
+    chosen: Selection = select([sig for _, sig in scored], selection)
+    counts = chosen.counts(len(scored))
+    result.candidates = [h for h, _ in scored]
+    result.picks = counts
+    result.hint = result.candidates[max(range(len(counts)), key=lambda k: (counts[k], -k))]
+    result.teacher = chosen.signal
+    if errors:
+        result.teacher_error = f"{len(errors)} of {len(candidates)} candidates' teacher calls failed: " \
+                               f"{errors[0].message}"  # type: ignore[union-attr]
     return result
 
 
@@ -68,6 +95,8 @@ def distillation_sample(turn: Turn, j: HintedJudgement, kind: str, reward: float
     assert t is not None
     meta = {"hint": j.hint, "teacher_unscored": t.mask.count(0),
             "eval_score": j.prm.score if j.prm else None}
+    if len(j.candidates) > 1:  # a scored selection rule: the hints scored and the tokens taken from each
+        meta["hint_candidates"], meta["hint_picks"] = list(j.candidates), list(j.picks)
     return TrainingSample.from_turn(turn, kind=kind, reward=reward, loss_mask=list(t.mask), metadata=meta,
                                     teacher_log_probs=t.log_probs, teacher_topk_log_probs=t.topk_log_probs,
                                     teacher_topk_indices=t.topk_indices)
@@ -89,12 +118,15 @@ class OPDScorer:
     name = "opd"
     keeps_messages = True
 
-    def __init__(self, settings: Settings, judge: JudgeClient, renderer: ChatRenderer):
-        self.judge_client, self.renderer, self.cfg = judge, renderer, settings.opd
+    def __init__(self, settings: Settings, judge: JudgeClient, renderer: ChatRenderer,
+                 teacher: JudgeClient | None = None):
+        self.judge_client, self.renderer, self.cfg, self.teacher = judge, renderer, settings.opd, teacher
 
     async def judge(self, turn: Turn) -> HintedJudgement | None:
         return await judge_with_hint(turn, self.judge_client, self.renderer, with_prm=self.cfg.eval_mode,
-                                     min_hint_chars=self.cfg.min_hint_chars, top_k=self.cfg.distill_topk)
+                                     min_hint_chars=self.cfg.min_hint_chars, top_k=self.cfg.distill_topk,
+                                     selection=self.cfg.hint_selection, max_candidates=self.cfg.max_hint_candidates,
+                                     teacher=self.teacher)
 
     def build(self, turn: Turn, judgement: HintedJudgement | None, ledger: Ledger) -> Outcome:
         eval_score = None

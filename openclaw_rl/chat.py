@@ -46,9 +46,18 @@ def normalize_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
 
 
 def _arguments(arguments: str | dict[str, Any]) -> dict[str, Any] | str:
-    """Templates render dict arguments as JSON; a JSON string is decoded so both render alike."""
+    """Arguments as the chat template gets them. OpenAI clients (OpenClaw included) send them as a JSON
+    string; the policy emitted an object. A string holding a JSON object is decoded, as SGLang's and
+    vLLM's chat servers (and upstream's proxy since 28a8d39) do before templating, so a template renders
+    it exactly as the object form (Qwen3: ``arguments | tojson``; Qwen3.5's XML form: ``arguments|items``).
+    An empty string means no arguments: ``{}``. Any other string (not JSON, or JSON that is not an
+    object) is kept: a template that prints strings prints what the client sent, one that needs an
+    object refuses it with a 400; never replaced by ``{}`` (upstream does that), which would train the
+    policy on a call it did not make."""
     if isinstance(arguments, dict):
         return arguments
+    if not arguments.strip():
+        return {}
     try:
         value = json.loads(arguments)
     except json.JSONDecodeError:

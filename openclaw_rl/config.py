@@ -107,6 +107,21 @@ class OPDSettings:
     eval_mode: bool = False  # also run PRM votes to report rollout/prm_eval_score (OPENCLAW_EVAL_MODE)
     min_hint_chars: int = 10  # hints this short or shorter are rejected, as upstream
     teacher_concurrency: int = 3  # teacher log-prob calls in flight at once (within judge.concurrency)
+    # which hint's teacher signal a sample keeps, for opd and combine alike (openclaw_opd/selection.py):
+    # longest (upstream's single hint), shortest, sequence_optimal, token_optimal (OPENCLAW_TOPK_HINT_SELECTION)
+    hint_selection: str = "longest"
+    max_hint_candidates: int = 3  # candidates scored by sequence_/token_optimal (OPENCLAW_TOPK_MAX_CAND)
+    # which ids the top-K loss compares: teacher (its top-K) or overlap (those also in the student's top-K);
+    # see openclaw_opd/loss.py (OPENCLAW_TOPK_SUBSET_MODE)
+    distill_subset: str = "teacher"
+    # a teacher server apart from the judge (openclaw_opd/teacher_server.py); empty: the judge is the teacher
+    teacher_url: str = ""  # TEACHER_URL: SGLang /generate for the teacher log-probs only
+    teacher_api_key: str = ""  # TEACHER_API_KEY
+    teacher_tokenizer: str = ""  # TEACHER_MODEL_PATH: its tokenizer, compared with the policy's at start
+
+
+HINT_SELECTIONS = ("longest", "shortest", "sequence_optimal", "token_optimal")  # OPDSettings.hint_selection
+DISTILL_SUBSETS = ("teacher", "overlap")  # OPDSettings.distill_subset (openclaw_opd.loss reads the same list)
 
 
 @dataclass
@@ -168,6 +183,21 @@ class Settings:
         if self.opd.teacher_concurrency < 0:
             raise ValueError("openclaw_opd_teacher_concurrency (OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY): expected 0 "
                              f"(no limit) or more, got {self.opd.teacher_concurrency}")
+        if self.opd.hint_selection not in HINT_SELECTIONS:
+            raise ValueError(f"openclaw_opd_hint_selection (OPENCLAW_TOPK_HINT_SELECTION): unknown rule "
+                             f"{self.opd.hint_selection!r}; one of {', '.join(HINT_SELECTIONS)}")
+        if self.opd.distill_subset not in DISTILL_SUBSETS:
+            why = (" (the student's top-K with the teacher gathered there needs a teacher inside the trainer: "
+                   "the teacher server returns its own top-K only; overlap is the part of it known exactly)"
+                   if self.opd.distill_subset == "student" else "")
+            raise ValueError(f"openclaw_opd_distill_subset (OPENCLAW_TOPK_SUBSET_MODE): {self.opd.distill_subset!r} "
+                             f"is not one of {', '.join(DISTILL_SUBSETS)}{why}")
+        if self.opd.teacher_url and not self.opd.teacher_url.lower().startswith(("http://", "https://")):
+            raise ValueError(f"openclaw_opd_teacher_url (TEACHER_URL): expected http(s)://host:port, got "
+                             f"{self.opd.teacher_url!r}")
+        if self.opd.max_hint_candidates < 1:
+            raise ValueError("openclaw_opd_max_hint_candidates (OPENCLAW_TOPK_MAX_CAND): expected >= 1, got "
+                             f"{self.opd.max_hint_candidates}")
         t = p.rollout_temperature
         if t is not None and not 0 <= t < float("inf"):
             raise ValueError(f"openclaw_proxy_rollout_temperature (ROLLOUT_TEMPERATURE): expected a number >= 0, got {t}")
@@ -223,6 +253,10 @@ ENV_FALLBACKS = {
     "PRM_MAX_NEW_TOKENS": "judge_max_new_tokens",
     "PRM_API_KEY": "judge_api_key",  # bearer key of an external judge (scripts/run_*.sh PRM_URL=...)
     "OPENCLAW_STREAM_INTERVAL": "proxy_stream_interval",
+    "OPENCLAW_TOPK_HINT_SELECTION": "opd_hint_selection", "OPENCLAW_TOPK_MAX_CAND": "opd_max_hint_candidates",
+    "OPENCLAW_TOPK_SUBSET_MODE": "opd_distill_subset",
+    "TEACHER_URL": "opd_teacher_url", "TEACHER_MODEL_PATH": "opd_teacher_tokenizer",
+    "TEACHER_API_KEY": "opd_teacher_api_key",  # bearer key of a separate teacher server
 }
 
 # Slime flags (attributes of Slime's args) → flat keys, lowest precedence

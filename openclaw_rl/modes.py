@@ -147,6 +147,18 @@ MODES: dict[str, Mode] = {m.name: m for m in (
             ("--distill-topk", "opd_distill_topk", {"type": int, "help": "OPD: also fetch the teacher's top-K"}),
             ("--eval-mode", "opd_eval_mode", {"action": "store_const", "const": True,
                                               "help": "OPD: also run PRM votes for rollout/prm_eval_score"}),
+            ("--hint-selection", "opd_hint_selection", {
+                "choices": ["longest", "shortest", "sequence_optimal", "token_optimal"],
+                "help": "opd and combine: which candidate hint's teacher signal a sample keeps (longest)"}),
+            ("--max-hint-candidates", "opd_max_hint_candidates", {
+                "type": int, "help": "opd and combine: hints scored by sequence_/token_optimal (3)"}),
+            ("--teacher-url", "opd_teacher_url", {
+                "help": "opd and combine: SGLang server for the teacher log-probs (default: the judge's)"}),
+            ("--teacher-tokenizer", "opd_teacher_tokenizer", {
+                "help": "the teacher's tokenizer dir, checked against the policy's (default: what its server reports)"}),
+            ("--distill-subset", "opd_distill_subset", {
+                "choices": ["teacher", "overlap"],
+                "help": "OPD top-K loss: compare the teacher's top-K ids (teacher) or those also in the student's (overlap)"}),
         ),
         launch=(
             LaunchVariant("opd", "token-level OPD, A = teacher - old (Megatron, full parameters)", "opd_token",

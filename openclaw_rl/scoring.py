@@ -46,6 +46,10 @@ class TurnScorer(Protocol):
         """Turn a judgement into samples; called in turn order within a session."""
 
 
-def make_scorer(settings: Settings, judge: JudgeClient, renderer: Any) -> TurnScorer:
-    """Instantiate the scorer of the mode named in ``settings.mode`` (``openclaw_rl.modes.MODES``)."""
-    return resolve(get_mode(settings.mode).scorer)(settings, judge, renderer)
+def make_scorer(settings: Settings, judge: JudgeClient, renderer: Any, teacher: JudgeClient | None = None) -> TurnScorer:
+    """Instantiate the scorer of the mode named in ``settings.mode`` (``openclaw_rl.modes.MODES``). A mode
+    that needs the teacher gets ``teacher=`` too when a teacher server apart from the judge is set."""
+    cls = resolve(get_mode(settings.mode).scorer)
+    if teacher is not None and get_mode(settings.mode).needs_teacher:
+        return cls(settings, judge, renderer, teacher=teacher)
+    return cls(settings, judge, renderer)

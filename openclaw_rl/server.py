@@ -202,7 +202,12 @@ class Proxy:
         if not judge.enabled:
             log.warning("no judge URL: PRM is off, every turn scores 0 and RL/OPD produce no learning signal "
                         "(upstream's PRM-disabled behaviour). Set --judge-url to train.")
-        scorer = make_scorer(settings, judge, renderer)
+        teacher = None
+        if MODES[settings.mode].needs_teacher and settings.opd.teacher_url:  # a teacher apart from the judge
+            from openclaw_opd.teacher_server import build_teacher
+
+            teacher = build_teacher(http, settings, tokenizer, load=load_tokenizer)
+        scorer = make_scorer(settings, judge, renderer, teacher)
         spool = Spool(settings.spool.dir, settings.spool.max_bytes, sync=settings.spool.sync)
         spool.release_leases()
         writer = SampleWriter(spool, metrics, p.record_dir, max_overflow=settings.spool.max_overflow)

@@ -132,6 +132,7 @@ class ExternalStack:
         temperature = settings.proxy.rollout_temperature
         tcfg = TrainerConfig(mode=settings.mode, rollout_batch_size=cfg.rollout_batch_size, lr=cfg.lr,
                              kl_coef=cfg.kl_coef, distill_topk=settings.opd.distill_topk,
+                             distill_subset=settings.opd.distill_subset,
                              w_rl=settings.combine.w_rl, w_opd=settings.combine.w_opd,
                              rollout_temperature=1.0 if temperature is None else temperature,
                              save_every=cfg.save_every, ckpt_dir=str(self.out / "checkpoints") if cfg.save_every else "",

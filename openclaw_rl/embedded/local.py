@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from openclaw_rl.config import DISTILL_SUBSETS, HINT_SELECTIONS
 from openclaw_rl.embedded.interrupts import name_of, sigterm_as_ctrl_c, while_starting
 from openclaw_rl.modes import MODES
 from openclaw_rl.spool import Spool
@@ -46,6 +47,9 @@ class LocalConfig:
     lr: float = 5e-4  # measured: 2e-3 learns faster, then collapses onto a degenerate reply
     kl_coef: float = 0.0  # KL to the initial weights (Slime's --kl-loss-coef); guards against collapse
     distill_topk: int = 0
+    hint_selection: str = "longest"  # opd/combine: which candidate hint's teacher signal a sample keeps
+    distill_subset: str = "teacher"  # opd top-K: which ids the loss compares
+    teacher_url: str = ""  # opd/combine: a teacher server instead of the embedded frozen copy
     max_steps: int = 0  # 0 = until the simulation ends (or Ctrl-C without --simulate)
     judge_votes: int = 1  # the rule judge is deterministic: one vote is as good as m
     save_every: int = 0
@@ -198,12 +202,15 @@ class LocalStack:
             "proxy_record_dir": str(self.out / "records"), "proxy_pause_mode": "hold",
             "proxy_max_new_tokens": cfg.max_new_tokens, "proxy_served_model_name": "tiny",
             "proxy_rollout_temperature": 1.0, "opd_distill_topk": cfg.distill_topk, "proxy_session_ttl_s": cfg.session_ttl_s,
+            "opd_hint_selection": cfg.hint_selection, "opd_distill_subset": cfg.distill_subset,
+            "opd_teacher_url": cfg.teacher_url,
         }, env={})
         self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
         self.metrics_path = str(self.out / "metrics.jsonl")
         trainer_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
         tcfg = TrainerConfig(mode=cfg.mode, rollout_batch_size=cfg.rollout_batch_size, lr=cfg.lr, kl_coef=cfg.kl_coef,
                              center_rewards=cfg.center_rewards, distill_topk=cfg.distill_topk, save_every=cfg.save_every,
+                             distill_subset=cfg.distill_subset,
                              ckpt_dir=str(self.out / "checkpoints"), metrics_path=self.metrics_path,
                              tensorboard_dir=str(self.out / "tensorboard"), seed=cfg.seed)
         self.trainer = EmbeddedTrainer(tcfg, trainer_model, sync=self.policy.load_state_dict, tokenizer=self.tokenizer)
@@ -439,6 +446,13 @@ def register_local_command(sub: Any) -> None:
                    help="rl/combine: advantages r - batch mean instead of upstream's A = r (steadier when most "
                         "of a batch shares one reward)")
     p.add_argument("--distill-topk", type=int, default=0, help="opd: train the top-K reverse-KL loss")
+    p.add_argument("--distill-subset", choices=DISTILL_SUBSETS, default="teacher",
+                   help="opd --distill-topk: compare the teacher's top-K ids, or only those also in the student's")
+    p.add_argument("--teacher-url", default="", help="opd/combine: an SGLang server (the policy's tokenizer) for the "
+                   "teacher log-probs, instead of the embedded frozen copy of the initial policy")
+    p.add_argument("--hint-selection", choices=HINT_SELECTIONS, default="longest",
+                   help="opd/combine: which candidate hint's teacher signal a sample keeps (the rule judge gives one "
+                        "hint per turn, so every rule picks it; see openclaw_opd/selection.py)")
     p.add_argument("--max-steps", type=int, default=0)
     p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (resumes from the latest)")
     p.add_argument("--preset", default="h128", help="tiny model size: h64, h128, h256")
@@ -476,6 +490,7 @@ def local_config(ns: Any) -> LocalConfig:
         lr=ns.lr if ns.lr is not None else defaults["lr"],
         kl_coef=ns.kl_coef if ns.kl_coef is not None else defaults["kl_coef"],
         center_rewards=ns.center_rewards, distill_topk=ns.distill_topk, max_steps=ns.max_steps,
+        hint_selection=ns.hint_selection, distill_subset=ns.distill_subset, teacher_url=ns.teacher_url,
         save_every=ns.save_every, simulate=ns.simulate, concurrency=ns.concurrency,
         interactions=ns.interactions or int(defaults["interactions"]),
         preferred_style=ns.preferred_style, session_ttl_s=ns.session_ttl, openclaw_model=wants_openclaw_model(ns))

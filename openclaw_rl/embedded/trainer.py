@@ -58,6 +58,7 @@ class TrainerConfig:
     center_rewards: bool = False  # A = r - batch mean (see build_batch); off: rl mode's A = r, as upstream
     rollout_temperature: float = 1.0  # must equal the proxy's, so trainer and rollout log-probs agree
     distill_topk: int = 0  # opd: K > 0 trains the top-K reverse-KL loss instead of token-level OPD
+    distill_subset: str = "teacher"  # which ids the top-K loss compares (openclaw_opd.loss.distill_subset)
     w_rl: float = 1.0
     w_opd: float = 1.0
     save_every: int = 0  # checkpoint every N steps (0 = never)
@@ -75,6 +76,7 @@ class TrainerConfig:
                                kl_loss_coef=self.kl_coef,
                                kl_loss_type="low_var_kl", rollout_temperature=self.rollout_temperature,
                                use_rollout_logprobs=False, distill_topk=self.distill_topk,
+                               openclaw_opd_distill_subset=self.distill_subset,
                                openclaw_combine_w_rl=self.w_rl, openclaw_combine_w_opd=self.w_opd,
                                advantage_estimator="grpo", qkv_format="thd")
 

@@ -26,7 +26,7 @@ from .script import Console, ScriptSettings
 from .slime_args import Commands
 
 SAFE = re.compile(r"[A-Za-z0-9_./:=,@%+-]+")
-SECRETS = ("SGLANG_API_KEY", "PRM_API_KEY", "WANDB_API_KEY")  # exported by the script, shown as "<set>" only
+SECRETS = ("SGLANG_API_KEY", "PRM_API_KEY", "TEACHER_API_KEY", "WANDB_API_KEY")  # exported by the script, shown as "<set>" only
 
 
 def quote(word: str) -> str:
@@ -58,12 +58,14 @@ def plan_text(s: ScriptSettings, c: Commands, config_text: str, env: Mapping[str
         judge = f"SGLang server on GPU(s) {s.judge_devices} (TP {s.prm_tp}), started by this script"
     auth = "API key required" if env.get("SGLANG_API_KEY") else "no API key"
     secrets_set = {"SGLANG_API_KEY": bool(env.get("SGLANG_API_KEY")), "PRM_API_KEY": bool(env.get("PRM_API_KEY")),
-                   "WANDB_API_KEY": s.wandb_key_set}
+                   "TEACHER_API_KEY": bool(env.get("TEACHER_API_KEY")), "WANDB_API_KEY": s.wandb_key_set}
     out = [
         f"# {s.variant.run_name}: mode {s.mode.name}, {s.variant.trains}",
         f"# GPUs: ACTOR_GPUS={s.actor_gpus} + ROLLOUT_GPUS={s.rollout_gpus} (SGLang TP {s.tp}) + PRM_GPUS={s.prm_gpus} "
         f"of NUM_GPUS={s.num_gpus}; Ray gets GPU(s) {s.ray_devices}",
-        f"# judge/teacher: {s.judge_url}, {judge}",
+        *([f"# judge: {s.judge_url}, {judge}", f"# teacher: external SGLang server {env['TEACHER_URL']} (TEACHER_URL; "
+           "not started or stopped by this script)"] if env.get("TEACHER_URL") and s.mode.needs_teacher
+          else [f"# judge/teacher: {s.judge_url}, {judge}"]),
         f"# proxy for OpenClaw: {proxy_url(s)} ({auth}), model id "
         f"{s.proxy['served_model_name']}",
         f"# run dir: {s.run_dir} (spool, records, logs); run config: {s.config_path}",

@@ -19,7 +19,7 @@ from ..modes import MODES
 
 # Environment variables the launch scripts read into the run config → flat keys. Upstream's names
 # (config.ENV_FALLBACKS) plus the scripts' own; secrets (API keys) never enter the run config.
-SECRETS = ("SGLANG_API_KEY", "PRM_API_KEY")
+SECRETS = ("SGLANG_API_KEY", "PRM_API_KEY", "TEACHER_API_KEY")
 SCRIPT_ENV: dict[str, str] = {
     **{var: key for var, key in ENV_FALLBACKS.items() if var not in SECRETS and var != "HOST"},
     "PROXY_HOST": "proxy_host",  # the scripts' name for the bind address (HOST is the proxy CLI's)

@@ -38,6 +38,9 @@
 #   TOOL_CALL_PARSER [qwen25] OPENCLAW_RECORD_ENABLED [1] ROLLOUT_TEMPERATURE [0.6]
 #   OPENCLAW_EVAL_MODE [v] OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY [v]
 #   OPENCLAW_COMBINE_W_RL [1.0] OPENCLAW_COMBINE_W_OPD [1.0]
+#   TEACHER_URL [] TEACHER_MODEL_PATH [] TEACHER_API_KEY []   opd/combine: an external SGLang teacher apart from
+#                                the judge (same tokenizer as the policy; checked at start); default: the judge
+#   OPENCLAW_TOPK_HINT_SELECTION [longest] OPENCLAW_TOPK_MAX_CAND [3] OPENCLAW_TOPK_SUBSET_MODE [teacher]
 #   ROLLOUT_BATCH_SIZE LR SAVE_INTERVAL MEM_FRACTION_STATIC MAX_TOKENS_PER_GPU [v] KL_LOSS_COEF [0.0]
 #   ROTARY_BASE [5000000] CONTEXT_LENGTH [32768] MODEL_ARGS_FILE [] LORA_RANK [16] LORA_ALPHA [32]
 #   LORA_TARGET_MODULES [q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]   *_lora scripts only
@@ -78,7 +81,7 @@ oc_plan() {
 # Secrets travel only in the environment: never on a command line, never in the run config or the plan.
 oc_export_env() {
   export "${OC_ENV[@]}"
-  export SGLANG_API_KEY="${SGLANG_API_KEY:-}" PRM_API_KEY="${PRM_API_KEY:-}"
+  export SGLANG_API_KEY="${SGLANG_API_KEY:-}" PRM_API_KEY="${PRM_API_KEY:-}" TEACHER_API_KEY="${TEACHER_API_KEY:-}"
   local wandb_key=${WANDB_KEY:-${WANDB_API_KEY:-}}
   if [[ -n ${wandb_key} ]]; then export WANDB_API_KEY="${wandb_key}"; fi
 }

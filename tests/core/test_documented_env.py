@@ -29,6 +29,12 @@ def _value(key: str) -> tuple[str, Any]:
         return "127.0.0.2", "127.0.0.2"
     if key == "proxy_tool_parser":  # a name the parsers know (others are refused)
         return "hermes", "hermes"
+    if key == "opd_hint_selection":  # a rule the selection knows (others are refused)
+        return "token_optimal", "token_optimal"
+    if key == "opd_teacher_url":  # a URL (others are refused)
+        return "http://teacher:30020", "http://teacher:30020"
+    if key == "opd_distill_subset":  # a subset the top-K loss knows (others are refused)
+        return "overlap", "overlap"
     if isinstance(default, bool):
         return ("0", False) if default else ("yes", True)
     if isinstance(default, list):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import decimal
 import math
 import sys
+from typing import Any
 
 import pytest
 import torch
@@ -16,11 +17,15 @@ from openclaw_rl.losses.policy_math import make_sum_of_sample_mean
 EPS64 = sys.float_info.epsilon
 
 
-def _python_row(row: list[float], teacher: list[float], ids: list[int]) -> tuple[float, float, bool]:
-    """(kl, entropy, row_valid) for one token; -inf or out-of-range teacher bins fold into the tail."""
+def _python_row(row: list[float], teacher: list[float], ids: list[int], subset: str = "teacher",
+                ) -> tuple[float, float, bool]:
+    """(kl, entropy, row_valid) for one token; -inf or out-of-range teacher bins fold into the tail, and so
+    do, under ``overlap``, teacher ids outside the student's top-K (K = the teacher row's width)."""
     log_p = python_log_softmax(row)
     vocab = len(row)
-    keep = [k for k, (t, i) in enumerate(zip(teacher, ids, strict=True)) if math.isfinite(t) and 0 <= i < vocab]
+    kth = sorted(row, reverse=True)[min(len(ids), vocab) - 1]
+    keep = [k for k, (t, i) in enumerate(zip(teacher, ids, strict=True)) if math.isfinite(t) and 0 <= i < vocab
+            and (subset == "teacher" or row[i] >= kth)]
     s = [log_p[ids[k]] for k in keep]
     t = [teacher[k] for k in keep]
 
@@ -37,14 +42,15 @@ def _python_row(row: list[float], teacher: list[float], ids: list[int]) -> tuple
     return kl, entropy, (not broken) and mass_ok
 
 
-def _python_loss(batch: dict, logits: torch.Tensor, temperature: float, entropy_coef: float) -> dict[str, float]:
+def _python_loss(batch: dict, logits: torch.Tensor, temperature: float, entropy_coef: float,
+                 subset: str = "teacher") -> dict[str, float]:
     rows = reference_response_rows(batch, logits, temperature)
     out = {"kl_loss": 0.0, "entropy_loss": 0.0, "teacher_invalid_frac": 0.0}
     for sample_rows, lp, ids, mask in zip(rows, batch["teacher_topk_log_probs"], batch["teacher_topk_indices"],
                                           batch["loss_masks"], strict=True):
         denom = max(int(mask.sum()), 1)
         for row, teacher, index, m in zip(sample_rows, lp.tolist(), ids.tolist(), mask.tolist(), strict=True):
-            kl, entropy, ok = _python_row(row, teacher, index)
+            kl, entropy, ok = _python_row(row, teacher, index, subset)
             out["kl_loss"] += m * (kl if ok else 0.0) / denom
             out["entropy_loss"] += m * (entropy if ok else 0.0) / denom
             out["teacher_invalid_frac"] += m * (0.0 if ok else 1.0) / denom
@@ -66,15 +72,17 @@ def _topk_batch(response_lengths: list[int], vocab: int = 6, k: int = 3, seed: i
     return batch, logits
 
 
-def _run(batch: dict, logits: torch.Tensor, temperature: float = 0.8, entropy_coef: float = 0.05):  # noqa: ANN202
-    args = default_args(rollout_temperature=temperature, entropy_coef=entropy_coef)
+def _run(batch: dict, logits: torch.Tensor, temperature: float = 0.8, entropy_coef: float = 0.05,  # noqa: ANN202
+         subset: str = "teacher"):
+    args = default_args(rollout_temperature=temperature, entropy_coef=entropy_coef, openclaw_opd_distill_subset=subset)
     reducer = make_sum_of_sample_mean(batch["response_lengths"], batch["loss_masks"])
     return topk_distillation_loss_function(args, batch, logits, reducer)
 
 
-def _assert_matches_python(batch: dict, logits: torch.Tensor, **kwargs: float) -> dict[str, torch.Tensor]:
+def _assert_matches_python(batch: dict, logits: torch.Tensor, **kwargs: Any) -> dict[str, torch.Tensor]:
     loss, metrics = _run(batch, logits, **kwargs)
-    expected = _python_loss(batch, logits, kwargs.get("temperature", 0.8), kwargs.get("entropy_coef", 0.05))
+    expected = _python_loss(batch, logits, kwargs.get("temperature", 0.8), kwargs.get("entropy_coef", 0.05),
+                            kwargs.get("subset", "teacher"))
     for key, value in expected.items():
         assert metrics[key].item() == pytest.approx(value, rel=1e-7, abs=1e-9), key
     loss.backward()
@@ -86,8 +94,43 @@ def test_loss_matches_the_python_reference() -> None:
     batch, logits = _topk_batch([3, 2, 4])
     batch["loss_masks"][2] = torch.tensor([1, 1, 0, 1], dtype=torch.int32)
     metrics = _assert_matches_python(batch, logits)
-    assert set(metrics) == {"loss", "kl_loss", "entropy_loss", "teacher_invalid_frac"}
+    assert set(metrics) == {"loss", "kl_loss", "entropy_loss", "teacher_invalid_frac", "distill_subset_size"}
     assert metrics["kl_loss"].item() > 0 and metrics["teacher_invalid_frac"].item() == 0.0
+    assert metrics["distill_subset_size"].item() == pytest.approx(3 * 3)  # K ids per token, 3 samples' means
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_overlap_subset_matches_the_python_reference(seed: int) -> None:
+    batch, logits = _topk_batch([3, 2, 4], vocab=7, k=3, seed=seed)
+    overlap = _assert_matches_python(batch, logits, subset="overlap")
+    _, teacher = _run(*_topk_batch([3, 2, 4], vocab=7, k=3, seed=seed))
+    assert overlap["distill_subset_size"].item() < teacher["distill_subset_size"].item()  # some ids left out
+
+
+def test_overlap_subset_by_hand() -> None:
+    """V = 4, K = 2. Student logits [3, 2, 1, 0]: its top-2 is {0, 1}. Token 1's teacher top-2 is {1, 2}:
+    only id 1 is compared, id 2 joins the tail. Token 2's teacher top-2 is {2, 3}: no common id, KL 0."""
+    batch, logits = build_packed_batch([2], prompt_lengths=[1], vocab=4)
+    with torch.no_grad():
+        logits[0, :] = torch.tensor([3.0, 2.0, 1.0, 0.0], dtype=logits.dtype)
+    t1, t2 = [math.log(0.5), math.log(0.3)], [math.log(0.6), math.log(0.2)]
+    batch["teacher_topk_log_probs"] = [torch.tensor([t1, t2], dtype=torch.float64)]
+    batch["teacher_topk_indices"] = [torch.tensor([[1, 2], [2, 3]])]
+    p = torch.softmax(torch.tensor([3.0, 2.0, 1.0, 0.0], dtype=torch.float64), -1).tolist()
+    kl_token1 = p[1] * math.log(p[1] / 0.5) + (1 - p[1]) * math.log((1 - p[1]) / 0.5)
+    loss, metrics = _run(batch, logits, temperature=1.0, entropy_coef=0.0, subset="overlap")
+    assert metrics["kl_loss"].item() == pytest.approx(kl_token1 / 2, rel=1e-12)
+    assert metrics["distill_subset_size"].item() == pytest.approx(0.5)  # 1 id, then 0, over 2 tokens
+    loss.backward()
+    assert logits.grad[0, 1].abs().sum() == 0  # the token with no common id pulls nothing
+    teacher_kl = _run(batch, logits.detach().clone().requires_grad_(), temperature=1.0, entropy_coef=0.0)[1]
+    assert teacher_kl["distill_subset_size"].item() == pytest.approx(2.0)
+
+
+def test_a_subset_the_loss_cannot_compute_is_refused() -> None:
+    batch, logits = _topk_batch([2])
+    with pytest.raises(ValueError, match="openclaw_opd_distill_subset"):
+        _run(batch, logits, subset="student")
 
 
 def test_gradcheck_topk_loss_with_entropy() -> None:

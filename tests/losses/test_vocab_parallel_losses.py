@@ -45,6 +45,7 @@ LOSSES = {
     "ppo": (policy_loss_function, {"entropy_coef": 0.01}),
     "combine": (combine_loss_function, {"openclaw_combine_w_rl": 0.5, "openclaw_combine_w_opd": 2.0}),
     "topk": (topk_distillation_loss_function, {"entropy_coef": 0.01}),
+    "topk_overlap": (topk_distillation_loss_function, {"entropy_coef": 0.01, "openclaw_opd_distill_subset": "overlap"}),
 }
 
 

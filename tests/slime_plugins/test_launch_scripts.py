@@ -646,6 +646,9 @@ SCRIPT_VARIABLES = [
     ("OPENCLAW_RECORD_ENABLED", "0", "rl", {}), ("ROLLOUT_TEMPERATURE", "0.9", "rl", {}),
     ("OPENCLAW_EVAL_MODE", "0", "opd", {}), ("OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY", "7", "opd", {}),
     ("OPENCLAW_COMBINE_W_RL", "0.5", "combine", {}), ("OPENCLAW_COMBINE_W_OPD", "0.25", "combine", {}),
+    ("TEACHER_URL", "http://teacher:1", "opd", {}), ("TEACHER_MODEL_PATH", "/teacher", "combine", {}),
+    ("TEACHER_API_KEY", "k", "opd", {}), ("OPENCLAW_TOPK_HINT_SELECTION", "token_optimal", "combine", {}),
+    ("OPENCLAW_TOPK_MAX_CAND", "2", "opd", {}), ("OPENCLAW_TOPK_SUBSET_MODE", "overlap", "opd_topk", {}),
     ("ROLLOUT_BATCH_SIZE", "8", "rl", {}), ("LR", "2e-6", "rl", {}), ("SAVE_INTERVAL", "5", "rl", {}),
     ("MEM_FRACTION_STATIC", "0.7", "rl", {}), ("MAX_TOKENS_PER_GPU", "1000", "rl", {}),
     ("KL_LOSS_COEF", "0.01", "rl", {}), ("ROTARY_BASE", "1000000", "rl", {}), ("CONTEXT_LENGTH", "16384", "rl", {}),
@@ -681,7 +684,8 @@ def test_every_documented_script_variable_is_tested():
 _CONFIG_VARIABLES = {"PRM_URL", "SGLANG_API_KEY", "OPENCLAW_RECORD_ENABLED", "PRM_M", "PRM_TEMPERATURE",
                      "PRM_MAX_NEW_TOKENS", "PROXY_HOST", "PORT", "ALLOW_INSECURE_BIND", "SERVED_MODEL_NAME",
                      "TOOL_CALL_PARSER", "ROLLOUT_TEMPERATURE", "OPENCLAW_EVAL_MODE",
-                     "OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY", "OPENCLAW_COMBINE_W_RL", "OPENCLAW_COMBINE_W_OPD"}
+                     "OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY", "OPENCLAW_COMBINE_W_RL", "OPENCLAW_COMBINE_W_OPD",
+                     "TEACHER_URL", "TEACHER_API_KEY", "OPENCLAW_TOPK_HINT_SELECTION"}
 _FULL = os.environ.get("OPENCLAW_TEST_FULL") == "1"
 
 
