@@ -11,6 +11,7 @@ costs no heavy imports.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -206,8 +207,11 @@ def ensure_tiny_model(preset: str = DEFAULT_PRESET, cache_dir: Path | None = Non
     `openclaw=True` is the variant pre-trained on OpenClaw-shaped prompts too (see `build_tiny_model`);
     its build takes minutes, so `log` (if given) is told when a build starts and how it goes.
 
-    Concurrent callers each build into a private temp directory and atomically rename it into place;
-    whoever loses the race discards its copy and uses the winner's (the builds are identical).
+    One build per directory at a time: a builder holds ``<name>.lock`` beside it (``_build_lock``), so a
+    second caller (two ``openclaw-rl local`` runs, two test workers) waits for the first and then uses its
+    model instead of building its own copy. The build goes into a private temp directory renamed into
+    place, so a killed build leaves no half model; should a caller that takes no lock win the rename
+    anyway, its copy is kept (the builds are identical). The lock file is removed after a build.
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown tiny-model preset {preset!r}; choose one of {sorted(PRESETS)}")
@@ -216,20 +220,40 @@ def ensure_tiny_model(preset: str = DEFAULT_PRESET, cache_dir: Path | None = Non
     if (target / MARKER_FILE).is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=root))
-    try:
-        if log is not None:
-            log(f"building the tiny model {target.name} (once; cached in {root})")
-        build_tiny_model(tmp, preset, seed, openclaw=openclaw, log=log)
-        # mkdtemp (and the safetensors writer) make things private; a cache should be readable as usual.
-        tmp.chmod(0o755)
-        for path in tmp.iterdir():
-            path.chmod(0o644)
+    with _build_lock(target, log) as lock:
+        if (target / MARKER_FILE).is_file():  # built by the process we waited for
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=root))
         try:
-            os.rename(tmp, target)
-        except OSError as err:  # the target already exists and is not empty
-            if not (target / MARKER_FILE).is_file():
-                raise RuntimeError(f"{target} exists but is incomplete (no {MARKER_FILE}); delete it") from err
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            if log is not None:
+                log(f"building the tiny model {target.name} (once; cached in {root})")
+            build_tiny_model(tmp, preset, seed, openclaw=openclaw, log=log)
+            # mkdtemp (and the safetensors writer) make things private; a cache should be readable as usual.
+            tmp.chmod(0o755)
+            for path in tmp.iterdir():
+                path.chmod(0o644)
+            try:
+                os.rename(tmp, target)
+            except OSError as err:  # the target already exists and is not empty
+                if not (target / MARKER_FILE).is_file():
+                    raise RuntimeError(f"{target} exists but is incomplete (no {MARKER_FILE}); delete it") from err
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        # Safe while held: whoever opens a new lock file after this, or waits on this one, finds the marker.
+        lock.unlink(missing_ok=True)
     return target
+
+
+@contextmanager
+def _build_lock(target: Path, log: Callable[[str], None] | None) -> Iterator[Path]:
+    """Hold ``<target>.lock`` exclusively (``flock``; released when the holder exits or dies), telling
+    `log` when another process holds it and this one waits."""
+    path = target.with_name(target.name + ".lock")
+    with open(path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if log is not None:
+                log(f"another process is building the tiny model {target.name}; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield path
