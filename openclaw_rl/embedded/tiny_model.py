@@ -209,36 +209,17 @@ def ensure_tiny_model(preset: str = DEFAULT_PRESET, cache_dir: Path | None = Non
 
     One build per directory at a time: a builder holds ``<name>.lock`` beside it (``_build_lock``), so a
     second caller (two ``openclaw-rl local`` runs, two test workers) waits for the first and then uses its
-    model instead of building its own copy. The build goes into a private temp directory renamed into
-    place, so a killed build leaves no half model; should a caller that takes no lock win the rename
-    anyway, its copy is kept (the builds are identical). The lock file is removed after a build.
+    model instead of building its own copy (``_build_if_missing`` finds it). The lock file is removed
+    after a build.
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown tiny-model preset {preset!r}; choose one of {sorted(PRESETS)}")
     target = tiny_model_path(preset, cache_dir, seed, openclaw=openclaw)
-    root = target.parent
     if (target / MARKER_FILE).is_file():
         return target
-    root.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
     with _build_lock(target, log) as lock:
-        if (target / MARKER_FILE).is_file():  # built by the process we waited for
-            return target
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=root))
-        try:
-            if log is not None:
-                log(f"building the tiny model {target.name} (once; cached in {root})")
-            build_tiny_model(tmp, preset, seed, openclaw=openclaw, log=log)
-            # mkdtemp (and the safetensors writer) make things private; a cache should be readable as usual.
-            tmp.chmod(0o755)
-            for path in tmp.iterdir():
-                path.chmod(0o644)
-            try:
-                os.rename(tmp, target)
-            except OSError as err:  # the target already exists and is not empty
-                if not (target / MARKER_FILE).is_file():
-                    raise RuntimeError(f"{target} exists but is incomplete (no {MARKER_FILE}); delete it") from err
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        _build_if_missing(preset, cache_dir, seed, openclaw=openclaw, log=log)
         # Safe while held: whoever opens a new lock file after this, or waits on this one, finds the marker.
         lock.unlink(missing_ok=True)
     return target
@@ -257,3 +238,40 @@ def _build_lock(target: Path, log: Callable[[str], None] | None) -> Iterator[Pat
                 log(f"another process is building the tiny model {target.name}; waiting for it")
             fcntl.flock(lock, fcntl.LOCK_EX)
         yield path
+
+
+def _build_if_missing(preset: str = DEFAULT_PRESET, cache_dir: Path | None = None, seed: int = 0, *,
+                      openclaw: bool = False, log: Callable[[str], None] | None = None) -> Path:
+    """``ensure_tiny_model`` under its lock: the directory, built if it is not there (yet).
+
+    `openclaw=True` is the variant pre-trained on OpenClaw-shaped prompts too (see `build_tiny_model`);
+    its build takes minutes, so `log` (if given) is told when a build starts and how it goes.
+
+    The build goes into a private temp directory, atomically renamed into place (a killed build leaves no
+    half model); should a caller that holds no lock (an older version) win the rename, its copy is kept
+    and ours discarded (the builds are identical).
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown tiny-model preset {preset!r}; choose one of {sorted(PRESETS)}")
+    target = tiny_model_path(preset, cache_dir, seed, openclaw=openclaw)
+    root = target.parent
+    if (target / MARKER_FILE).is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=root))
+    try:
+        if log is not None:
+            log(f"building the tiny model {target.name} (once; cached in {root})")
+        build_tiny_model(tmp, preset, seed, openclaw=openclaw, log=log)
+        # mkdtemp (and the safetensors writer) make things private; a cache should be readable as usual.
+        tmp.chmod(0o755)
+        for path in tmp.iterdir():
+            path.chmod(0o644)
+        try:
+            os.rename(tmp, target)
+        except OSError as err:  # the target already exists and is not empty
+            if not (target / MARKER_FILE).is_file():
+                raise RuntimeError(f"{target} exists but is incomplete (no {MARKER_FILE}); delete it") from err
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
