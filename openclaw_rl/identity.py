@@ -11,7 +11,8 @@ Here the session key comes from the strongest signal present (a pluggable, order
 5. ``prefix``: a hash of the system prompt and the first user message (any client).
 
 OpenClaw's affinity value is ``<sessionId>:<n>``; the ``:<n>`` generation suffix is dropped so all
-signals name the same session. Next states skip OpenClaw's per-request internal-context message.
+signals name the same session. A next state is the whole user/tool run after the last assistant
+message, without OpenClaw's per-request internal-context message (``next_state_of``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 from .config import is_truthy
 from .errors import BadRequest
-from .protocol import MAX_SESSION_ID_CHARS, ChatCompletionRequest, ChatMessage
+from .protocol import MAX_SESSION_ID_CHARS, ChatCompletionRequest, ChatMessage, TextPart
 
 OPENCLAW_CONTEXT_MARKER = "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"
 OPENCLAW_SYSTEM_MARKER = "<!-- openclaw:attempt:"
@@ -133,22 +134,48 @@ def session_done(headers: Mapping[str, str], req: ChatCompletionRequest) -> bool
 
 
 def next_state_of(messages: Sequence[ChatMessage]) -> dict[str, str] | None:
-    """The user/tool evidence a request brings about the previous turn.
+    r"""The user/tool evidence a request brings about the previous turn (its "next state"), or None.
 
-    It is the trailing run of real user/tool messages after the last assistant message, skipping
-    OpenClaw's internal-context message. Several tool results are joined into one tool state (upstream
-    keeps only the very last message, losing all but one result). None if the request brings none.
+    The rule, for every shape that can follow an assistant reply: the next state is the **whole trailing
+    run** of user and tool messages after the last assistant message, in order, with OpenClaw's
+    internal-context block (``<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>``, a user message OpenClaw adds to
+    every request) left out wherever it stands. A judge needs all of it: a user's correction may come
+    before a follow-up question, a tool error before the user's reply, and OpenClaw turns an image a
+    tool returned into a user message after the tool result.
+
+    Shapes (``ctx`` = the internal-context block; it changes nothing, first, between or last):
+
+    * user → role "user", its text;
+    * tool, tool, … → role "tool", the results' texts joined by blank lines;
+    * user, user, … → role "user", the texts joined by blank lines;
+    * tool then user, user then tool, any mix → role "user", each message as ``[tool result]\n<text>``
+      or ``[user]\n<text>``, in order, joined by blank lines (the judge tells the tool's output from
+      what the person wrote);
+    * nothing, or only ctx → None.
+
+    A string content is taken as is; a part list is its text parts joined by spaces, a non-text part
+    (``image_url`` …) as ``[image_url]``. The role is "tool" only when no user spoke. Upstream takes the
+    request's last message (``messages[-1]``): on stock OpenClaw that is the internal-context block,
+    and with several tool results or user messages it keeps only the last.
     """
-    tail: list[ChatMessage] = []
+    run: list[ChatMessage] = []
     for msg in reversed(messages):
         if msg.role == "assistant":
             break
         if msg.role in ("user", "tool") and not is_internal_context(msg):
-            tail.append(msg)
-    if not tail:
+            run.append(msg)
+    if not run:
         return None
-    tail.reverse()
-    if all(m.role == "tool" for m in tail):
-        return {"role": "tool", "content": "\n\n".join(m.text() for m in tail)}
-    last_user = [m for m in tail if m.role == "user"][-1]
-    return {"role": "user", "content": last_user.text()}
+    run.reverse()
+    roles = {m.role for m in run}
+    if len(roles) == 1:
+        return {"role": run[0].role, "content": "\n\n".join(_state_text(m) for m in run)}
+    labels = {"tool": "[tool result]", "user": "[user]"}
+    return {"role": "user", "content": "\n\n".join(f"{labels[m.role]}\n{_state_text(m)}" for m in run)}
+
+
+def _state_text(msg: ChatMessage) -> str:
+    """A message's text for the judge: a string as is; parts: text parts, a non-text part as ``[type]``."""
+    if isinstance(msg.content, str) or not msg.content:
+        return msg.text()
+    return " ".join(p.text if isinstance(p, TextPart) else f"[{p.type}]" for p in msg.content)

@@ -11,6 +11,7 @@ costs no heavy imports.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -206,8 +207,49 @@ def ensure_tiny_model(preset: str = DEFAULT_PRESET, cache_dir: Path | None = Non
     `openclaw=True` is the variant pre-trained on OpenClaw-shaped prompts too (see `build_tiny_model`);
     its build takes minutes, so `log` (if given) is told when a build starts and how it goes.
 
-    Concurrent callers each build into a private temp directory and atomically rename it into place;
-    whoever loses the race discards its copy and uses the winner's (the builds are identical).
+    One build per directory at a time: a builder holds ``<name>.lock`` beside it (``_build_lock``), so a
+    second caller (two ``openclaw-rl local`` runs, two test workers) waits for the first and then uses its
+    model instead of building its own copy (``_build_if_missing`` finds it). The lock file is removed
+    after a build.
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown tiny-model preset {preset!r}; choose one of {sorted(PRESETS)}")
+    target = tiny_model_path(preset, cache_dir, seed, openclaw=openclaw)
+    if (target / MARKER_FILE).is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _build_lock(target, log) as lock:
+        _build_if_missing(preset, cache_dir, seed, openclaw=openclaw, log=log)
+        # Safe while held: whoever opens a new lock file after this, or waits on this one, finds the marker.
+        lock.unlink(missing_ok=True)
+    return target
+
+
+@contextmanager
+def _build_lock(target: Path, log: Callable[[str], None] | None) -> Iterator[Path]:
+    """Hold ``<target>.lock`` exclusively (``flock``; released when the holder exits or dies), telling
+    `log` when another process holds it and this one waits."""
+    path = target.with_name(target.name + ".lock")
+    with open(path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if log is not None:
+                log(f"another process is building the tiny model {target.name}; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield path
+
+
+def _build_if_missing(preset: str = DEFAULT_PRESET, cache_dir: Path | None = None, seed: int = 0, *,
+                      openclaw: bool = False, log: Callable[[str], None] | None = None) -> Path:
+    """``ensure_tiny_model`` under its lock: the directory, built if it is not there (yet).
+
+    `openclaw=True` is the variant pre-trained on OpenClaw-shaped prompts too (see `build_tiny_model`);
+    its build takes minutes, so `log` (if given) is told when a build starts and how it goes.
+
+    The build goes into a private temp directory, atomically renamed into place (a killed build leaves no
+    half model); should a caller that holds no lock (an older version) win the rename, its copy is kept
+    and ours discarded (the builds are identical).
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown tiny-model preset {preset!r}; choose one of {sorted(PRESETS)}")

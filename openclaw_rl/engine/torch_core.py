@@ -107,6 +107,7 @@ class TorchModel:
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._waiting: list[_Request] = []
+        self.idle_waits = 0  # times the scheduler planned, found nothing to run and waited: a settled core
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, max_batch: int = 8, context_length: int | None = None,
@@ -261,6 +262,7 @@ class TorchModel:
                 ready = [r for r in self._rows if not r.closed and r.produced < r.sampling.max_new_tokens
                          and r.outbox.qsize() < LOOKAHEAD]
                 if not (leaving or joining or ready):
+                    self.idle_waits += 1
                     await self._wakeup.wait()
                     continue
                 # Every ready row may take this many steps without exceeding LOOKAHEAD or its budget.

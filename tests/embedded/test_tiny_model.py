@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -107,8 +109,78 @@ def test_ensure_reuses_the_cached_build(tiny_model_dir: Path) -> None:
     stamp = (tiny_model_dir / MARKER_FILE).stat().st_mtime_ns
     assert ensure_tiny_model("h128", cache_dir=tiny_model_dir.parent) == tiny_model_dir
     assert (tiny_model_dir / MARKER_FILE).stat().st_mtime_ns == stamp
-    # no temp leftovers (the full suite's shared cache also holds the other seeds' models)
-    assert not [p.name for p in tiny_model_dir.parent.iterdir() if p.name.startswith(".") or p.name.endswith(".tmp")]
+    # no leftovers of this model's build; the cache is shared: other workers may be building other models
+    # in it right now (`local` in the learning tests), each in its own `.<name>.*.tmp` (and `<name>.lock`)
+    ours = {f"{tiny_model_dir.name}.lock"}
+    assert not [p.name for p in tiny_model_dir.parent.iterdir()
+                if p.name in ours or p.name.startswith(f".{tiny_model_dir.name}.")]
+
+
+def fake_build(builds: list[str], release: threading.Event | None = None) -> Callable[..., Path]:
+    """A stand-in for ``build_tiny_model``: records the call, waits for ``release`` if given, writes the marker."""
+    def build(out_dir: Path, preset: str, seed: int, **_: object) -> Path:
+        builds.append(out_dir.name)
+        if release is not None:
+            assert release.wait(60), "never released"
+        (out_dir / MARKER_FILE).write_text(json.dumps({"preset": preset, "seed": seed}))
+        return out_dir
+    return build
+
+
+def test_a_second_caller_waits_for_the_running_build_and_uses_it(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two `local`s (or test workers) at once: one builds; the other waits on its lock, then uses its model."""
+    builds: list[str] = []
+    release, second_waits_or_builds = threading.Event(), threading.Event()
+    build = fake_build(builds, release)
+
+    def counted(*args: object, **kwargs: object) -> Path:
+        if builds:  # a second build started
+            second_waits_or_builds.set()
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(tiny_model, "build_tiny_model", counted)
+    results: dict[str, Path] = {}
+    first = threading.Thread(target=lambda: results.update(first=ensure_tiny_model("h64", cache_dir=tmp_path)))
+    first.start()
+    while not builds:  # the first caller holds the lock and builds
+        assert first.is_alive()
+        time.sleep(0.005)
+    second_log: list[str] = []
+
+    def log(line: str) -> None:
+        second_log.append(line)
+        second_waits_or_builds.set()
+
+    second = threading.Thread(target=lambda: results.update(
+        second=ensure_tiny_model("h64", cache_dir=tmp_path, log=log)))
+    second.start()
+    assert second_waits_or_builds.wait(60)
+    release.set()
+    first.join(60)
+    second.join(60)
+    target = tiny_model.tiny_model_path("h64", tmp_path)
+    assert len(builds) == 1, builds  # the second caller did not build a copy of its own
+    assert second_log[0] == f"another process is building the tiny model {target.name}; waiting for it"
+    assert results == {"first": target, "second": target}
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]  # no temp directory, no lock file left
+
+
+def test_a_failed_build_leaves_nothing_and_the_next_caller_builds(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(out_dir: Path, *args: object, **kwargs: object) -> Path:
+        (out_dir / "model.safetensors").write_bytes(b"half")
+        raise KeyboardInterrupt  # Ctrl-C during a build
+
+    monkeypatch.setattr(tiny_model, "build_tiny_model", broken)
+    with pytest.raises(KeyboardInterrupt):
+        ensure_tiny_model("h64", cache_dir=tmp_path)
+    target = tiny_model.tiny_model_path("h64", tmp_path)
+    assert [p.name for p in tmp_path.iterdir() if p.name != f"{target.name}.lock"] == []
+    builds: list[str] = []
+    monkeypatch.setattr(tiny_model, "build_tiny_model", fake_build(builds))
+    assert ensure_tiny_model("h64", cache_dir=tmp_path) == target and len(builds) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
 
 
 def test_ensure_keeps_the_winner_when_it_loses_the_race(tiny_model_dir: Path, tmp_path: Path,

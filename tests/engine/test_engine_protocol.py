@@ -334,15 +334,19 @@ def test_weight_update_changes_the_reported_version(engine: Engine, prompt: list
     assert meta["weight_version"] == "7" and meta["weight_versions"] == [{"version": "7", "start": 0, "end": 3}]
 
 
-def test_pause_holds_requests_between_tokens_until_continue(engine: Engine) -> None:
+def test_pause_holds_an_arriving_request_until_continue(engine: Engine) -> None:
     async def scenario() -> dict[str, Any]:
         async with httpx.AsyncClient(base_url=engine.server.url, timeout=10) as client:
             assert (await client.post("/pause_generation")).json()["status"] == "ok"
             pending = asyncio.ensure_future(client.post("/generate", json={"input_ids": [5]}))
-            await asyncio.sleep(0.3)
-            assert not pending.done()
+            service = engine.app.service
+            while not (service.held_arrivals or service._running or pending.done()):  # it reached the server
+                await asyncio.sleep(0.005)
+            assert (service.held_arrivals, service._running, pending.done()) == (1, 0, False)  # held at arrival
             await client.post("/continue_generation")
-            return (await pending).json()
+            reply = (await pending).json()
+            assert service.held_arrivals == 0
+            return reply
 
     assert asyncio.run(scenario())["text"] == REPLY
 

@@ -230,10 +230,8 @@ def test_requests_joining_mid_flight_all_finish_exactly_and_free_their_slots(
                        [s.logprob for s in head + rest], 0.9) <= TOL
         for prompt, steps in zip(prompts, results):
             assert max_gap(reference, prompt, [s.token_id for s in steps], [s.logprob for s in steps], 0.7) <= TOL
-        for _ in range(100):
-            if core.num_requests == 0:
-                break
-            await asyncio.sleep(0.01)
+        if core._task is not None:  # the scheduler exits once no request is left (closed rows leave first)
+            await asyncio.wait_for(asyncio.shield(core._task), timeout=60)
         assert core.num_requests == 0
 
     asyncio.run(scenario())
@@ -254,7 +252,11 @@ def test_load_state_dict_swaps_weights_between_steps_and_tags_tokens(
     async def update_mid_request() -> list[TokenStep]:
         stream = core.generate(prompts[0], sampling(10, 1.0, seed=3))
         steps = [await stream.__anext__() for _ in range(3)]
-        await asyncio.sleep(0.2)  # ample time to finish the request, were the core to run ahead
+        # The third pull woke the scheduler; its next idle wait means it has refilled the lookahead and
+        # stopped (or, were it to run ahead, finished the request): then the weights change.
+        waits = core.idle_waits
+        while core.idle_waits == waits:
+            await asyncio.sleep(0.005)
         await asyncio.to_thread(core.load_state_dict, reference.state_dict(), "v2")
         return steps + [step async for step in stream]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import threading
-import time
 from types import SimpleNamespace
 
 import httpx
 import pytest
+from support import wait_until
 
 from openclaw_rl.modes import MODES
 from openclaw_rl.servers import free_port
@@ -65,10 +65,7 @@ def test_rollout_waits_for_a_batch_pauses_and_keeps_leftovers(slime_args):
     worker = threading.Thread(target=lambda: result.update(out=fn(slime_args, 0, None)))
     worker.start()
     url = f"http://127.0.0.1:{slime_args.openclaw_proxy_port}"
-    for _ in range(100):
-        if "rl" in _RUNTIMES and _RUNTIMES["rl"].proxy.gate.is_open:
-            break
-        time.sleep(0.05)
+    wait_until(lambda: "rl" in _RUNTIMES and _RUNTIMES["rl"].proxy.gate.is_open, timeout=120)  # the proxy is up
     convo = [{"role": "user", "content": "hi"}]
     for i, reply in enumerate(["thanks!", "thanks again", "thanks, bye"]):
         r = chat(url, "s", convo)
