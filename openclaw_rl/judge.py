@@ -25,8 +25,15 @@ from .chat_format import ChatFormat
 from .chat_template import ChatTemplateText
 from .config import JudgeSettings
 from .errors import BackendTimeout, BackendUnavailable, BadRequest
-from .judge_retry import ContextRelearned, Hook, JudgeStatusError, Retrier, RetryPolicy, context_from_error, \
-    is_context_error
+from .judge_retry import (
+    ContextRelearned,
+    Hook,
+    JudgeStatusError,
+    Retrier,
+    RetryPolicy,
+    context_from_error,
+    is_context_error,
+)
 from .rawstream import StreamClient
 
 log = logging.getLogger(__name__)

@@ -176,3 +176,41 @@ def test_the_train_command_line_maps_onto_the_proxy_and_trainer_settings():
     policy = policy_config_from_cli(ns)
     assert (policy.lora_rank, policy.lora_targets, policy.gradient_checkpointing) == (16, ("q_proj", "v_proj"), True)
     assert ns.max_staleness == 1 and ns.fn.__name__ == "_cmd_train"
+
+
+def test_a_restarted_policy_engine_gets_its_weights_back_before_serving(tokenizer, tmp_path):
+    """Issue #27 item 10: a policy server that restarts comes back on its launch weights ("default").
+    The version guard holds the submission gate while it is away, loads the last synced weights again
+    under their label when it is back, and only then reopens the gate."""
+    from openclaw_rl.embedded.version_guard import VersionGuard
+    from openclaw_rl.embedded.weight_sync import SGLangWeightSync
+    from openclaw_rl.engine import ScriptedModel, make_engine_app
+    from openclaw_rl.gate import SubmissionGate
+    from openclaw_rl.servers import BackgroundServer, free_port
+
+    port, models = free_port(), []
+
+    def engine() -> BackgroundServer:
+        models.append(ScriptedModel(tokenizer))
+        return BackgroundServer(make_engine_app(models[-1], tokenizer, served_model_name="tiny",
+                                                model_path="/models/tiny"), port=port)
+
+    gate, ckpt = SubmissionGate(), tmp_path / "step-3"
+    first = engine().start()
+    sync = SGLangWeightSync(first.url, tmp_path / "w")
+    guard = VersionGuard([sync], gate, interval_s=0)
+    assert guard.check() == ["unsynced"] and gate.is_open  # never synced: its launch weights are right
+    sync.load(ckpt, "step-3")
+    assert guard.check() == ["ok"] and gate.is_open
+    first.stop()  # the engine dies
+    assert guard.check() == ["down"] and not gate.is_open  # nothing is admitted while it is away
+    gate.open()  # the trainer opening the gate for its next batch does not lift the hold
+    assert not gate.is_open
+    with engine() as second:  # restarted, on the checkpoint it was launched from
+        assert httpx.get(f"{second.url}/get_model_info").json()["weight_version"] == "default"
+        assert guard.check() == ["restored"] and gate.is_open
+        assert httpx.get(f"{second.url}/get_model_info").json()["weight_version"] == "step-3"
+        assert models[1].model_path == str(ckpt) and models[1].weight_updates == 1
+        assert guard.check() == ["ok"] and sync.restores == 1
+    guard.stop()
+    sync.close()
