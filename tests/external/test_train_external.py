@@ -169,13 +169,14 @@ def test_the_train_command_line_maps_onto_the_proxy_and_trainer_settings():
 
     ns = build_parser().parse_args(["train", "--model", "/m", "--policy-url", "http://127.0.0.1:30010",
                                     "--judge-url", "http://127.0.0.1:30020", "--pause-mode", "hold", "--lora-rank", "16",
-                                    "--lora-targets", "q_proj,v_proj", "--gradient-checkpointing", "--max-staleness", "1"])
+                                    "--lora-targets", "q_proj,v_proj", "--gradient-checkpointing", "--max-staleness", "1",
+                                    "--version-check-s", "0.5"])
     settings = settings_from_cli(ns)
     assert (settings.proxy.policy_url, settings.judge.url, settings.proxy.pause_mode) == (
         "http://127.0.0.1:30010", "http://127.0.0.1:30020", "hold")
     policy = policy_config_from_cli(ns)
     assert (policy.lora_rank, policy.lora_targets, policy.gradient_checkpointing) == (16, ("q_proj", "v_proj"), True)
-    assert ns.max_staleness == 1 and ns.fn.__name__ == "_cmd_train"
+    assert ns.max_staleness == 1 and ns.fn.__name__ == "_cmd_train" and ns.version_check_s == 0.5
 
 
 def test_a_restarted_policy_engine_gets_its_weights_back_before_serving(tokenizer, tmp_path):
