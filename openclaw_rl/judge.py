@@ -328,6 +328,8 @@ class JudgeClient:
                 outs = await asyncio.gather(*(self._call("/v1/chat/completions", chat, "votes")
                                               for _ in range(self.m)), return_exceptions=True)
                 for o in outs:
+                    if isinstance(o, asyncio.CancelledError):  # shutting down: the turn is judged again later
+                        raise o
                     if isinstance(o, BaseException):
                         log.warning("judge vote failed: %s", o)
                 raws = [None if isinstance(o, BaseException) else _chat_text(o) for o in outs]

@@ -85,9 +85,26 @@ class Retrier:
     """Runs one call's attempts under a ``RetryPolicy``; ``on_event`` counts retries and give-ups."""
 
     def __init__(self, policy: RetryPolicy, on_event: Hook | None = None, *,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, clock: Callable[[], float] = time.monotonic):
+                 sleep: Callable[[float], Awaitable[None]] | None = None, clock: Callable[[], float] = time.monotonic):
         self.policy, self.on_event = policy, on_event or (lambda event, call, reason: None)
-        self.sleep, self.clock = sleep, clock
+        self.sleep, self.clock = sleep or self._backoff, clock
+        self._stopping: asyncio.Event | None = None  # created on the loop that first waits
+
+    def stop(self) -> None:
+        """Graceful shutdown: calls waiting to retry end now, cancelled, so their turns stay in the spool
+        and are judged again after the restart (as a judgement cut off by the drain timeout is)."""
+        if self._stopping is None:
+            self._stopping = asyncio.Event()
+        self._stopping.set()
+
+    async def _backoff(self, seconds: float) -> None:
+        if self._stopping is None:
+            self._stopping = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except asyncio.TimeoutError:
+            return
+        raise asyncio.CancelledError("shutting down: the turn is judged again after the restart")
 
     async def run(self, attempt: Callable[[], Awaitable[T]], call: str) -> T:
         started, delay = self.clock(), self.policy.backoff_s

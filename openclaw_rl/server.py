@@ -230,6 +230,7 @@ class Proxy:
         the next start (exactly as after a crash), everything enqueued is committed and the record files
         are closed (closing again, as the rollout bridge does, is a no-op)."""
         await self.probes.stop()
+        self.judge.retrier.stop()  # judge calls waiting to retry end now; their turns stay in the spool
         await self.tracker.drain()
         self.writer.close()
         self.service.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -130,3 +131,33 @@ def test_per_key_rate_limit(policy_server, make_proxy):
     assert codes == [200, 200, 429]
     r = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"Authorization": "Bearer k2", "X-Turn-Type": "side"})
     assert r.status_code == 200  # the limit is per key
+
+
+def test_a_turn_waiting_for_a_judge_retry_stays_durable_across_a_restart(policy_server, tokenizer, make_proxy,
+                                                                          tmp_path):
+    """The judge 503s; its call waits to retry (backoff 60 s) and its turn waits in the spool. A graceful
+    stop ends the wait at once without dropping the turn; the restarted proxy judges it and trains it."""
+    from support import judge_reply, wait_until
+
+    from openclaw_rl.engine.scripted import ScriptedModel
+    from openclaw_rl.engine.server import make_engine_app
+    from openclaw_rl.servers import BackgroundServer
+
+    model = ScriptedModel(tokenizer, responder=lambda ids: judge_reply(tokenizer.decode(ids)), context_length=65536)
+    statuses = [503] * 100
+    app = flaky(make_engine_app(model, tokenizer, served_model_name="j", model_path="j"), "/generate", statuses)
+    spool = str(tmp_path / "shared-spool")
+    with BackgroundServer(app) as judge:
+        proxy, url = make_proxy(policy_server.url, judge.url, judge_votes=1, judge_retry_backoff_s=60,
+                                spool_dir=spool)
+        assert converse(url, "durable", ["thanks", "more"]) == [200, 200]
+        wait_until(lambda: metric(proxy, "openclaw_judge_retries_total", call="votes", reason="5xx") >= 1)
+        waiting = [json.loads(t) for t in proxy.spool.pending_turns()]
+        assert [(t["index"], bool(t.get("next_state"))) for t in waiting] == [(1, True), (2, False)]
+        proxy.server.stop()  # graceful: the retry's wait ends now, the turn is kept, not dropped
+        assert metric(proxy, "openclaw_turns_dropped_total", reason="judge_failed") == 0
+        assert metric(proxy, "openclaw_judge_gave_up_total", call="votes", reason="5xx") == 0
+        statuses.clear()  # the judge is back
+        restarted, _ = make_proxy(policy_server.url, judge.url, judge_votes=1, spool_dir=spool)
+        samples = wait_for_samples(restarted, 1)
+    assert [(s.session_id, s.turn) for s in samples] == [("durable", 1)]
