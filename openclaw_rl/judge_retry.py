@@ -30,6 +30,7 @@ BACKOFF_CAP_S = 30.0  # the longest single wait between two attempts
 # SGLang 0.5.23's 400s (tests/data/sglang-golden, error_too_long_with_output / error_too_long)
 _CONTEXT_TOTAL = re.compile(r"exceeds the model's maximum context length of (\d+) tokens")
 _CONTEXT_INPUT = re.compile(r"longer than the model's context length \((\d+) tokens\)")
+_CONTEXT_OPENAI = re.compile(r"maximum context length is (\d+) tokens")  # OpenAI's and vLLM's wording
 
 
 class JudgeStatusError(BackendUnavailable):
@@ -46,7 +47,7 @@ class ContextRelearned(BackendUnavailable):
 
 def context_from_error(text: str) -> int | None:
     """The judge's context in tokens as a context-length 400 states it (None if it is not one)."""
-    match = _CONTEXT_TOTAL.search(text) or _CONTEXT_INPUT.search(text)
+    match = _CONTEXT_TOTAL.search(text) or _CONTEXT_INPUT.search(text) or _CONTEXT_OPENAI.search(text)
     return int(match.group(1)) if match else None
 
 

@@ -162,6 +162,8 @@ def test_teacher_calls_are_retried_too(tokenizer) -> None:
 def test_context_from_the_real_messages() -> None:
     assert context_from_error(TOO_LONG.format(ctx=4096, total=4190, prompt=4090, new=100)) == 4096
     assert context_from_error("The input (5000 tokens) is longer than the model's context length (4096 tokens).") == 4096
+    assert context_from_error("This model's maximum context length is 8192 tokens. However, you requested 9000 "
+                              "tokens (900 in the messages, 8100 in the completion).") == 8192
     assert context_from_error("max_new_tokens must be at least 0, got -1.") is None
 
 
