@@ -249,7 +249,8 @@ class JudgeClient:
                 async with slots:
                     return await self._post(path, body)
             except JudgeStatusError as e:
-                if is_context_error(e) and await self._relearn_context(e, used):
+                # votes are clamped to the context; a teacher call (no new tokens) that does not fit never will
+                if call == "votes" and is_context_error(e) and await self._relearn_context(e, used):
                     raise ContextRelearned(f"judge context re-learned as {self.context_length} tokens after: "
                                            f"{e.message}") from e
                 raise
