@@ -7,7 +7,9 @@ runs the proxy plus the trainer on the same checkpoint. The loop is Slime's ``tr
 interval of 1, as in ``local``: batch k+1 is collected while step k trains; once it is full, submission is
 paused (the proxy's gate) and the new weights go to the server through SGLang's own
 ``/update_weights_from_disk`` under the label ``step-N``. The proxy records the label the server reports
-for every turn, and the trainer refuses samples older than ``--max-staleness`` steps.
+for every turn, and the trainer refuses samples older than ``--max-staleness`` steps. A policy server
+that restarts (back on its launch weights, ``default``) is given the last synced weights again before it
+serves (``version_guard.py``, every ``--version-check-s``).
 """
 
 from __future__ import annotations
