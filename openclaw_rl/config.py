@@ -83,6 +83,11 @@ class JudgeSettings:
     timeout_s: float = 120.0  # a vote slower than this counts as failed
     concurrency: int = 32  # judge/teacher calls in flight at once
     context_length: int = 0  # the judge's context in tokens; 0 = learn it from the server (/v1/models)
+    # before its first call, and again from a context-length 400 (then the call is retried, clamped)
+    retry_attempts: int = 5  # tries per judge/teacher call failing for a reason that can pass (unreachable,
+    # 5xx, timeout), the first included; 1 = no retry. The turn waits, durable, meanwhile.
+    retry_max_s: float = 300.0  # no retry starts this long after a call's first attempt; then judge_failed
+    retry_backoff_s: float = 1.0  # wait before the first retry; doubles each time, at most 30 s
 
 
 @dataclass
@@ -180,6 +185,13 @@ class Settings:
             raise ValueError(f"openclaw_judge_temperature (PRM_TEMPERATURE): expected a number >= 0, got {j.temperature}")
         if j.max_new_tokens < 1:
             raise ValueError(f"openclaw_judge_max_new_tokens (PRM_MAX_NEW_TOKENS): expected >= 1, got {j.max_new_tokens}")
+        if j.retry_attempts < 1:
+            raise ValueError(f"openclaw_judge_retry_attempts: expected >= 1 (1 = no retry), got {j.retry_attempts}")
+        if not 0 < j.retry_max_s < float("inf"):
+            raise ValueError(f"openclaw_judge_retry_max_s: expected a positive number of seconds, got {j.retry_max_s}")
+        if not 0 <= j.retry_backoff_s < float("inf"):
+            raise ValueError(f"openclaw_judge_retry_backoff_s: expected a number of seconds >= 0, got "
+                             f"{j.retry_backoff_s}")
         if self.opd.teacher_concurrency < 0:
             raise ValueError("openclaw_opd_teacher_concurrency (OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY): expected 0 "
                              f"(no limit) or more, got {self.opd.teacher_concurrency}")

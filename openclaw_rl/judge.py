@@ -13,18 +13,27 @@ import asyncio
 import logging
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from . import chat_format, codec
-from .backend import post_whole
+from .backend import post_whole, probe_backend
 from .chat_format import ChatFormat
 from .chat_template import ChatTemplateText
 from .config import JudgeSettings
 from .errors import BackendTimeout, BackendUnavailable, BadRequest
+from .judge_retry import (
+    ContextRelearned,
+    Hook,
+    JudgeStatusError,
+    Retrier,
+    RetryPolicy,
+    context_from_error,
+    is_context_error,
+)
 from .rawstream import StreamClient
 
 log = logging.getLogger(__name__)
@@ -175,7 +184,7 @@ class JudgeClient:
 
     def __init__(self, http: httpx.AsyncClient, settings: JudgeSettings, *, tokenizer: Any = None,
                  vocab_size: int | None = None, on_vote: Any = None, teacher_concurrency: int = 0,
-                 raw_http: bool = False):
+                 raw_http: bool = False, on_retry: Hook | None = None):
         self.http, self.url = http, settings.url.rstrip("/")
         # raw_http: calls to a plain-http judge go through rawstream (the proxy's choice; a fraction of
         # httpx's CPU per call), otherwise through ``http`` (tests hand in mock transports there)
@@ -196,6 +205,11 @@ class JudgeClient:
         # sampling) get their own, smaller limit so they cannot starve the votes; 0 = judge slots only
         self.teacher_concurrency = teacher_concurrency
         self._teacher_slots = asyncio.Semaphore(teacher_concurrency) if teacher_concurrency > 0 else None
+        # calls that fail for a reason that can pass are retried (judge_retry.py); on_retry counts them
+        self.retrier = Retrier(RetryPolicy(settings.retry_attempts, settings.retry_max_s, settings.retry_backoff_s),
+                               on_retry)
+        self._probed = False  # the server answered a context probe (it may not report a context)
+        self._probe_lock = asyncio.Lock()
 
     @property
     def enabled(self) -> bool:
@@ -214,11 +228,65 @@ class JudgeClient:
                 {**self.headers, "Content-Type": "application/json"}, self.timeout_s,
                 timeout_message=f"judge {path} timed out after {self.timeout_s}s", unreachable=f"judge {path} unreachable")
         if status != 200:
-            raise BackendUnavailable(f"judge {path} answered {status}: {content[:200].decode('utf-8', 'replace')}")
+            raise JudgeStatusError(path, status, content[:2000].decode("utf-8", "replace"))
         try:
             return codec.loads(content)
         except codec.DecodeError as e:
             raise BackendUnavailable(f"judge {path} answered non-JSON") from e
+
+    async def _call(self, path: str, build: Callable[[], Awaitable[dict[str, Any]]], call: str,
+                    slots: asyncio.Semaphore | None = None) -> Any:
+        """``_post`` of the body ``build()`` makes, retried by ``self.retrier`` while it fails for a reason
+        that can pass. The judge's context is learned before the first attempt, and the body is built
+        again for each attempt, so a context re-learned from a context-length 400 clamps the retry."""
+        async def attempt() -> Any:
+            await self.learn_context()
+            used = self.context_length
+            body = await build()
+            try:
+                if slots is None:
+                    return await self._post(path, body)
+                async with slots:
+                    return await self._post(path, body)
+            except JudgeStatusError as e:
+                # votes are clamped to the context; a teacher call (no new tokens) that does not fit never will
+                if call == "votes" and is_context_error(e) and await self._relearn_context(e, used):
+                    raise ContextRelearned(f"judge context re-learned as {self.context_length} tokens after: "
+                                           f"{e.message}") from e
+                raise
+        return await self.retrier.run(attempt, call)
+
+    async def learn_context(self) -> None:
+        """Before the first call, when the judge's context is unknown and can be used (a tokenizer counts
+        the prompt): probe the server until it answers (an unreachable judge is retried like a failed
+        call), and take the context it reports. A server that reports none is called unclamped."""
+        if self.context_length or self._probed or self.tokenizer is None:
+            return
+        async with self._probe_lock:
+            if self.context_length or self._probed:
+                return
+            info = await probe_backend(self.http, self.url, self.headers or None)
+            if not info.reachable:
+                raise BackendUnavailable(f"judge unreachable (context probe): {info.error}")
+            if info.context_length and not self.context_length:
+                self.context_length = info.context_length
+                log.info("judge context: %d tokens (from the server)", info.context_length)
+            self._probed = True
+
+    async def _relearn_context(self, error: JudgeStatusError, used: int | None) -> bool:
+        """After a context-length 400: read the context again (the message's figure, else the server's);
+        True when it differs from the one the failed call was clamped to, so a retry may pass."""
+        if self.tokenizer is None:
+            return False
+        learned = context_from_error(error.text)
+        if learned is None:
+            info = await probe_backend(self.http, self.url, self.headers or None)
+            learned = info.context_length
+        if learned is None or learned == used:
+            return False
+        log.warning("judge context re-learned: %d tokens (was %s)", learned, used or "unknown")
+        self.context_length = learned
+        return True
 
     def close(self) -> None:
         """Close the raw client's idle connections (the httpx client is its owner's)."""
@@ -253,20 +321,28 @@ class JudgeClient:
         concurrent chat requests for an OpenAI-compatible judge. A failed request fails its votes."""
         try:
             prompt = self.render(system, user)
-            max_new = await self.max_new_tokens_async(prompt)
             if self.api == "openai":
-                outs = await asyncio.gather(*(self._post("/v1/chat/completions", {
-                    "model": self.model, "temperature": self.temperature, "max_tokens": max_new,
-                    "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]})
-                    for _ in range(self.m)), return_exceptions=True)
+                async def chat() -> dict[str, Any]:
+                    return {"model": self.model, "temperature": self.temperature,
+                            "max_tokens": await self.max_new_tokens_async(prompt),
+                            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
+                outs = await asyncio.gather(*(self._call("/v1/chat/completions", chat, "votes")
+                                              for _ in range(self.m)), return_exceptions=True)
+                for o in outs:
+                    if isinstance(o, asyncio.CancelledError):  # shutting down: the turn is judged again later
+                        raise o
+                    if isinstance(o, BaseException):
+                        log.warning("judge vote failed: %s", o)
                 raws = [None if isinstance(o, BaseException) else _chat_text(o) for o in outs]
             else:
-                data = await self._post("/generate", {
-                    "text": prompt,
-                    "sampling_params": {"temperature": self.temperature, "top_p": 1.0, "top_k": -1, "n": self.m,
-                                        "max_new_tokens": max_new, "skip_special_tokens": False,
-                                        "no_stop_trim": True, "spaces_between_special_tokens": False},
-                    "return_logprob": False})
+                async def generate() -> dict[str, Any]:
+                    return {"text": prompt,
+                            "sampling_params": {"temperature": self.temperature, "top_p": 1.0, "top_k": -1,
+                                                "n": self.m, "max_new_tokens": await self.max_new_tokens_async(prompt),
+                                                "skip_special_tokens": False, "no_stop_trim": True,
+                                                "spaces_between_special_tokens": False},
+                            "return_logprob": False}
+                data = await self._call("/generate", generate, "votes")
                 items = data if isinstance(data, list) else [data]
                 raws = [str(item["text"]) if isinstance(item, dict) and "text" in item else None for item in items]
                 raws = (raws + [None] * self.m)[: self.m]
@@ -311,11 +387,9 @@ class JudgeClient:
                                                     "skip_special_tokens": False}}
         if top_k > 0:
             body["top_logprobs_num"] = top_k
-        if self._teacher_slots is None:
-            data = await self._post("/generate", body)
-        else:
-            async with self._teacher_slots:
-                data = await self._post("/generate", body)
+        async def fixed() -> dict[str, Any]:
+            return body
+        data = await self._call("/generate", fixed, "teacher", self._teacher_slots)
         meta = (data[0] if isinstance(data, list) else data).get("meta_info", {})
         entries = meta.get("input_token_logprobs") or []
         r = len(response_ids)

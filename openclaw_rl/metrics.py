@@ -39,6 +39,12 @@ class ProxyMetrics:
         self.samples = Counter("openclaw_samples_total", "Samples written to the spool by kind", ["kind"],
                                registry=r)
         self.judge_votes = Counter("openclaw_judge_votes_total", "Judge votes by outcome", ["outcome"], registry=r)
+        self.judge_retries = Counter("openclaw_judge_retries_total",
+                                     "Judge/teacher calls tried again, by call and reason", ["call", "reason"],
+                                     registry=r)
+        self.judge_gave_up = Counter("openclaw_judge_gave_up_total",
+                                     "Judge/teacher calls that failed for a passing reason after their last "
+                                     "allowed attempt", ["call", "reason"], registry=r)
         self.inexact = Counter("openclaw_exactness_violations_total",
                                "Turns whose tokens could not be captured exactly", registry=r)
         self.sessions = Gauge("openclaw_sessions", "Tracked sessions", ["state"], registry=r)

@@ -198,7 +198,9 @@ class Proxy:
         teacher_slots = settings.opd.teacher_concurrency if MODES[settings.mode].needs_teacher else 0
         judge = JudgeClient(http, j, tokenizer=judge_tokenizer, vocab_size=len(judge_tokenizer),
                             on_vote=lambda outcome: metrics.judge_votes.labels(outcome).inc(),
-                            teacher_concurrency=teacher_slots, raw_http=True)
+                            teacher_concurrency=teacher_slots, raw_http=True,
+                            on_retry=lambda event, call, reason: (metrics.judge_retries if event == "retry" else
+                                                                  metrics.judge_gave_up).labels(call, reason).inc())
         if not judge.enabled:
             log.warning("no judge URL: PRM is off, every turn scores 0 and RL/OPD produce no learning signal "
                         "(upstream's PRM-disabled behaviour). Set --judge-url to train.")
@@ -233,6 +235,7 @@ class Proxy:
         the next start (exactly as after a crash), everything enqueued is committed and the record files
         are closed (closing again, as the rollout bridge does, is a no-op)."""
         await self.probes.stop()
+        self.judge.retrier.stop()  # judge calls waiting to retry end now; their turns stay in the spool
         await self.tracker.drain()
         self.writer.close()
         self.service.close()

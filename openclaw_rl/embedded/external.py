@@ -7,7 +7,9 @@ runs the proxy plus the trainer on the same checkpoint. The loop is Slime's ``tr
 interval of 1, as in ``local``: batch k+1 is collected while step k trains; once it is full, submission is
 paused (the proxy's gate) and the new weights go to the server through SGLang's own
 ``/update_weights_from_disk`` under the label ``step-N``. The proxy records the label the server reports
-for every turn, and the trainer refuses samples older than ``--max-staleness`` steps.
+for every turn, and the trainer refuses samples older than ``--max-staleness`` steps. A policy server
+that restarts (back on its launch weights, ``default``) is given the last synced weights again before it
+serves (``version_guard.py``, every ``--version-check-s``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from .interrupts import name_of, sigterm_as_ctrl_c, while_starting
 
 if TYPE_CHECKING:
     from openclaw_rl.runtime import ProxyRuntime
+
+    from .version_guard import VersionGuard
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +53,8 @@ class ExternalConfig:
     simulate_interactions: int = 0  # > 0: drive the proxy with this many simulated-user calls (demo, tests)
     simulate_concurrency: int = 4
     max_new_tokens: int = 64  # for the simulated users' requests only
+    version_check_s: float = 1.0  # how often the policy server's weight version is checked; a restarted
+    # server (back on its launch weights) gets the last synced ones again before it serves. 0 = never
 
 
 @dataclass
@@ -57,6 +63,7 @@ class TrainReport:
     versions: list[str] = field(default_factory=list)  # what the server reported after each sync
     fidelity: list[float] = field(default_factory=list)  # train/rollout_fidelity_abs_diff per step
     stale_refused: int = 0
+    restores: int = 0  # times a restarted policy server was given the last synced weights again
     sync_ms: list[float] = field(default_factory=list)
     interactions: int = 0
     metrics_path: str = ""
@@ -110,6 +117,7 @@ class ExternalStack:
         self.weights = SGLangWeightSync(settings.proxy.policy_url, cfg.sync_dir or self.out / "weights",
                                         api_key=settings.proxy.policy_api_key)
         self.runtime: ProxyRuntime | None = None
+        self.guard: VersionGuard | None = None
         self.stop_event = threading.Event()
         try:
             self._start(cfg)
@@ -122,6 +130,7 @@ class ExternalStack:
 
         from .hf_policy import load_policy
         from .trainer import EmbeddedTrainer, TrainerConfig
+        from .version_guard import VersionGuard
 
         settings = cfg.settings
         served = self.weights.server_version()  # fails early and clearly if the server is not there
@@ -146,6 +155,8 @@ class ExternalStack:
             log.warning("the policy server already serves %r, not the checkpoint's initial weights: samples it "
                         "produced count as unversioned until the first sync", served)
         self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
+        self.guard = VersionGuard([self.weights], self.runtime.proxy.gate, interval_s=cfg.version_check_s)
+        self.guard.start()
 
     @property
     def url(self) -> str:
@@ -153,6 +164,8 @@ class ExternalStack:
 
     def close(self) -> None:
         self.stop_event.set()
+        if self.guard is not None:
+            self.guard.stop()
         if self.runtime is not None:
             self.runtime.stop()
         self.weights.close()
@@ -202,6 +215,7 @@ def run_train(cfg: ExternalConfig, *, echo: bool = True) -> TrainReport:
         print(f"\ninterrupted ({name_of(exc)}): untrained samples stay in the spool for the next run", flush=True)
     finally:
         stack.stop_event.set()
+        stack.guard.stop()
         stack.runtime.proxy.gate.open()  # no more syncs: requests held at the gate may finish
         loop, task = sim.get("loop"), sim.get("task")
         if loop is not None and task is not None and not task.done():
@@ -212,6 +226,7 @@ def run_train(cfg: ExternalConfig, *, echo: bool = True) -> TrainReport:
         stack.close()
     result_sim = sim.get("result") or sim.get("live")
     report.interactions = len(result_sim.interactions) if result_sim is not None else 0
+    report.restores = stack.weights.restores
     report.seconds = time.monotonic() - started
     (stack.out / "report.json").write_text(json.dumps(asdict(report), indent=2))
     return report
@@ -251,6 +266,9 @@ def register_train_command(sub: Any) -> None:
                    help="refuse samples sampled more than N steps ago (-1: no bound)")
     p.add_argument("--fidelity-copies", type=int, default=ExternalConfig.fidelity_copies,
                    help="weight copies kept for the rollout-fidelity metric (0 saves their memory)")
+    p.add_argument("--version-check-s", type=float, default=ExternalConfig.version_check_s,
+                   help="check the policy server's weight version every N s; a restarted server gets the last "
+                        "synced weights back before it serves again (0: never)")
     p.add_argument("--sync-dir", default="", help="where synced weights are written (e.g. /dev/shm/openclaw)")
     p.add_argument("--max-steps", type=int, default=0)
     p.add_argument("--save-every", type=int, default=0)
@@ -271,7 +289,7 @@ def _cmd_train(ns: argparse.Namespace) -> int:
                          out_dir=ns.out_dir, sync_dir=ns.sync_dir, rollout_batch_size=ns.batch_size, lr=ns.lr,
                          kl_coef=ns.kl_coef, max_staleness=ns.max_staleness, fidelity_copies=ns.fidelity_copies,
                          max_steps=ns.max_steps, save_every=ns.save_every, seed=ns.seed,
-                         simulate_interactions=ns.simulate)
+                         simulate_interactions=ns.simulate, version_check_s=ns.version_check_s)
     with sigterm_as_ctrl_c():
         report = run_train(cfg)
     print(json.dumps(asdict(report), indent=2))

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ import torch
 from ..errors import CommandError
 
 log = logging.getLogger(__name__)
+
+CHECK_TIMEOUT_S = 10.0  # a version check waits this long at most (the sync lock is held meanwhile)
 
 
 class WeightSyncError(CommandError):
@@ -98,25 +101,56 @@ class SGLangWeightSync:
         self._current: Path | None = None
         self._warned_no_pause = False
         self.last_timings: dict[str, float] = {}
+        # the label and checkpoint the server was last made to serve (None before the first load): what a
+        # restarted server, back on its launch weights ("default"), must be given again
+        self.version: str | None = None
+        self.loaded: Path | None = None
+        self.restores = 0  # loads that gave a restarted server its weights back
+        self._lock = threading.RLock()  # one load at a time: the trainer's sync, or the version guard's restore
 
-    def server_version(self) -> str:
+    def server_version(self, timeout_s: float | None = None) -> str:
         """The version label the server reports now (``"default"`` until the first update)."""
-        return str(self.get("/get_model_info").get("weight_version"))
+        return str(self.get("/get_model_info", timeout_s).get("weight_version"))
 
     def sync(self, model: torch.nn.Module, version: str) -> None:
-        t0 = time.perf_counter()
-        target = write_checkpoint(model, self.dir / f"{version}")
-        t1 = time.perf_counter()
-        self.load(target, version)
-        t2 = time.perf_counter()
-        if self._current is not None and self._current != target:
-            shutil.rmtree(self._current, ignore_errors=True)
-        self._current = target
-        self.last_timings = {"perf/sync_write_ms": (t1 - t0) * 1000, "perf/sync_update_ms": (t2 - t1) * 1000}
+        with self._lock:
+            t0 = time.perf_counter()
+            target = write_checkpoint(model, self.dir / f"{version}")
+            t1 = time.perf_counter()
+            self.load(target, version)
+            t2 = time.perf_counter()
+            if self._current is not None and self._current != target:
+                shutil.rmtree(self._current, ignore_errors=True)
+            self._current = target
+            self.last_timings = {"perf/sync_write_ms": (t1 - t0) * 1000, "perf/sync_update_ms": (t2 - t1) * 1000}
+
+    def restore_if_regressed(self, before_restore: Callable[[], None] = lambda: None) -> bool:
+        """If the server no longer serves what it was last made to serve (it restarted, and serves its
+        launch weights as ``default``), load those weights again under their label; True if it did.
+        ``before_restore`` runs first (the caller stops admitting requests). Raises ``WeightSyncError``
+        when the server does not answer or refuses. Runs under the sync lock, so a sync in progress is
+        never mistaken for a regression."""
+        with self._lock:
+            if self.version is None or self.loaded is None:
+                return False
+            served = self.server_version(CHECK_TIMEOUT_S)
+            if served == self.version:
+                return False
+            log.warning("policy server %s serves %r, not %r (restarted?): loading %s again", self.url, served,
+                        self.version, self.loaded)
+            before_restore()
+            self.load(self.loaded, self.version)
+            self.restores += 1
+            return True
 
     def load(self, model_path: str | Path, version: str) -> None:
         """Ask the server to load ``model_path`` as ``version``, its generation paused meanwhile; raise
         ``WeightSyncError`` if it did not."""
+        with self._lock:
+            self._load(model_path, version)
+            self.version, self.loaded = version, Path(model_path)
+
+    def _load(self, model_path: str | Path, version: str) -> None:
         paused = self._pause()
         try:
             self._update(model_path, version)
@@ -177,9 +211,9 @@ class SGLangWeightSync:
         raise WeightSyncError(f"policy server {self.url} did not resume generation after the weight update "
                               f"({failed}); its requests stay paused until /continue_generation succeeds")
 
-    def get(self, path: str) -> Mapping[str, Any]:
+    def get(self, path: str, timeout_s: float | None = None) -> Mapping[str, Any]:
         try:
-            resp = self.http.get(f"{self.url}{path}")
+            resp = self.http.get(f"{self.url}{path}", **({"timeout": timeout_s} if timeout_s else {}))
         except httpx.HTTPError as exc:
             raise WeightSyncError(f"policy server {self.url} unreachable: {exc!r}") from exc
         if resp.status_code != 200:

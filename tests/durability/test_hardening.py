@@ -173,7 +173,8 @@ def test_untrainable_backend_values_cost_one_turn_never_the_session(make_proxy, 
 
 
 def test_judge_failure_is_judge_failed_not_zero_score(policy_server, make_proxy):
-    proxy, url = make_proxy(policy_server.url, f"http://127.0.0.1:{free_port()}", judge_votes=3)
+    proxy, url = make_proxy(policy_server.url, f"http://127.0.0.1:{free_port()}", judge_votes=3,
+                            judge_retry_attempts=1)
     convo = list(BODY["messages"])
     for text in ("thanks", "thanks", "bye"):
         r = chat(url, {"messages": convo}, "dead-judge")

@@ -175,7 +175,9 @@ def test_teacherless_judge_fails_teacher_calls_cleanly(tokenizer: Any) -> None:
 
     async def main(url: str) -> None:
         async with httpx.AsyncClient() as http:
-            client = JudgeClient(http, JudgeSettings(url=url, votes=1, max_new_tokens=32), tokenizer=tokenizer)
+            # the 500 is retried like any 5xx (judge_retry.py): once, at once, here
+            client = JudgeClient(http, JudgeSettings(url=url, votes=1, max_new_tokens=32, retry_attempts=2,
+                                                     retry_backoff_s=0), tokenizer=tokenizer)
             assert (await client.prm("x", {"role": "user", "content": "Thanks!"})).score == 1.0
             with pytest.raises(BackendUnavailable):
                 await client.teacher_log_probs([1, 2, 3], [4, 5])

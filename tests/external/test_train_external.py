@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -169,10 +170,99 @@ def test_the_train_command_line_maps_onto_the_proxy_and_trainer_settings():
 
     ns = build_parser().parse_args(["train", "--model", "/m", "--policy-url", "http://127.0.0.1:30010",
                                     "--judge-url", "http://127.0.0.1:30020", "--pause-mode", "hold", "--lora-rank", "16",
-                                    "--lora-targets", "q_proj,v_proj", "--gradient-checkpointing", "--max-staleness", "1"])
+                                    "--lora-targets", "q_proj,v_proj", "--gradient-checkpointing", "--max-staleness", "1",
+                                    "--version-check-s", "0.5"])
     settings = settings_from_cli(ns)
     assert (settings.proxy.policy_url, settings.judge.url, settings.proxy.pause_mode) == (
         "http://127.0.0.1:30010", "http://127.0.0.1:30020", "hold")
     policy = policy_config_from_cli(ns)
     assert (policy.lora_rank, policy.lora_targets, policy.gradient_checkpointing) == (16, ("q_proj", "v_proj"), True)
-    assert ns.max_staleness == 1 and ns.fn.__name__ == "_cmd_train"
+    assert ns.max_staleness == 1 and ns.fn.__name__ == "_cmd_train" and ns.version_check_s == 0.5
+
+
+def test_a_restarted_policy_engine_gets_its_weights_back_before_serving(tokenizer, tmp_path):
+    """Issue #27 item 10: a policy server that restarts comes back on its launch weights ("default").
+    The version guard holds the submission gate while it is away, loads the last synced weights again
+    under their label when it is back, and only then reopens the gate."""
+    from openclaw_rl.embedded.version_guard import VersionGuard
+    from openclaw_rl.embedded.weight_sync import SGLangWeightSync
+    from openclaw_rl.engine import ScriptedModel, make_engine_app
+    from openclaw_rl.gate import SubmissionGate
+    from openclaw_rl.servers import BackgroundServer, free_port
+
+    port, models = free_port(), []
+
+    def engine() -> BackgroundServer:
+        models.append(ScriptedModel(tokenizer))
+        return BackgroundServer(make_engine_app(models[-1], tokenizer, served_model_name="tiny",
+                                                model_path="/models/tiny"), port=port)
+
+    gate, ckpt = SubmissionGate(), tmp_path / "step-3"
+    first = engine().start()
+    sync = SGLangWeightSync(first.url, tmp_path / "w")
+    guard = VersionGuard([sync], gate, interval_s=0)
+    assert guard.check() == ["unsynced"] and gate.is_open  # never synced: its launch weights are right
+    sync.load(ckpt, "step-3")
+    assert guard.check() == ["ok"] and gate.is_open
+    first.stop()  # the engine dies
+    assert guard.check() == ["down"] and not gate.is_open  # nothing is admitted while it is away
+    gate.open()  # the trainer opening the gate for its next batch does not lift the hold
+    assert not gate.is_open
+    with engine() as second:  # restarted, on the checkpoint it was launched from
+        assert httpx.get(f"{second.url}/get_model_info").json()["weight_version"] == "default"
+        assert guard.check() == ["restored"] and gate.is_open
+        assert httpx.get(f"{second.url}/get_model_info").json()["weight_version"] == "step-3"
+        assert models[1].model_path == str(ckpt) and models[1].weight_updates == 1
+        assert guard.check() == ["ok"] and sync.restores == 1
+    guard.stop()
+    sync.close()
+
+
+def test_train_gives_a_restarted_policy_engine_its_weights_back(policy_engine, rule_judge, tiny_model_dir, tokenizer,
+                                                                   tmp_path, monkeypatch):
+    """``train`` end to end: right after step 1's sync the policy engine restarts on the launch checkpoint
+    (same port, ``default``). The sync returns only once train's version guard has loaded step 1 again:
+    the restarted engine serves step 1's weights, never its launch weights, and nothing is refused."""
+    from support import wait_until
+
+    from openclaw_rl.embedded.weight_sync import SGLangWeightSync
+    from openclaw_rl.engine.server import make_engine_app
+    from openclaw_rl.engine.torch_core import TorchModel
+    from openclaw_rl.servers import BackgroundServer
+
+    original, restarted, served = SGLangWeightSync.sync, [], []
+
+    def sync_then_restart(self: SGLangWeightSync, model: Any, version: str) -> None:
+        original(self, model, version)
+        if version == "step-1":
+            policy_engine.stop()  # the engine dies, and comes back on the checkpoint it was launched from
+            core = TorchModel.from_pretrained(str(tiny_model_dir), seed=0)
+            launched = core.generate
+
+            async def generate(prompt_ids: Any, sampling: Any) -> Any:  # the version each request starts on
+                served.append(core.weight_version)
+                async for step in launched(prompt_ids, sampling):
+                    yield step
+
+            core.generate = generate
+            app = make_engine_app(core, tokenizer, served_model_name="tiny", model_path=str(tiny_model_dir))
+            restarted.append((BackgroundServer(app, port=policy_engine.port).start(), core))
+            wait_until(lambda: self.restores == 1)  # train's guard gave it step 1 back
+
+    monkeypatch.setattr(SGLangWeightSync, "sync", sync_then_restart)
+    cfg = ExternalConfig(model=str(tiny_model_dir), settings=train_settings(policy_engine.url, rule_judge.url, tmp_path),
+                         policy=PolicyLoadConfig(device="cpu", dtype="float32"), out_dir=str(tmp_path / "run"),
+                         rollout_batch_size=4, lr=5e-4, max_steps=3, simulate_interactions=80,
+                         simulate_concurrency=4, max_new_tokens=16, version_check_s=0.05)
+    try:
+        report = run_train(cfg, echo=False)
+    finally:
+        for server, core in restarted:
+            server.stop()
+            core.close()
+    assert report.restores == 1 and report.versions == ["step-1", "step-2", "step-3"]
+    assert report.stale_refused == 0
+    # the restarted engine served nothing on its launch weights, and what it served under step-1 was
+    # exactly step 1's weights (each sample is re-scored with the trainer's copy of its version's weights)
+    assert served and "default" not in served and served[0] == "step-1", served
+    assert report.fidelity and max(report.fidelity) < 1e-4, report.fidelity
