@@ -92,7 +92,7 @@ def check_teacher_tokenizer(settings: Settings, policy_tokenizer: Any, *, load: 
 
 
 def build_teacher(http: httpx.AsyncClient, settings: Settings, policy_tokenizer: Any, *, load: Any,
-                  on_vote: Any = None) -> JudgeClient | None:
+                  on_vote: Any = None, on_retry: Any = None) -> JudgeClient | None:
     """The teacher's client when ``openclaw_opd_teacher_url`` is set (None: the judge is the teacher)."""
     o = settings.opd
     if not o.teacher_url:
@@ -100,4 +100,4 @@ def build_teacher(http: httpx.AsyncClient, settings: Settings, policy_tokenizer:
     check_teacher_tokenizer(settings, policy_tokenizer, load=load)
     j = dataclasses.replace(settings.judge, url=o.teacher_url, api="sglang", api_key=o.teacher_api_key)
     return JudgeClient(http, j, tokenizer=policy_tokenizer, vocab_size=len(policy_tokenizer), on_vote=on_vote,
-                       teacher_concurrency=o.teacher_concurrency)  # the proxy's pooled client: nothing to close
+                       teacher_concurrency=o.teacher_concurrency, on_retry=on_retry)  # the proxy's pooled client: nothing to close

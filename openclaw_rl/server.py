@@ -196,11 +196,12 @@ class Proxy:
         renderer = ChatRenderer(tokenizer, p.enable_thinking)
         metrics = ProxyMetrics()
         teacher_slots = settings.opd.teacher_concurrency if MODES[settings.mode].needs_teacher else 0
+        def count_retry(event: str, call: str, reason: str) -> None:
+            (metrics.judge_retries if event == "retry" else metrics.judge_gave_up).labels(call, reason).inc()
+
         judge = JudgeClient(http, j, tokenizer=judge_tokenizer, vocab_size=len(judge_tokenizer),
                             on_vote=lambda outcome: metrics.judge_votes.labels(outcome).inc(),
-                            teacher_concurrency=teacher_slots, raw_http=True,
-                            on_retry=lambda event, call, reason: (metrics.judge_retries if event == "retry" else
-                                                                  metrics.judge_gave_up).labels(call, reason).inc())
+                            teacher_concurrency=teacher_slots, raw_http=True, on_retry=count_retry)
         if not judge.enabled:
             log.warning("no judge URL: PRM is off, every turn scores 0 and RL/OPD produce no learning signal "
                         "(upstream's PRM-disabled behaviour). Set --judge-url to train.")
@@ -208,7 +209,7 @@ class Proxy:
         if MODES[settings.mode].needs_teacher and settings.opd.teacher_url:  # a teacher apart from the judge
             from openclaw_opd.teacher_server import build_teacher
 
-            teacher = build_teacher(http, settings, tokenizer, load=load_tokenizer)
+            teacher = build_teacher(http, settings, tokenizer, load=load_tokenizer, on_retry=count_retry)
         scorer = make_scorer(settings, judge, renderer, teacher)
         spool = Spool(settings.spool.dir, settings.spool.max_bytes, sync=settings.spool.sync)
         spool.release_leases()
