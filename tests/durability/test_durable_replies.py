@@ -244,37 +244,44 @@ def test_writer_holds_a_waiting_turn_it_cannot_commit_and_saves_it_with_room_aga
 
 
 def test_disk_full_under_a_file_size_limit_in_a_subprocess(tmp_path):
-    """The same error from the operating system, not SQLite's page limit: a writer process whose files may
-    not grow (RLIMIT_FSIZE, SIGXFSZ ignored so a write fails with EFBIG) cannot commit a big waiting turn;
-    the future fails, the turn is held, and nothing half-written shows up for a reader."""
+    """The error from the operating system, not SQLite's page limit: a writer process whose files may not
+    grow (RLIMIT_FSIZE, SIGXFSZ ignored so the write fails with EFBIG; SQLite reports it as a disk I/O
+    error) cannot commit a big waiting turn: the future fails and the turn is held. With the limit lifted,
+    the writer's retry commits it."""
     import subprocess
     import sys
 
     code = r"""
 import resource, signal, sys
+from array import array
 from openclaw_rl.metrics import ProxyMetrics
 from openclaw_rl.spool import Spool
 from openclaw_rl.turns import Turn
 from openclaw_rl.writer import SampleWriter
-from array import array
 spool = Spool(sys.argv[1], exclusive=True)
 writer = SampleWriter(spool, ProxyMetrics())
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
 size = spool.path.stat().st_size + (spool.dir / "samples.sqlite3-wal").stat().st_size
-resource.setrlimit(resource.RLIMIT_FSIZE, (size + 4096, size + 4096))
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 4096, hard))
 turn = Turn(session_key="k", session_id="s", index=1, prompt_ids=array("i", range(50000)), messages=None,
             tools=None, sampling_temperature=None, epoch="e")
 try:
     writer.save_turn(turn).result(30)
     print("saved")
 except Exception as e:
-    print("refused", type(e).__name__, e, "| held:", len(writer.unsaved), "| health:", writer.health()["ok"])
+    print("refused:", e, "| held:", len(writer.unsaved), "| ok:", writer.health()["ok"])
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+writer.retry()
+writer.flush()
+print("after: held:", len(writer.unsaved), "| ok:", writer.health()["ok"])
+writer.close()
 """
     Spool(tmp_path).close()  # the file exists before the limit applies
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert out.stdout.startswith("refused"), out.stdout + out.stderr
-    assert "held: 1" in out.stdout and "health: False" in out.stdout
-    assert Spool(tmp_path).pending_turns() == []
+    assert out.stdout.splitlines() == ["refused: disk I/O error | held: 1 | ok: False", "after: held: 0 | ok: True"], \
+        out.stdout + out.stderr
+    assert len(Spool(tmp_path).pending_turns()) == 1
 
 
 # --- a deleted or replaced spool ----------------------------------------------------------------------------
