@@ -61,7 +61,8 @@ def assert_complete(status: int, lines: list[str], body: Any) -> None:
 
 
 @pytest.fixture(params=["serve", "train", "local"])
-def wired(request: pytest.FixtureRequest, tmp_path, tiny_model_dir, tokenizer, policy_server) -> Iterator[Any]:
+def wired(request: pytest.FixtureRequest, tmp_path, tiny_model_dir, tokenizer, policy_server,
+          judge_server) -> Iterator[Any]:
     """(proxy, url): ``serve`` builds a Proxy and serves its app; ``train`` (settings from its command line)
     and ``local`` (its own settings) run it in a ProxyRuntime, whose gate the trainer opens."""
     if request.param == "serve":
@@ -70,7 +71,8 @@ def wired(request: pytest.FixtureRequest, tmp_path, tiny_model_dir, tokenizer, p
         from openclaw_rl.servers import BackgroundServer
 
         settings = load_settings({"proxy_tokenizer": str(tiny_model_dir), "proxy_policy_url": policy_server.url,
-                                  "spool_dir": str(tmp_path / "spool")}, env={})
+                                  "judge_url": judge_server.url, "judge_votes": 1, "spool_dir": str(tmp_path / "spool")},
+                                 env={})
         proxy = Proxy.build(settings, tokenizer=tokenizer)
         with BackgroundServer(proxy.app) as server:
             proxy.server = server
@@ -83,13 +85,15 @@ def wired(request: pytest.FixtureRequest, tmp_path, tiny_model_dir, tokenizer, p
         from openclaw_rl.cli import build_parser, settings_from_cli
 
         ns = build_parser("train").parse_args(["train", "--model", str(tiny_model_dir), "--policy-url", policy_server.url,
-                                               "--port", str(free_port()), "--spool-dir", str(tmp_path / "spool")])
+                                               "--judge-url", judge_server.url, "--port", str(free_port()),
+                                               "--spool-dir", str(tmp_path / "spool")])
         settings = settings_from_cli(ns)
         settings.proxy.tokenizer = settings.proxy.tokenizer or ns.model  # as ExternalStack does
     else:
         from openclaw_rl.embedded.local import LocalConfig, proxy_settings
 
-        settings = proxy_settings(LocalConfig(port=free_port()), tiny_model_dir, policy_server.url, "", tmp_path)
+        settings = proxy_settings(LocalConfig(port=free_port()), tiny_model_dir, policy_server.url, judge_server.url,
+                                  tmp_path)
     runtime = ProxyRuntime(settings, tokenizer=tokenizer)
     try:
         runtime.proxy.gate.open()  # what collect() does while it gathers a batch
@@ -177,9 +181,8 @@ def health(http: httpx.Client, url: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
-def test_full_disk_refuses_replies_and_saves_what_it_holds_once_space_returns(make_proxy, policy_server,
-                                                                               judge_server, stream):
-    proxy, url = make_proxy(policy_server.url, judge_server.url, judge_votes=1)
+def test_full_disk_refuses_replies_and_saves_what_it_holds_once_space_returns(wired, stream):
+    proxy, url = wired
     first = [{"role": "user", "content": "hello " + BIG}]
     with http_client() as http:
         status, lines, body = chat(http, url, "a", first, stream)
