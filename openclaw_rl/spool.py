@@ -56,6 +56,8 @@ CREATE TABLE IF NOT EXISTS spool_stats (
     name  TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
+-- written and emptied in one commit while writes fail, to learn when the disk takes them again
+CREATE TABLE IF NOT EXISTS write_probe (data BLOB);
 CREATE TABLE IF NOT EXISTS pending_turns (
     session_key TEXT NOT NULL,
     epoch       TEXT NOT NULL,
@@ -295,6 +297,13 @@ class Spool:
             self._db.execute("INSERT OR REPLACE INTO pending_next_states(session_key, epoch, turn, next_state) "
                              "VALUES (?,?,?,?)", (*key, next_state))
             return True
+
+    def probe(self, nbytes: int = 64 * 1024) -> None:
+        """Commit ``nbytes`` and delete them again (one transaction): raises what a real write of that size
+        would (SQLITE_FULL on a full disk), so the writer knows when the spool takes writes again."""
+        with self._lock, self._transaction(check=True):
+            self._db.execute("INSERT INTO write_probe(data) VALUES (zeroblob(?))", (nbytes,))
+            self._db.execute("DELETE FROM write_probe")
 
     def pending_turns(self) -> list[str]:
         """Each waiting turn's record (JSON), with a next state saved apart put back in it."""

@@ -222,8 +222,13 @@ class SampleWriter:
                 return  # still failing: the rest would too
         if self.overflow or self._overflow_settled:
             self._persist(list(self.overflow), retrying=len(self.overflow), settled=None)
-        elif self.problem is not None and not self.unsaved:
-            self._recovered()
+        if self.problem is not None and not self.unsaved and not self._overflow_failed:
+            try:  # nothing held to learn from: does a write of some size commit now?
+                self.spool.probe()
+            except Exception as e:
+                self._failed(e)
+            else:
+                self._recovered()
 
     def _write(self, turn: Turn, outcome: Outcome) -> None:
         if outcome.eval_score is not None:
@@ -266,7 +271,8 @@ class SampleWriter:
         self._overflow_settled = []
         self._overflow_failed = False
         self.metrics.overflow.set(0)
-        self._recovered()
+        if samples:  # a commit that took data: the spool takes writes
+            self._recovered()
         if not samples:
             return
         for s in samples[retrying:]:

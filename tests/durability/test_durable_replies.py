@@ -220,7 +220,8 @@ def test_writer_holds_a_waiting_turn_it_cannot_commit_and_saves_it_with_room_aga
     from array import array
 
     from openclaw_rl.metrics import ProxyMetrics
-    from openclaw_rl.turns import Turn
+    from openclaw_rl.scoring import Outcome
+    from openclaw_rl.turns import DropReason, Turn
     from openclaw_rl.writer import SampleWriter
 
     spool = Spool(tmp_path, exclusive=True)
@@ -241,9 +242,25 @@ def test_writer_holds_a_waiting_turn_it_cannot_commit_and_saves_it_with_room_aga
     writer.retry()
     writer.flush()
     assert not writer.unsaved and writer.health()["ok"] is True
+    assert [json.loads(p)["next_state"]["content"] for p in Spool(tmp_path).pending_turns()] == [BIG]
+
+    # full again, and the failed turn is then dropped (its reply was refused): nothing is held any more, yet
+    # the spool stays "not ok" until a write of some size commits again, not just until the next retry
+    fill_disk(proxy, True)
+    other = Turn(session_key="k2", session_id="s2", index=1, prompt_ids=array("i", range(20000)), messages=None,
+                 tools=None, sampling_temperature=None, epoch="e")
+    with pytest.raises(Exception, match="database or disk is full"):
+        writer.save_turn(other).result(10)
+    writer(other, Outcome(drop=DropReason.NOT_DURABLE))
+    writer.retry()
+    writer.flush()
+    assert not writer.unsaved and writer.health()["ok"] is False
+    fill_disk(proxy, False)
+    writer.retry()
+    writer.flush()
+    assert writer.health()["ok"] is True
     writer.close()
     spool.close()
-    assert [json.loads(p)["next_state"]["content"] for p in Spool(tmp_path).pending_turns()] == [BIG]
 
 
 def test_disk_full_under_a_file_size_limit_in_a_subprocess(tmp_path):
