@@ -365,3 +365,41 @@ def test_second_proxy_on_a_spool_fails_to_start(make_proxy, policy_server, tiny_
                               "spool_dir": str(proxy.spool.dir)}, env={})
     with pytest.raises(SpoolLocked, match="one proxy per spool"):
         Proxy.build(settings, tokenizer=tokenizer)
+
+
+# --- `local` under SIGKILL (heavy: behind OPENCLAW_TEST_FULL) ------------------------------------------------
+
+
+@pytest.mark.skipif(os.environ.get("OPENCLAW_TEST_FULL") != "1",
+                    reason="starts and trains `openclaw-rl local` (tens of CPU-seconds); OPENCLAW_TEST_FULL=1 runs it")
+def test_local_killed_mid_run_leaves_its_spool_whole_and_free(tmp_path, tiny_model_dir):
+    """SIGKILL `openclaw-rl local` after its first step, with simulated users still chatting: the kernel drops
+    the spool lock (a new proxy may take the spool at once), the database is consistent, and every waiting
+    turn and untrained sample committed before the kill reads back."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    env = {**os.environ, "OPENCLAW_RL_CACHE": str(tiny_model_dir.parent), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "local", "--mode", "rl", "--simulate",
+                             "--interactions", "100000", "--batch-size", "2", "--port", str(free_port()),
+                             "--out-dir", str(out)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = out / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 300
+        while not (metrics.exists() and metrics.read_text().strip()):  # another process: nothing to wait on
+            assert proc.poll() is None and time.monotonic() < deadline, "no training step"
+            time.sleep(0.2)
+        with pytest.raises(SpoolLocked):  # while it runs, the spool is its own
+            Spool(out / "spool", exclusive=True)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    spool = Spool(out / "spool", exclusive=True)  # quick_check passed, and the lock is free
+    spool.release_leases()
+    samples, waiting = list(spool.iter_samples()), spool.pending_turns()
+    assert all(s.response_ids for s in samples) and all(json.loads(w)["generation"] for w in waiting)
+    assert samples or waiting
+    spool.close()
