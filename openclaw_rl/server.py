@@ -203,8 +203,8 @@ class Proxy:
             log.warning("no judge URL: PRM is off, every turn scores 0 and RL/OPD produce no learning signal "
                         "(upstream's PRM-disabled behaviour). Set --judge-url to train.")
         scorer = make_scorer(settings, judge, renderer)
-        # exclusive: one proxy per spool (a second one gets SpoolLocked, one line, exit 1)
-        spool = Spool(settings.spool.dir, settings.spool.max_bytes, sync=settings.spool.sync, exclusive=True)
+        spool = Spool(settings.spool.dir, settings.spool.max_bytes, sync=settings.spool.sync)
+        spool.lock_for_writing()  # one proxy per spool: a second one gets SpoolLocked (one line, exit 1)
         spool.release_leases()
         writer = SampleWriter(spool, metrics, p.record_dir, max_overflow=settings.spool.max_overflow)
         tracker = SessionTracker(scorer, writer, metrics, ttl_s=p.session_ttl_s, max_sessions=p.max_sessions,

@@ -127,7 +127,7 @@ class Spool:
         self._arrived = threading.Condition(self._lock)
         self._lock_file: int | None = None
         if exclusive:
-            self._take_lock()
+            self.lock_for_writing()
         try:
             self._db = self._connect()
             problems = [r[0] for r in self._db.execute("PRAGMA quick_check").fetchall()]
@@ -153,11 +153,13 @@ class Spool:
 
     # --- one writer: the lock file ------------------------------------------------------------------
 
-    def _take_lock(self) -> None:
+    def lock_for_writing(self) -> None:
         """An exclusive ``flock`` on the lock file, held while this Spool writes. Released by the kernel
         when the process dies (a SIGKILL leaves no stale lock); another open file of this process conflicts
         too, so two proxies in one process cannot share a spool either."""
         path = self.dir / LOCK_NAME
+        if self._lock_file is not None and _fd_id(self._lock_file) == _file_id(path):
+            return  # held already
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -211,8 +213,8 @@ class Spool:
             self._db.close()
             self._db = self._connect()
             self._file_id = _file_id(self.path)
-            if self._lock_file is not None and _file_id(self.dir / LOCK_NAME) != _fd_id(self._lock_file):
-                self._take_lock()  # the lock file went with it
+            if self._lock_file is not None:
+                self.lock_for_writing()  # again where the lock file went with it
         log.error("spool file %s was deleted while open: rewrote it from the open database", self.path)
         return True
 

@@ -64,21 +64,6 @@ class LocalConfig:
     center_rewards: bool = False
 
 
-def proxy_settings(cfg: LocalConfig, model_dir: Path, policy_url: str, judge_url: str, out: Path) -> Any:
-    """The proxy's settings in ``local``: its spool and records under the run's out dir, hold-mode pauses
-    (the tests build a ``local`` proxy from this too)."""
-    from openclaw_rl.config import load_settings
-
-    return load_settings({
-        "mode": cfg.mode, "proxy_host": cfg.host, "proxy_port": cfg.port, "proxy_tokenizer": str(model_dir),
-        "proxy_policy_url": policy_url, "judge_url": judge_url,
-        "judge_votes": cfg.judge_votes, "judge_max_new_tokens": 128, "spool_dir": str(out / "spool"),
-        "proxy_record_dir": str(out / "records"), "proxy_pause_mode": "hold",
-        "proxy_max_new_tokens": cfg.max_new_tokens, "proxy_served_model_name": "tiny",
-        "proxy_rollout_temperature": 1.0, "opd_distill_topk": cfg.distill_topk, "proxy_session_ttl_s": cfg.session_ttl_s,
-    }, env={})
-
-
 @dataclass
 class LocalReport:
     mode: str
@@ -186,6 +171,7 @@ class LocalStack:
     def _start(self, cfg: LocalConfig, model_dir: Path) -> None:
         from transformers import AutoModelForCausalLM
 
+        from openclaw_rl.config import load_settings
         from openclaw_rl.embedded.rule_judge import RuleJudgeModel
         from openclaw_rl.engine.server import make_engine_app
         from openclaw_rl.engine.torch_core import TorchModel
@@ -205,7 +191,14 @@ class LocalStack:
         judge_app = make_engine_app(RuleJudgeModel(self.tokenizer, teacher=teacher), self.tokenizer,
                                     served_model_name="rule-judge", model_path=str(model_dir))
         self.judge_server = self._serve(BackgroundServer(judge_app, cfg.host))
-        settings = proxy_settings(cfg, model_dir, self.policy_server.url, self.judge_server.url, self.out)
+        settings = load_settings({
+            "mode": cfg.mode, "proxy_host": cfg.host, "proxy_port": cfg.port, "proxy_tokenizer": str(model_dir),
+            "proxy_policy_url": self.policy_server.url, "judge_url": self.judge_server.url,
+            "judge_votes": cfg.judge_votes, "judge_max_new_tokens": 128, "spool_dir": str(self.out / "spool"),
+            "proxy_record_dir": str(self.out / "records"), "proxy_pause_mode": "hold",
+            "proxy_max_new_tokens": cfg.max_new_tokens, "proxy_served_model_name": "tiny",
+            "proxy_rollout_temperature": 1.0, "opd_distill_topk": cfg.distill_topk, "proxy_session_ttl_s": cfg.session_ttl_s,
+        }, env={})
         self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
         self.metrics_path = str(self.out / "metrics.jsonl")
         trainer_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")

@@ -90,10 +90,15 @@ def wired(request: pytest.FixtureRequest, tmp_path, tiny_model_dir, tokenizer, p
         settings = settings_from_cli(ns)
         settings.proxy.tokenizer = settings.proxy.tokenizer or ns.model  # as ExternalStack does
     else:
-        from openclaw_rl.embedded.local import LocalConfig, proxy_settings
+        from openclaw_rl.config import load_settings
 
-        settings = proxy_settings(LocalConfig(port=free_port()), tiny_model_dir, policy_server.url, judge_server.url,
-                                  tmp_path)
+        # LocalStack._start's proxy settings: hold-mode pauses, records on, the rollout temperature fixed
+        settings = load_settings({
+            "mode": "rl", "proxy_port": free_port(), "proxy_tokenizer": str(tiny_model_dir),
+            "proxy_policy_url": policy_server.url, "judge_url": judge_server.url, "judge_votes": 1,
+            "judge_max_new_tokens": 128, "spool_dir": str(tmp_path / "spool"), "proxy_record_dir": str(tmp_path / "records"),
+            "proxy_pause_mode": "hold", "proxy_max_new_tokens": 64, "proxy_served_model_name": "tiny",
+            "proxy_rollout_temperature": 1.0, "proxy_session_ttl_s": 900.0}, env={})
     runtime = ProxyRuntime(settings, tokenizer=tokenizer)
     try:
         runtime.proxy.gate.open()  # what collect() does while it gathers a batch
@@ -312,8 +317,8 @@ def test_deleted_spool_is_refused_then_written_back(make_proxy, policy_server, c
     hello = [{"role": "user", "content": "hello"}]
     with http_client() as http:
         assert chat(http, url, "a", hello, False)[0] == 200
-        for name in ("samples.sqlite3", "samples.sqlite3-wal", "samples.sqlite3-shm"):
-            (proxy.spool.dir / name).unlink()
+        for name in ("samples.sqlite3", "samples.sqlite3-wal", "samples.sqlite3-shm", "samples.sqlite3.lock"):
+            (proxy.spool.dir / name).unlink()  # `rm spool/*`
         status, _, body = chat(http, url, "b", hello, False)
         assert status == 503 and "was deleted" in body["error"]["message"]
         assert metric(proxy, "openclaw_replies_not_durable_total", reason="spool_missing") == 1
@@ -326,6 +331,8 @@ def test_deleted_spool_is_refused_then_written_back(make_proxy, policy_server, c
         assert health(http, url)["ok"] is True
         waiting = [json.loads(p) for p in Spool(proxy.spool.dir).pending_turns()]
         assert [(w["session_id"], w["index"]) for w in waiting] == [("a", 1)]  # committed before the rm
+        with pytest.raises(SpoolLocked):  # the lock file is back too
+            Spool(proxy.spool.dir, exclusive=True)
         assert chat(http, url, "c", hello, False)[0] == 200
         assert sorted(json.loads(p)["session_id"] for p in Spool(proxy.spool.dir).pending_turns()) == ["a", "c"]
 
