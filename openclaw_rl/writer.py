@@ -71,9 +71,9 @@ class SampleWriter:
             Path(record_dir).mkdir(parents=True, exist_ok=True)
             self._records = open(Path(record_dir) / "conversations.jsonl", "ab")  # noqa: SIM115
             self._prm_records = open(Path(record_dir) / "judge.jsonl", "ab")  # noqa: SIM115
+        self._last_full_log = 0.0
         self._thread = threading.Thread(target=self._run, name="openclaw-writer", daemon=True)
         self._thread.start()
-        self._last_full_log = 0.0
 
     def __call__(self, turn: Turn, outcome: Outcome) -> None:
         """A turn's final outcome (from the session tracker, in turn order)."""
@@ -271,10 +271,9 @@ class SampleWriter:
         self._overflow_settled = []
         self._overflow_failed = False
         self.metrics.overflow.set(0)
-        if samples:  # a commit that took data: the spool takes writes
-            self._recovered()
         if not samples:
             return
+        self._recovered()  # a commit that took data: the spool takes writes
         for s in samples[retrying:]:
             self.metrics.samples.labels(s.kind).inc()
         if self.on_written:
