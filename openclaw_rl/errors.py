@@ -95,6 +95,14 @@ class Overloaded(OpenClawError):
     error_type = "service_unavailable"
 
 
+class NotDurable(OpenClawError):
+    """The turn could not be committed to the spool in time (a full disk, the spool file deleted, a stuck
+    disk): the reply is refused, since a 200 promises the turn is saved (503 + Retry-After)."""
+
+    status = 503
+    error_type = "service_unavailable"
+
+
 class ShuttingDown(OpenClawError):
     """The server stopped while the request was still running (503; the client may retry elsewhere/later)."""
 

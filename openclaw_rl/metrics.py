@@ -53,6 +53,12 @@ class ProxyMetrics:
                                      registry=r)
         self.batch_fill = Gauge("openclaw_batch_fill", "Samples ready / rollout batch size", registry=r)
         self.spool_errors = Counter("openclaw_spool_errors_total", "Failed spool writes (retried)", registry=r)
+        self.spool_ok = Gauge("openclaw_spool_ok", "1 while spool writes commit to the file the proxy opened, 0 while "
+                              "they fail (full disk, I/O error, file deleted or replaced)", registry=r)
+        self.spool_ok.set(1)
+        self.not_durable = Counter("openclaw_replies_not_durable_total",
+                                   "Replies refused (503, or an error event ending a stream) because their turn was "
+                                   "not committed to the spool, by reason", ["reason"], registry=r)
         self.backpressure = Counter("openclaw_backpressure_total",
                                     "Requests refused with 503 because the spool and its overflow are full",
                                     registry=r)

@@ -212,6 +212,7 @@ class Proxy:
             teacher = build_teacher(http, settings, tokenizer, load=load_tokenizer, on_retry=count_retry)
         scorer = make_scorer(settings, judge, renderer, teacher)
         spool = Spool(settings.spool.dir, settings.spool.max_bytes, sync=settings.spool.sync)
+        spool.lock_for_writing()  # one proxy per spool: a second one gets SpoolLocked (one line, exit 1)
         spool.release_leases()
         writer = SampleWriter(spool, metrics, p.record_dir, max_overflow=settings.spool.max_overflow)
         tracker = SessionTracker(scorer, writer, metrics, ttl_s=p.session_ttl_s, max_sessions=p.max_sessions,
@@ -454,13 +455,16 @@ def make_app(proxy: Proxy) -> Any:
     @app.get("/healthz")
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        """Cheap: backend reachability comes from the background probe's cache. ``ok`` is false while
-        the policy is unreachable (the HTTP status stays 200: the proxy itself is alive)."""
+        """Cheap: backend reachability comes from the background probe's cache, the spool's state from
+        the writer (``spool.error``: writes fail, or the file was deleted or replaced). ``ok`` is false
+        while the policy is unreachable or the spool cannot take turns (the HTTP status stays 200: the
+        proxy itself is alive)."""
         backends = proxy.probes.state
         policy_ok = backends.get("policy", {}).get("reachable", True)
-        return {"ok": policy_ok, "submission_open": proxy.gate.is_open, "sessions": len(proxy.tracker.sessions),
-                "pending_turns": proxy.tracker.pending_turns, "backends": backends,
-                "spool_overflow": len(proxy.writer.overflow)}
+        spool = proxy.writer.health()
+        return {"ok": policy_ok and spool["ok"], "submission_open": proxy.gate.is_open,
+                "sessions": len(proxy.tracker.sessions), "pending_turns": proxy.tracker.pending_turns,
+                "backends": backends, "spool": spool, "spool_overflow": len(proxy.writer.overflow)}
 
     @app.get("/metrics")
     async def prometheus() -> Response:

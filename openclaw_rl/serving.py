@@ -34,6 +34,7 @@ from .errors import (
     BadRequest,
     ContextLengthExceeded,
     GenerationAborted,
+    NotDurable,
     OpenClawError,
     error_body,
     internal_error_body,
@@ -44,6 +45,7 @@ from .metrics import ProxyMetrics, log_safe
 from .parsers import OutputParser
 from .protocol import ChatCompletionRequest, completion_chunk, completion_response, usage
 from .sessions import SessionTracker
+from .spool import SpoolMissing
 from .turns import DropReason, Generation, Turn
 
 log = logging.getLogger(__name__)
@@ -77,7 +79,7 @@ class ChunkBytes:
 SSE_DONE = b"data: [DONE]\n\n"
 STREAM_FLUSH_S = 0.02  # after a snapshot with text, the next one gathers the tokens of this long (one client write)
 BULK_BYTES = 1 << 20  # request bodies above this render on their own thread, without the prefix cache
-DURABLE_WAIT_S = 30.0  # the longest a reply waits for its turn's commit (a broken spool is counted, not fatal)
+DURABLE_WAIT_S = 30.0  # the longest a reply waits for its turn's commit; then it is refused (503), never a 200
 _PENALTIES = ("presence_penalty", "frequency_penalty")  # client knobs that reshape the sampled distribution
 
 
@@ -262,15 +264,26 @@ class _Reply:
             raise BackendUnavailable(f"policy backend answered invalid values: {problem}")
 
     async def _wait_durable(self) -> None:
-        """Hold the reply's last byte until the turn is committed (a crash after it cannot lose the turn)."""
+        """Hold the reply's last byte until the turn is committed (a crash after it cannot lose the turn).
+        A commit that fails or takes over ``DURABLE_WAIT_S`` refuses the reply (NotDurable, 503): the turn
+        is dropped as ``not_durable``, the client, which never saw the answer, may retry."""
         fut, self.durable = self.durable, None
         if fut is None:
             return
         try:
             await asyncio.wait_for(asyncio.wrap_future(fut), DURABLE_WAIT_S)
-        except Exception as e:  # the writer counted and logged it; the client still gets its answer
-            log.warning("turn %s of session %s is not durable: %r", self.turn.index if self.turn else "?",
-                        log_safe(self.turn.session_id if self.turn else "?"), e)
+            return
+        except asyncio.TimeoutError:
+            reason, detail = "timeout", f"not committed within {DURABLE_WAIT_S:g}s"
+        except SpoolMissing as e:
+            reason, detail = "spool_missing", str(e)
+        except Exception as e:  # the writer logged it and holds the turn in memory, retrying
+            reason, detail = "write_failed", f"{type(e).__name__}: {e}"
+        self.svc.metrics.not_durable.labels(reason).inc()
+        if self.turn is not None:
+            self.svc.tracker.fail(self.turn, DropReason.NOT_DURABLE, detail)
+        raise NotDurable(f"the proxy could not save this turn to its spool ({detail}); the reply is withheld, "
+                         "retry shortly", headers={"Retry-After": "5"})
 
     def _finish_reason(self, result: GenerateResult, has_tool_calls: bool) -> str:
         if result.finish_reason == "length":

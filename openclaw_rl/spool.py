@@ -10,13 +10,23 @@ A sample leaves the spool only when the batch holding it is acknowledged. ``leas
 a batch id, ``ack`` deletes them, ``release_leases`` (run at start-up) hands unacknowledged ones back,
 oldest first, so a crash between drain and training re-delivers instead of losing data. One SQLite file
 also lets ``openclaw-rl samples`` read a running proxy's spool from another process.
+
+One writer per spool: the proxy opens it ``exclusive`` (an ``flock`` on ``samples.sqlite3.lock`` beside the
+database), so a second proxy on the same directory fails at start with a clear error instead of
+restoring the same waiting turns twice; readers (``openclaw-rl samples``, tests) open it without the lock.
+The writer's commits check that the file is still the one opened (same device and inode): a spool
+deleted or replaced under a running proxy would otherwise take commits into an unlinked file that
+nothing can read back. ``SpoolMissing`` refuses them; ``restore_file`` writes the open database back to
+its path when the file was deleted (never over a file someone put there).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
+import os
 import sqlite3
 import tempfile
 import threading
@@ -25,6 +35,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from .errors import CommandError
 from .samples import TrainingSample
 
 log = logging.getLogger(__name__)
@@ -45,6 +56,8 @@ CREATE TABLE IF NOT EXISTS spool_stats (
     name  TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
+-- written and emptied in one commit while writes fail, to learn when the disk takes them again
+CREATE TABLE IF NOT EXISTS write_probe (data BLOB);
 CREATE TABLE IF NOT EXISTS pending_turns (
     session_key TEXT NOT NULL,
     epoch       TEXT NOT NULL,
@@ -74,8 +87,33 @@ class SpoolCorrupt(ValueError):
     """The spool file fails SQLite's integrity check (or is not a SQLite database)."""
 
 
+class SpoolLocked(CommandError):
+    """Another process (or another proxy in this one) already writes this spool."""
+
+
+class SpoolMissing(RuntimeError):
+    """The spool file was deleted or replaced while it was open: commits would land in a file nobody reads."""
+
+
+LOCK_NAME = "samples.sqlite3.lock"
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _fd_id(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
 class Spool:
-    def __init__(self, directory: str | Path | None = None, max_bytes: int = 4 * 1024**3, *, sync: str = "full"):
+    def __init__(self, directory: str | Path | None = None, max_bytes: int = 4 * 1024**3, *, sync: str = "full",
+                 exclusive: bool = False):
         if sync not in ("full", "normal"):
             raise ValueError(f"spool sync must be 'full' or 'normal', not {sync!r}")
         if not directory:
@@ -84,28 +122,104 @@ class Spool:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "samples.sqlite3"
-        self.max_bytes = max_bytes
+        self.max_bytes, self.sync = max_bytes, sync
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
+        self._lock_file: int | None = None
+        if exclusive:
+            self.lock_for_writing()
         try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+            self._db = self._connect()
             problems = [r[0] for r in self._db.execute("PRAGMA quick_check").fetchall()]
             if problems != ["ok"]:
                 raise sqlite3.DatabaseError("; ".join(problems[:3]))
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={sync.upper()}")
             self._db.executescript(_SCHEMA)
             self._db.execute("INSERT OR IGNORE INTO spool_stats(name, value) SELECT 'live_bytes', "
                              "COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0) FROM samples")
         except sqlite3.DatabaseError as e:
+            self.unlock()
             detail = " ".join(str(e).split())  # one line, however many problems SQLite lists
             raise SpoolCorrupt(
                 f"spool {self.path} is corrupt ({detail[:300]}). Stop every process using it, move {self.dir} aside (keep "
                 f"it: `sqlite3 {self.path} .recover` may rescue its samples) and start with an empty spool dir"
             ) from None
+        self._file_id = _file_id(self.path)
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={self.sync.upper()}")
+        return db
+
+    # --- one writer: the lock file ------------------------------------------------------------------
+
+    def lock_for_writing(self) -> None:
+        """An exclusive ``flock`` on the lock file, held while this Spool writes. Released by the kernel
+        when the process dies (a SIGKILL leaves no stale lock); another open file of this process conflicts
+        too, so two proxies in one process cannot share a spool either."""
+        path = self.dir / LOCK_NAME
+        if self._lock_file is not None and _fd_id(self._lock_file) == _file_id(path):
+            return  # held already
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise SpoolLocked(
+                f"spool {self.dir} is in use by another openclaw-rl proxy ({f'pid {holder}' if holder else 'a process'} "
+                f"holds {path}): one proxy per spool. Stop it, or give this one its own openclaw_spool_dir "
+                "(`openclaw-rl samples` reads a running proxy's spool without this lock)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        if self._lock_file is not None:
+            os.close(self._lock_file)
+        self._lock_file = fd
+
+    def unlock(self) -> None:
+        """Stop being the spool's writer (the proxy has shut down): another proxy may now open it."""
+        if self._lock_file is not None:
+            os.close(self._lock_file)
+            self._lock_file = None
+
+    # --- the file is still ours ---------------------------------------------------------------------
+
+    def check_file(self) -> None:
+        """Raise SpoolMissing unless the database path still names the file this Spool opened."""
+        now = _file_id(self.path)
+        if now != self._file_id:
+            what = "deleted" if now is None else "replaced by another file"
+            raise SpoolMissing(f"spool file {self.path} was {what} while the proxy had it open: commits cannot be "
+                               "read back from it")
+
+    def restore_file(self) -> bool:
+        """The database file was deleted while open: write the open database (everything committed, read
+        through this connection's still-open files) back to its path and continue there. False, touching
+        nothing, when another file now sits at the path."""
+        with self._lock:
+            if _file_id(self.path) == self._file_id:
+                return True
+            if self.path.exists():
+                return False
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(self.path.name + ".restoring")
+            tmp.unlink(missing_ok=True)
+            copy = sqlite3.connect(tmp)
+            try:
+                self._db.backup(copy)
+            finally:
+                copy.close()
+            os.rename(tmp, self.path)
+            self._db.close()
+            self._db = self._connect()
+            self._file_id = _file_id(self.path)
+            if self._lock_file is not None:
+                self.lock_for_writing()  # again where the lock file went with it
+        log.error("spool file %s was deleted while open: rewrote it from the open database", self.path)
+        return True
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
+    def _transaction(self, check: bool = False) -> Iterator[None]:
         """One write transaction; the caller holds the lock.
 
         Rolls back on any exception, a Ctrl-C included, but only while the transaction is still open:
@@ -116,6 +230,8 @@ class Spool:
         if self._db.in_transaction:  # left open by an interrupt between contextlib's code and the with body
             log.warning("rolling back a spool transaction that an interrupt left open")
             self._db.execute("ROLLBACK")
+        if check:
+            self.check_file()
         try:
             self._db.execute("BEGIN IMMEDIATE")
             yield
@@ -124,6 +240,8 @@ class Spool:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
+        if check:  # deleted between the check and the commit: the commit went nowhere readable
+            self.check_file()
 
     # --- writing ------------------------------------------------------------------------------------
 
@@ -146,7 +264,7 @@ class Spool:
             s.sample_id = s.sample_id or uuid.uuid4().hex
             rows.append((s.sample_id, s.session_id, s.turn, s.kind, time.time(), s.to_json()))
         with self._arrived:
-            with self._transaction():
+            with self._transaction(check=True):
                 live = self._db.execute("SELECT value FROM spool_stats WHERE name='live_bytes'").fetchone()[0]
                 if rows and live >= self.max_bytes:
                     raise SpoolFull(f"spool {self.path} holds {live} bytes of unacknowledged samples, at its cap of "
@@ -165,7 +283,7 @@ class Spool:
 
     def save_turn(self, key: TurnKey, payload: str) -> None:
         """Persist (or update) a turn that waits for its next state or its judgement."""
-        with self._lock, self._transaction():
+        with self._lock, self._transaction(check=True):
             self._db.execute("INSERT OR REPLACE INTO pending_turns(session_key, epoch, turn, payload) VALUES (?,?,?,?)",
                              (*key, payload))
             self._db.execute("DELETE FROM pending_next_states WHERE session_key=? AND epoch=? AND turn=?", key)
@@ -174,13 +292,20 @@ class Spool:
         """Add a persisted waiting turn's next state (JSON) in a row of its own, without rewriting its
         record, which holds the prompt's ids and, with records on, the conversation twice (~125 KB at ~8K
         tokens: ~1 ms of CPU to rewrite). False when the turn has no record, so the caller saves it whole."""
-        with self._lock, self._transaction():
+        with self._lock, self._transaction(check=True):
             if self._db.execute("SELECT 1 FROM pending_turns WHERE session_key=? AND epoch=? AND turn=?",
                                 key).fetchone() is None:
                 return False
             self._db.execute("INSERT OR REPLACE INTO pending_next_states(session_key, epoch, turn, next_state) "
                              "VALUES (?,?,?,?)", (*key, next_state))
             return True
+
+    def probe(self, nbytes: int = 64 * 1024) -> None:
+        """Commit ``nbytes`` and delete them again (one transaction): raises what a real write of that size
+        would (SQLITE_FULL on a full disk), so the writer knows when the spool takes writes again."""
+        with self._lock, self._transaction(check=True):
+            self._db.execute("INSERT INTO write_probe(data) VALUES (zeroblob(?))", (nbytes,))
+            self._db.execute("DELETE FROM write_probe")
 
     def pending_turns(self) -> list[str]:
         """Each waiting turn's record (JSON), with a next state saved apart put back in it."""
@@ -256,3 +381,4 @@ class Spool:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        self.unlock()

@@ -50,6 +50,10 @@ class DropReason(str, Enum):
     SUPERSEDED_BY_RETRY = "superseded_by_retry"
     """The client sent the same prompt again before the turn got a next state: it never used this reply
     (a timeout retry, a resend, a regenerate), so the new request replaces the turn."""
+    NOT_DURABLE = "not_durable"
+    """The spool could not commit the turn within ``DURABLE_WAIT_S`` (a full disk, an I/O error, the spool
+    file deleted or replaced): its reply was refused with 503 (an error event in a stream), so the client
+    never used it."""
     SETTLE_FAILED = "settle_failed"
     """Recording the turn raised unexpectedly (a bug); the turn is dropped, the session goes on."""
 

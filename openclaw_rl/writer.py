@@ -8,7 +8,12 @@ they move to the spool as soon as the trainer acknowledges a batch: nothing is d
 in-memory overflow is bounded: at ``max_overflow`` samples the proxy refuses new requests with 503 +
 Retry-After (``overloaded``) until the backlog drains; turns already admitted still land in memory.
 ``save_turn`` returns a future that is done once the waiting turn is committed, so the reply's last
-byte can wait for it (a SIGKILL after the client saw a reply never loses that turn).
+byte can wait for it (a SIGKILL after the client saw a reply never loses that turn); it fails when the
+commit fails (a full disk: SQLITE_FULL, an I/O error, the spool file deleted), and the reply is then refused
+(``serving._Reply._wait_durable``). What is still held in memory, the waiting turns whose rows or next
+states failed to commit and the samples of the overflow above, is retried every second
+(``RETRY_S``, with a check that the spool file is still the one opened) and on every later write, so it
+lands as soon as the disk has room again; until then ``health()`` (``/healthz``) says what is wrong.
 Record files are append-only and never truncated (upstream truncated them at every weight sync).
 """
 
@@ -28,10 +33,22 @@ from . import codec
 from .metrics import ProxyMetrics, log_safe
 from .samples import TrainingSample
 from .scoring import Outcome
-from .spool import Spool, SpoolFull
+from .spool import Spool, SpoolFull, SpoolMissing, TurnKey
 from .turns import Turn
 
 log = logging.getLogger(__name__)
+
+RETRY_S = 1.0  # how often the idle writer checks the spool file and retries what it holds in memory
+
+
+def _resolve(done: Future, error: BaseException | None = None) -> None:
+    """Settle a commit future (a reply that gave up waiting has cancelled it: nothing to tell)."""
+    if done.done():
+        return
+    if error is None:
+        done.set_result(True)
+    else:
+        done.set_exception(error)
 
 
 class SampleWriter:
@@ -43,6 +60,10 @@ class SampleWriter:
         self._queue: queue.Queue[tuple[str, Any, Any] | None] = queue.Queue()
         self.overflow: deque[TrainingSample] = deque()
         self._overflow_settled: list[Any] = []  # pending-turn rows to forget once the overflow is committed
+        self._overflow_failed = False  # the overflow is held because a write failed, not because of the cap
+        self.unsaved: dict[TurnKey, Turn] = {}  # waiting turns whose row (or next state) failed to commit
+        self.problem: str | None = None  # why the spool cannot take writes now (None: it can)
+        self._next_check = 0.0
         self._eval_lock = threading.Lock()
         self._eval_scores: list[float] = []
         self._records = self._prm_records = None
@@ -50,9 +71,9 @@ class SampleWriter:
             Path(record_dir).mkdir(parents=True, exist_ok=True)
             self._records = open(Path(record_dir) / "conversations.jsonl", "ab")  # noqa: SIM115
             self._prm_records = open(Path(record_dir) / "judge.jsonl", "ab")  # noqa: SIM115
+        self._last_full_log = 0.0
         self._thread = threading.Thread(target=self._run, name="openclaw-writer", daemon=True)
         self._thread.start()
-        self._last_full_log = 0.0
 
     def __call__(self, turn: Turn, outcome: Outcome) -> None:
         """A turn's final outcome (from the session tracker, in turn order)."""
@@ -71,6 +92,19 @@ class SampleWriter:
         done: Future = Future()
         self._queue.put(("next_state", turn, done))
         return done
+
+    def retry(self) -> None:
+        """Check the spool file and retry what is held in memory now (the writer does so every ``RETRY_S``
+        by itself); ``flush`` afterwards waits for the attempt."""
+        self._queue.put(("retry", None, None))
+
+    def health(self) -> dict[str, Any]:
+        """The spool's part of ``/healthz``: ok while writes commit to the file that was opened."""
+        out: dict[str, Any] = {"ok": self.problem is None, "path": str(self.spool.path),
+                               "unsaved_turns": len(self.unsaved), "overflow": len(self.overflow)}
+        if self.problem is not None:
+            out["error"] = self.problem
+        return out
 
     @property
     def overloaded(self) -> bool:
@@ -92,6 +126,15 @@ class SampleWriter:
             self.flush()
             self._queue.put(None)
             self._thread.join(10)
+            if self.unsaved:
+                log.error("stopping with %d waiting turns' rows or next states not committed to the spool (%s): "
+                          "after a restart those turns wait for a next state again, or are missing", len(self.unsaved),
+                          self.problem)
+            if self.overflow:
+                log.error("stopping with %d samples held in memory, not in the spool (%s): their turns are judged "
+                          "again after a restart where their waiting rows were committed", len(self.overflow),
+                          self.problem or "spool full")
+            self.spool.unlock()
         for f in (self._records, self._prm_records):
             if f:
                 f.close()
@@ -108,36 +151,92 @@ class SampleWriter:
     def _run(self) -> None:
         while True:
             try:
-                item = self._queue.get(timeout=1.0 if self.overflow else None)
-            except queue.Empty:  # idle with a backlog: the trainer may have acknowledged a batch since
-                self._persist(list(self.overflow), retrying=len(self.overflow), settled=None)
-                continue
+                item = self._queue.get(timeout=max(0.0, self._next_check - time.monotonic()))
+            except queue.Empty:  # idle: check the file; the trainer may have acknowledged a batch since
+                item = ("retry", None, None)
             if item is None:
                 return
             op, a, b = item
             try:
                 if op == "flush":
                     a.set()
+                elif op == "retry":
+                    self._retry()
                 elif op in ("turn", "next_state"):
-                    key = (a.session_key, a.epoch, a.index)
-                    if op == "turn" or not self.spool.save_next_state(key, codec.dumps_str(a.next_state)):
-                        self.spool.save_turn(key, codec.dumps_str(a.to_record()))
-                    b.set_result(True)
+                    self._save_turn(op, a, b)
                 else:
                     self._write(a, b)
             except Exception as e:
-                if op in ("turn", "next_state") and not b.done():
-                    b.set_exception(e)
                 self.metrics.spool_errors.inc()
                 log.exception("spool write (%s) for session %s failed", op,
                               log_safe(getattr(a, "session_id", "?")))
+                self._failed(e)
+            if time.monotonic() >= self._next_check and op != "retry":
+                self._retry()
+
+    def _save_turn(self, op: str, turn: Turn, done: Future | None) -> None:
+        key = (turn.session_key, turn.epoch, turn.index)
+        try:
+            if op == "turn" or key in self.unsaved or not self.spool.save_next_state(key, codec.dumps_str(turn.next_state)):
+                self.spool.save_turn(key, codec.dumps_str(turn.to_record()))
+        except Exception as e:  # held and retried: the turn is still in memory
+            self.unsaved[key] = turn
+            self.metrics.spool_errors.inc()
+            self._failed(e, f"turn {turn.index} of session {log_safe(turn.session_id)}")
+            if done is not None:
+                _resolve(done, e)
+            return
+        self.unsaved.pop(key, None)
+        self._recovered()
+        if done is not None:
+            _resolve(done)
+
+    def _failed(self, error: BaseException, what: str = "") -> None:
+        """A write failed: say why on /healthz, and in the log (each new reason at once, then every 10 s)."""
+        problem = f"spool writes fail: {error}" if not isinstance(error, SpoolMissing) else str(error)
+        if problem != self.problem or time.monotonic() - self._last_full_log > 10:
+            self._last_full_log = time.monotonic()
+            log.error("%s%s; %d waiting turns and %d samples held in memory and retried every %gs", problem,
+                      f" ({what})" if what else "", len(self.unsaved), len(self.overflow), RETRY_S)
+        self.problem = problem
+        self.metrics.spool_ok.set(0)
+
+    def _recovered(self) -> None:
+        if self.problem is not None and not self.unsaved and not self._overflow_failed:
+            log.warning("spool writes succeed again: everything held in memory is committed")
+            self.problem = None
+            self.metrics.spool_ok.set(1)
+
+    def _retry(self) -> None:
+        """Every ``RETRY_S``: is the file still ours (restore a deleted one), then retry what is held."""
+        self._next_check = time.monotonic() + RETRY_S
+        try:
+            self.spool.check_file()
+        except SpoolMissing as e:
+            self._failed(e)
+            if not self.spool.restore_file():
+                return  # another file sits at the path: never written over, refused until a restart
+        for key, turn in list(self.unsaved.items()):
+            self._save_turn("turn", turn, None)
+            if key in self.unsaved:
+                return  # still failing: the rest would too
+        if self.overflow or self._overflow_settled:
+            self._persist(list(self.overflow), retrying=len(self.overflow), settled=None)
+        if self.problem is not None and not self.unsaved and not self._overflow_failed:
+            try:  # nothing held to learn from: does a write of some size commit now?
+                self.spool.probe()
+            except Exception as e:
+                self._failed(e)
+            else:
+                self._recovered()
 
     def _write(self, turn: Turn, outcome: Outcome) -> None:
         if outcome.eval_score is not None:
             with self._eval_lock:
                 self._eval_scores.append(outcome.eval_score)
-        self._persist(list(self.overflow) + outcome.samples, retrying=len(self.overflow),
-                      settled=(turn.session_key, turn.epoch, turn.index))
+        key = (turn.session_key, turn.epoch, turn.index)
+        self.unsaved.pop(key, None)  # settled now: its row is deleted with the outcome, not saved again
+        self._persist(list(self.overflow) + outcome.samples, retrying=len(self.overflow), settled=key)
         if self._records is not None:
             self._record(turn, outcome)
 
@@ -149,6 +248,7 @@ class SampleWriter:
             # The turns' pending rows stay until their samples are committed: a crash meanwhile re-judges
             # them after the restart instead of losing the samples held in memory.
             self._overflow_settled = keys
+            self._overflow_failed = False
             self.overflow = deque(samples)
             self.metrics.overflow.set(len(self.overflow))
             self.metrics.spool_errors.inc()
@@ -157,21 +257,23 @@ class SampleWriter:
                 log.error("%s: %d samples held in memory until it has room (raise openclaw_spool_max_bytes or "
                           "let training drain it)", e, len(self.overflow))
             return
-        except Exception:
+        except Exception as e:
             self._overflow_settled = keys
+            self._overflow_failed = True
             self.overflow = deque(samples)
             self.metrics.overflow.set(len(self.overflow))
             self.metrics.spool_errors.inc()
-            log.exception("spool write failed; %d samples held in memory and retried on the next write",
-                          len(samples))
+            self._failed(e, f"{len(samples)} samples")
             return
         if self.overflow:
             log.warning("spool has room again: %d samples held in memory are persisted", retrying)
         self.overflow.clear()
         self._overflow_settled = []
+        self._overflow_failed = False
         self.metrics.overflow.set(0)
         if not samples:
             return
+        self._recovered()  # a commit that took data: the spool takes writes
         for s in samples[retrying:]:
             self.metrics.samples.labels(s.kind).inc()
         if self.on_written:
