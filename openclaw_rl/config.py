@@ -244,6 +244,11 @@ TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off"
 NULL_WORDS = ("none", "null")  # how a string (flag, environment variable) unsets an optional field
 
 
+# keys whose empty YAML value (``openclaw_proxy_api_keys:``) is refused instead of keeping the default:
+# it is what a template with an unset variable renders, and the default would mean no authentication
+NO_EMPTY_VALUE = frozenset({"proxy_api_keys"})
+
+
 def is_truthy(value: str) -> bool:
     """How every switch in this project reads a string (environment variables, headers, settings)."""
     return value.strip().lower() in TRUE_WORDS
@@ -260,8 +265,12 @@ def _coerce(value: Any, current: Any, key: str) -> Any:
             return is_truthy(value)
         raise TypeError("expected a boolean (true/false)")
     if isinstance(current, list):
-        if isinstance(value, str):
-            return [v.strip() for v in value.split(",") if v.strip()]
+        if isinstance(value, str):  # a comma list; an empty item is a mistake (an unset $KEY in "$A,$B")
+            items = [v.strip() for v in value.split(",")]
+            if not all(items):
+                raise ValueError(f"item #{items.index('') + 1} of the comma-separated list is empty (an unset "
+                                 "$VARIABLE expands to nothing); write [] in YAML, or leave the variable unset, for none")
+            return items
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             return list(value)
         raise TypeError("expected a list of strings")
@@ -358,6 +367,9 @@ def load_settings(values: Mapping[str, Any] | None = None, *, env: Mapping[str, 
         if key not in known:
             unknown.append(raw_key)
             continue
+        if value is None and key in NO_EMPTY_VALUE:
+            raise ValueError(f"{sources.get(raw_key, 'settings')}: {PREFIX}{key}: empty value (an unset ${{KEY}} in "
+                             "a templated file?); write [] for no keys, refusing to start without authentication")
         if value is None and _optional_type(settings, key) is None:
             continue  # an empty YAML value keeps the default; on an optional field, null unsets it
         _apply(settings, key, value, sources.get(raw_key, "settings"))
