@@ -42,6 +42,8 @@ class ProxySettings:
     request_timeout_s: float = 600.0  # a policy call slower than this becomes a 504 (--policy-timeout)
     connect_timeout_s: float = 5.0
     max_body_bytes: int = 8 * 1024 * 1024  # larger request bodies get 413
+    max_response_bytes: int = 64 * 1024 * 1024  # a policy /generate answer, one of its stream events, or a
+    # stream's content beyond this is cut off: 502, the turn dropped (capped.py); 0 = no cap
     max_messages: int = 10_000  # requests with more messages get 400 before anything is rendered
     context_length: int = 0  # the policy's context in tokens; 0 = learn it from the server (/v1/models)
     header_timeout_s: float = 10.0  # a connection must send a complete request head within this, or is closed
@@ -83,6 +85,8 @@ class JudgeSettings:
     timeout_s: float = 120.0  # a vote slower than this counts as failed
     concurrency: int = 32  # judge/teacher calls in flight at once
     context_length: int = 0  # the judge's context in tokens; 0 = learn it from the server (/v1/models)
+    max_response_bytes: int = 64 * 1024 * 1024  # a judge or teacher answer beyond this is cut off and the
+    # call fails (a failed vote, a failed teacher call); 0 = no cap
 
 
 @dataclass
@@ -154,6 +158,10 @@ class Settings:
         for key, value in positive.items():
             if not value > 0:
                 raise ValueError(f"{key}: expected a positive number, got {value}")
+        for key, value in {"openclaw_proxy_max_response_bytes": p.max_response_bytes,
+                           "openclaw_judge_max_response_bytes": j.max_response_bytes}.items():
+            if value < 0:
+                raise ValueError(f"{key}: expected a number of bytes (0 = no cap), got {value}")
         if p.stream_interval < 0:
             raise ValueError(f"openclaw_proxy_stream_interval: expected 0 (the server's default) or a number of "
                              f"tokens >= 1, got {p.stream_interval}")
