@@ -103,7 +103,7 @@ def test_httpx_whole_answers_are_read_no_further_than_the_cap():
     assert len(pulled) <= 3
 
 
-def test_an_oversized_judge_answer_is_a_failed_vote(tokenizer):
+def test_an_oversized_judge_answer_is_a_failed_vote_and_a_failed_teacher_call(tokenizer):
     votes = []
     answer = json.dumps({"text": "\\boxed{1}" + " " * (2 * CAP), "meta_info": {}}).encode()
     transport = httpx.MockTransport(lambda request: httpx.Response(200, content=answer))
@@ -112,7 +112,10 @@ def test_an_oversized_judge_answer_is_a_failed_vote(tokenizer):
         async with httpx.AsyncClient(transport=transport) as http:
             judge = JudgeClient(http, JudgeSettings(url="http://judge", votes=2, max_response_bytes=CAP),
                                 tokenizer=tokenizer, on_vote=votes.append)
-            return await judge.prm("resp", {"role": "user", "content": "thanks"})
+            judgement = await judge.prm("resp", {"role": "user", "content": "thanks"})
+            with pytest.raises(BackendResponseTooLarge, match="openclaw_judge_max_response_bytes"):
+                await judge.teacher_log_probs([1, 2, 3], [4, 5])
+            return judgement
 
     judgement = asyncio.run(main())
     assert judgement.failed and votes == ["failed", "failed"]
