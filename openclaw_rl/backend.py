@@ -43,8 +43,16 @@ from typing import Any
 import httpx
 
 from . import codec
-from .errors import BackendTimeout, BackendUnavailable, BadRequest, ContextLengthExceeded, GenerationAborted
-from .rawstream import ResponseError, StreamClient, StreamConnection
+from .capped import StreamBudget, read_capped, too_large
+from .errors import (
+    BackendResponseTooLarge,
+    BackendTimeout,
+    BackendUnavailable,
+    BadRequest,
+    ContextLengthExceeded,
+    GenerationAborted,
+)
+from .rawstream import ResponseError, ResponseTooLarge, StreamClient, StreamConnection
 
 log = logging.getLogger(__name__)
 
@@ -549,8 +557,10 @@ class SSEReader:
 class PolicyBackend:
     def __init__(self, http: httpx.AsyncClient, url: str, *, timeout_s: float = 600.0, api_key: str = "",
                  connect_timeout_s: float = 10.0, stream_interval: int = 0, end_ids: frozenset[int] = frozenset(),
-                 decode: Callable[[list[int], bool], str] | None = None):
+                 decode: Callable[[list[int], bool], str] | None = None, max_response_bytes: int = 0):
         self.http, self.url, self.timeout_s = http, url.rstrip("/"), timeout_s
+        self.max_response_bytes = max_response_bytes
+        """A whole answer, one stream event, or a stream's content beyond this is a 502 (0: no cap; capped.py)."""
         self.stream_interval = stream_interval
         """Tokens per event asked of SGLang on streamed calls (``sampling_params.stream_interval``); 0 sends
         nothing (the server's ``--stream-interval`` applies), and becomes 0 once the server refused the field."""
@@ -640,7 +650,8 @@ class PolicyBackend:
         status, content = await post_whole(
             self.streams, self.http, self.url, "/generate", codec.dumps(payload), self._headers(routing_key),
             self.timeout_s, timeout_message=f"policy backend did not answer within {self.timeout_s}s",
-            unreachable=f"policy backend at {self.url} is unreachable")
+            unreachable=f"policy backend at {self.url} is unreachable", max_bytes=self.max_response_bytes,
+            what="policy backend /generate", setting=_CAP_SETTING)
         if status != 200:
             self._raise_for(status, content)
         try:
@@ -735,17 +746,23 @@ class PolicyBackend:
             self.stream_interval = 0
 
     @staticmethod
-    def _feed(reader: SSEReader, assembler: StreamAssembler, piece: bytes = b"") -> GenerateResult | None:
+    def _feed(reader: SSEReader, assembler: StreamAssembler, piece: bytes = b"",
+              budget: StreamBudget | None = None) -> GenerateResult | None:
         """The events completed by one read, as one snapshot. Once the stream is known to be cumulative,
-        only the read's last event is decoded: it repeats everything the earlier ones hold."""
-        return assembler.feed_many(reader.buf, reader.push(piece))
+        only the read's last event is decoded: it repeats everything the earlier ones hold. Events over
+        the size cap fail the stream before they are decoded."""
+        spans = reader.push(piece)
+        if budget is not None:
+            budget.events(spans, assembler.mode == "cumulative")
+        return assembler.feed_many(reader.buf, spans)
 
     async def _stream_raw(self, body: bytes, routing_key: str | None, gather_s: float = 0.0
                           ) -> AsyncIterator[GenerateResult]:
         assert self.streams is not None
         headers = {**self._headers(routing_key), "Accept": "text/event-stream"}
         try:
-            conn = await self.streams.post("/generate", body, headers, self.timeout_s, sse=True)
+            conn = await self.streams.post("/generate", body, headers, self.timeout_s, sse=True,
+                                           max_body=self.max_response_bytes)  # for an error's body
         except (TimeoutError, asyncio.TimeoutError) as e:
             raise BackendTimeout(f"policy backend did not answer within {self.timeout_s}s") from e
         except (OSError, ResponseError) as e:
@@ -755,15 +772,19 @@ class PolicyBackend:
                 while not conn.finished:
                     await conn.wait(self.timeout_s)
                     conn.fresh = False
+                if isinstance(conn.error, ResponseTooLarge):
+                    raise too_large(f"policy backend (HTTP {conn.status})", f"an answer of more than "
+                                    f"{self.max_response_bytes} bytes", self.max_response_bytes, _CAP_SETTING)
                 self._raise_for(conn.status, conn.body)
-            reader, assembler = SSEReader(conn), StreamAssembler()
+            reader, assembler, budget = SSEReader(conn), StreamAssembler(), StreamBudget(self.max_response_bytes)
             while not reader.done:
                 if not conn.fresh and not conn.finished:
                     await conn.wait(self.timeout_s)
                 conn.fresh = False
-                last = self._feed(reader, assembler)
+                last = self._feed(reader, assembler, budget=budget)
                 conn.superseded = assembler.mode == "cumulative"
                 reader.consume()  # reading resumes here once a paused backlog is small again
+                budget.unfinished(reader.pending)
                 if last is not None:
                     yield last
                     if gather_s and last.text and not reader.done:
@@ -789,11 +810,13 @@ class PolicyBackend:
             async with self.http.stream("POST", f"{self.url}/generate", content=body,
                                         headers=self._headers(routing_key), timeout=self.timeout_s) as resp:
                 if resp.status_code != 200:
-                    self._raise_for(resp.status_code, await resp.aread())
-                reader, assembler = SSEReader(), StreamAssembler()
+                    self._raise_for(resp.status_code, await read_capped(
+                        resp, self.max_response_bytes, f"policy backend (HTTP {resp.status_code})", _CAP_SETTING))
+                reader, assembler, budget = SSEReader(), StreamAssembler(), StreamBudget(self.max_response_bytes)
                 async for piece in resp.aiter_bytes():
-                    last = self._feed(reader, assembler, piece)
+                    last = self._feed(reader, assembler, piece, budget)
                     reader.consume()
+                    budget.unfinished(reader.pending)
                     if last is not None:
                         yield last
                     if reader.done:
@@ -807,17 +830,26 @@ class PolicyBackend:
         if self.streams is not None:
             self.streams.close()
 
+_CAP_SETTING = "openclaw_proxy_max_response_bytes"
+
+
 async def post_whole(raw: StreamClient | None, http: httpx.AsyncClient, base_url: str, path: str, body: bytes,
                      headers: dict[str, str], timeout_s: float, *, timeout_message: str,
-                     unreachable: str) -> tuple[int, bytes]:
+                     unreachable: str, max_bytes: int = 0, what: str = "backend",
+                     setting: str = "") -> tuple[int, bytes]:
     """One whole POST, (status, body): through the raw client when there is one (plain http), else httpx.
-    A timeout raises ``BackendTimeout(timeout_message)``, any other transport failure
-    ``BackendUnavailable`` starting with ``unreachable``."""
+    A timeout raises ``BackendTimeout(timeout_message)``, a body over ``max_bytes`` (0: no cap; read no
+    further than that) ``BackendResponseTooLarge`` naming ``what`` and its ``setting``, any other transport
+    failure ``BackendUnavailable`` starting with ``unreachable``. Shared by the policy and the judge."""
     try:
         if raw is not None:
-            return await raw.request(path, body, headers, timeout_s)
-        resp = await http.post(base_url + path, content=body, headers=headers, timeout=timeout_s)
-        return resp.status_code, resp.content
+            return await raw.request(path, body, headers, timeout_s, max_body=max_bytes)
+        async with http.stream("POST", base_url + path, content=body, headers=headers, timeout=timeout_s) as resp:
+            return resp.status_code, await read_capped(resp, max_bytes, what, setting)
+    except ResponseTooLarge as e:
+        raise too_large(what, f"an answer of more than {max_bytes} bytes", max_bytes, setting) from e
+    except BackendResponseTooLarge:  # read_capped's (a ConnectionError, so an OSError: not "unreachable")
+        raise
     except (TimeoutError, asyncio.TimeoutError, httpx.TimeoutException) as e:
         raise BackendTimeout(timeout_message) from e
     except (OSError, ResponseError, httpx.HTTPError) as e:
@@ -845,6 +877,8 @@ def _may_refuse_interval(error: Exception) -> str:
     stream, which is how such an SGLang's uncaught TypeError reaches the client, and ``""`` (not retried)
     for a 400 about anything else, an unreachable server or a timeout."""
     text = str(error)
+    if isinstance(error, BackendResponseTooLarge):
+        return ""
     if "stream_interval" in text or "unexpected keyword" in text:
         return "named"
     return "generic" if isinstance(error, BackendUnavailable) and "unreachable" not in text else ""

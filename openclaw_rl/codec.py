@@ -37,6 +37,18 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
     return json.loads(bytes(data) if isinstance(data, memoryview) else data)
 
 
+def loads_unicode(data: bytes | bytearray | memoryview | str) -> tuple[Any, bool]:
+    """``loads``, and whether every string in the value is known to be valid Unicode: True when orjson
+    parsed it (it refuses invalid UTF-8 and lone-surrogate escapes), False when ``json`` did (it decodes
+    ``\\ud800`` escapes and, from bytes, CESU-8 surrogates alike), so the caller must look."""
+    if orjson is not None:
+        try:
+            return orjson.loads(data), True
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(bytes(data) if isinstance(data, memoryview) else data), False
+
+
 def dumps(obj: Any) -> bytes:
     """Compact UTF-8 JSON bytes."""
     if orjson is not None:

@@ -42,6 +42,8 @@ class ProxySettings:
     request_timeout_s: float = 600.0  # a policy call slower than this becomes a 504 (--policy-timeout)
     connect_timeout_s: float = 5.0
     max_body_bytes: int = 8 * 1024 * 1024  # larger request bodies get 413
+    max_response_bytes: int = 64 * 1024 * 1024  # a policy /generate answer, one of its stream events, or a
+    # stream's content beyond this is cut off: 502, the turn dropped (capped.py); 0 = no cap
     max_messages: int = 10_000  # requests with more messages get 400 before anything is rendered
     context_length: int = 0  # the policy's context in tokens; 0 = learn it from the server (/v1/models)
     header_timeout_s: float = 10.0  # a connection must send a complete request head within this, or is closed
@@ -88,6 +90,8 @@ class JudgeSettings:
     # 5xx, timeout), the first included; 1 = no retry. The turn waits, durable, meanwhile.
     retry_max_s: float = 300.0  # no retry starts this long after a call's first attempt; then judge_failed
     retry_backoff_s: float = 1.0  # wait before the first retry; doubles each time, at most 30 s
+    max_response_bytes: int = 64 * 1024 * 1024  # a judge or teacher answer beyond this is cut off and the
+    # call fails (a failed vote, a failed teacher call); 0 = no cap
 
 
 @dataclass
@@ -174,6 +178,10 @@ class Settings:
         for key, value in positive.items():
             if not value > 0:
                 raise ValueError(f"{key}: expected a positive number, got {value}")
+        for key, value in {"openclaw_proxy_max_response_bytes": p.max_response_bytes,
+                           "openclaw_judge_max_response_bytes": j.max_response_bytes}.items():
+            if value < 0:
+                raise ValueError(f"{key}: expected a number of bytes (0 = no cap), got {value}")
         if p.stream_interval < 0:
             raise ValueError(f"openclaw_proxy_stream_interval: expected 0 (the server's default) or a number of "
                              f"tokens >= 1, got {p.stream_interval}")
@@ -290,6 +298,11 @@ TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off"
 NULL_WORDS = ("none", "null")  # how a string (flag, environment variable) unsets an optional field
 
 
+# keys whose empty YAML value (``openclaw_proxy_api_keys:``) is refused instead of keeping the default:
+# it is what a template with an unset variable renders, and the default would mean no authentication
+NO_EMPTY_VALUE = frozenset({"proxy_api_keys"})
+
+
 def is_truthy(value: str) -> bool:
     """How every switch in this project reads a string (environment variables, headers, settings)."""
     return value.strip().lower() in TRUE_WORDS
@@ -306,8 +319,12 @@ def _coerce(value: Any, current: Any, key: str) -> Any:
             return is_truthy(value)
         raise TypeError("expected a boolean (true/false)")
     if isinstance(current, list):
-        if isinstance(value, str):
-            return [v.strip() for v in value.split(",") if v.strip()]
+        if isinstance(value, str):  # a comma list; an empty item is a mistake (an unset $KEY in "$A,$B")
+            items = [v.strip() for v in value.split(",")]
+            if not all(items):
+                raise ValueError(f"item #{items.index('') + 1} of the comma-separated list is empty (an unset "
+                                 "$VARIABLE expands to nothing); write [] in YAML, or leave the variable unset, for none")
+            return items
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             return list(value)
         raise TypeError("expected a list of strings")
@@ -404,6 +421,9 @@ def load_settings(values: Mapping[str, Any] | None = None, *, env: Mapping[str, 
         if key not in known:
             unknown.append(raw_key)
             continue
+        if value is None and key in NO_EMPTY_VALUE:
+            raise ValueError(f"{sources.get(raw_key, 'settings')}: {PREFIX}{key}: empty value (an unset ${{KEY}} in "
+                             "a templated file?); write [] for no keys, refusing to start without authentication")
         if value is None and _optional_type(settings, key) is None:
             continue  # an empty YAML value keeps the default; on an optional field, null unsets it
         _apply(settings, key, value, sources.get(raw_key, "settings"))

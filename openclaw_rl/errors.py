@@ -117,6 +117,11 @@ class BackendUnavailable(OpenClawError, ConnectionError):
     error_type = "backend_error"
 
 
+class BackendResponseTooLarge(BackendUnavailable):
+    """A backend answer (a whole body, one stream event, or a stream's content) over its size cap
+    (``openclaw_proxy_max_response_bytes`` / ``openclaw_judge_max_response_bytes``): a 502, read no further."""
+
+
 class GenerationAborted(BackendUnavailable):
     """The policy server aborted the generation, and it could not be resumed (502; the turn is dropped
     as ``aborted``)."""

@@ -199,6 +199,7 @@ class JudgeClient:
         self.timeout_s, self.api, self.model = settings.timeout_s, settings.api, settings.model
         self.headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
         self.vocab_size = vocab_size
+        self.max_response_bytes = settings.max_response_bytes  # votes and teacher calls alike (capped.py)
         self.context_length = settings.context_length or None  # tokens; set from the server by the proxy's probe when unknown
         self._slots = asyncio.Semaphore(max(1, settings.concurrency))
         # upstream's OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY: teacher scoring calls (long prompts, no
@@ -226,7 +227,8 @@ class JudgeClient:
             status, content = await post_whole(
                 self._raw, self.http, self.url, path, codec.dumps(body),
                 {**self.headers, "Content-Type": "application/json"}, self.timeout_s,
-                timeout_message=f"judge {path} timed out after {self.timeout_s}s", unreachable=f"judge {path} unreachable")
+                timeout_message=f"judge {path} timed out after {self.timeout_s}s", unreachable=f"judge {path} unreachable",
+                max_bytes=self.max_response_bytes, what=f"judge {path}", setting="openclaw_judge_max_response_bytes")
         if status != 200:
             raise JudgeStatusError(path, status, content[:2000].decode("utf-8", "replace"))
         try:

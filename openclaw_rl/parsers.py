@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from . import chat_format
 from .chat_format import ChatFormat
+from .protocol import has_lone_surrogate
 
 
 @dataclass(slots=True)
@@ -79,10 +80,14 @@ def new_tool_call_id() -> str:
 
 
 def openai_call(name: Any, args: Any) -> dict[str, Any] | None:
-    """An OpenAI tool call from a parsed name and arguments (JSON-encoded unless a string), or None."""
+    """An OpenAI tool call from a parsed name and arguments (JSON-encoded unless a string), or None.
+    None too when the model's JSON escapes decode to a lone surrogate (``"\\ud800"``): not Unicode, no
+    client could read it; the markup then stays visible as the text the model wrote."""
     if not isinstance(name, str):
         return None
     arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    if has_lone_surrogate(name) or has_lone_surrogate(arguments):
+        return None
     return {"id": new_tool_call_id(), "type": "function", "function": {"name": name, "arguments": arguments}}
 
 

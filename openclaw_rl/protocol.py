@@ -14,6 +14,7 @@ the hot path, and pydantic adds nothing to data we construct ourselves.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Annotated, Any, Literal
 
@@ -45,10 +46,44 @@ class OtherPart(BaseModel):
 ContentPart = TextPart | OtherPart
 
 
+def has_lone_surrogate(value: Any) -> bool:
+    """Whether a string anywhere in ``value`` (dict keys too) holds a lone UTF-16 surrogate: not Unicode,
+    so no tokenizer, JSON encoder or database takes it. UTF-8 encoding refuses exactly those, in C."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
 class FunctionCall(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     name: str
     arguments: str | dict[str, Any] = "{}"
+
+    @field_validator("arguments")
+    @classmethod
+    def _decodes_to_unicode(cls, v: str | dict[str, Any]) -> str | dict[str, Any]:
+        """A JSON ``arguments`` string is decoded for the chat template (chat.py): an escape inside it
+        (``"{\\"p\\": \\"\\\\ud800\\"}"``) would decode to a lone surrogate after the body's check."""
+        if isinstance(v, str) and ("\\ud" in v or "\\uD" in v):
+            try:
+                decoded = json.loads(v)
+            except (json.JSONDecodeError, RecursionError):
+                return v  # not JSON: rendered as the string itself
+            if has_lone_surrogate(decoded):
+                raise ValueError("tool call arguments decode to a lone UTF-16 surrogate (\\ud800-\\udfff): "
+                                 "not valid Unicode")
+        return v
 
 
 class ToolCall(BaseModel):

@@ -36,6 +36,10 @@ class ResponseError(Exception):
     """The server's bytes are not an HTTP/1.1 response we can read."""
 
 
+class ResponseTooLarge(ResponseError):
+    """A whole response's body passed the connection's ``max_body`` (reading stopped there)."""
+
+
 class StreamConnection(asyncio.BufferedProtocol):
     """One connection. The kernel writes straight into ``buf``; ``buf[lo:end]`` holds the response body
     bytes not yet consumed by the caller (``base`` counts the bytes dropped from ``buf``'s front, so a
@@ -56,6 +60,8 @@ class StreamConnection(asyncio.BufferedProtocol):
         self._head = bytearray()
         self.keep_alive = True
         self.sse = False  # the caller reads an event stream (see the class doc)
+        self.max_body = 0  # a whole body (not a 200 event stream: its reader caps events) beyond this is
+        # refused as soon as it passes it (ResponseTooLarge); 0 = no cap
         self.complete = False  # the whole response body has arrived
         self.closed = False
         self.error: BaseException | None = None
@@ -120,6 +126,12 @@ class StreamConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         try:
             self._parse(self.end, self.end + nbytes)
+            if self.max_body and self._state != "head" and self.base + self.end > self.max_body \
+                    and not (self.sse and self.status == 200):  # base + end: body bytes so far (see _parse)
+                raise ResponseTooLarge(f"response body passed {self.max_body} bytes")
+        except ResponseTooLarge as e:
+            self.error = e
+            self.close()
         except (ResponseError, ValueError) as e:
             self.error = ResponseError(f"malformed HTTP response: {e}")
             self.close()
@@ -193,6 +205,7 @@ class StreamConnection(asyncio.BufferedProtocol):
     def reset(self) -> None:
         """Ready for the next response on this connection (the previous one was read completely)."""
         self.status, self.headers, self.complete, self.fresh, self.sse = 0, {}, False, False, False
+        self.max_body = 0
         self.superseded = False
         if len(self.buf) > 4 * _START_CAP:  # an idle connection keeps no long stream's buffer
             self.buf = bytearray(_START_CAP)
@@ -299,6 +312,8 @@ class StreamConnection(asyncio.BufferedProtocol):
             self._state = "chunk_size"
         elif "content-length" in self.headers:
             self._left = int(self.headers["content-length"])
+            if self.max_body and self._left > self.max_body and not (self.sse and self.status == 200):
+                raise ResponseTooLarge(f"response declares {self._left} bytes, over {self.max_body}")
             self._state = "length"
             self.complete = self._left == 0
         else:
@@ -333,10 +348,10 @@ class StreamClient:
         return None
 
     async def post(self, path: str, body: bytes, headers: dict[str, str], timeout_s: float, *,
-                   sse: bool = False) -> StreamConnection:
+                   sse: bool = False, max_body: int = 0) -> StreamConnection:
         """Send a POST and wait for the response head; a reused connection that the server had closed is
         retried once on a fresh one. ``sse``: the body is read as an event stream (``StreamConnection``'s
-        doc). Raises OSError / TimeoutError / ResponseError."""
+        doc); ``max_body``: ``StreamConnection.max_body``. Raises OSError / TimeoutError / ResponseError."""
         head = [f"POST {self.base_path}{path} HTTP/1.1", f"Host: {self.host}:{self.port}",
                 f"Content-Length: {len(body)}"]
         for name, value in headers.items():
@@ -348,7 +363,7 @@ class StreamClient:
             conn = self._reusable() if attempt == 0 else None
             reused = conn is not None
             conn = conn or await self._connect()
-            conn.sse = sse
+            conn.sse, conn.max_body = sse, max_body
             try:
                 conn.transport.write(request)  # type: ignore[union-attr]
                 while conn.status == 0 and not conn.finished:
@@ -364,11 +379,13 @@ class StreamClient:
                 raise conn.error or ResponseError("connection closed before a response")
         raise ResponseError("unreachable")  # pragma: no cover
 
-    async def request(self, path: str, body: bytes, headers: dict[str, str], timeout_s: float) -> tuple[int, bytes]:
+    async def request(self, path: str, body: bytes, headers: dict[str, str], timeout_s: float,
+                      max_body: int = 0) -> tuple[int, bytes]:
         """A whole POST: (status, body). ``timeout_s`` bounds each wait for bytes, as httpx's read timeout
         does. Raises OSError / TimeoutError / ResponseError (a connection that ends before the body's end
-        too); the connection is kept for reuse only after a complete response."""
-        conn = await self.post(path, body, headers, timeout_s)
+        too; ``ResponseTooLarge`` past ``max_body`` bytes); the connection is kept for reuse only after a
+        complete response."""
+        conn = await self.post(path, body, headers, timeout_s, max_body=max_body)
         try:
             while not conn.finished:
                 await conn.wait(timeout_s)

@@ -53,7 +53,7 @@ from .judge import JudgeClient
 from .metrics import ProxyMetrics
 from .modes import MODES
 from .parsers import OutputParser
-from .protocol import ChatCompletionRequest, FeedbackRequest, models_response
+from .protocol import ChatCompletionRequest, FeedbackRequest, has_lone_surrogate, models_response
 from .scoring import make_scorer
 from .serving import ChatService
 from .sessions import SessionTracker
@@ -222,7 +222,7 @@ class Proxy:
         metrics.submission_open.set(1 if gate_open else 0)
         backend = PolicyBackend(http, p.policy_url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key,
                                 connect_timeout_s=p.connect_timeout_s, stream_interval=p.stream_interval,
-                                end_ids=renderer.end_of_reply_ids,
+                                end_ids=renderer.end_of_reply_ids, max_response_bytes=p.max_response_bytes,
                                 decode=lambda ids, skip: tokenizer.decode(ids, skip_special_tokens=skip))
         service = ChatService(p, renderer, OutputParser.named(p.reasoning_parser, p.tool_parser, renderer.format), backend, tracker,
                               gate, metrics, keep_messages=scorer.keeps_messages)
@@ -315,10 +315,11 @@ INLINE_PARSE_BYTES = 64 * 1024  # bodies above this are parsed and validated on 
 
 def parse_json_body(body: bytes) -> Any:
     try:
-        data = codec.loads(body)
+        data, unicode_ok = codec.loads_unicode(body)
     except (*codec.DecodeError, RecursionError) as e:
         raise BadRequest(f"request body is not valid JSON: {e}") from None
-    if b"\\ud" in body.lower() and _has_lone_surrogate(data):  # only escapes can smuggle them in
+    # escapes (\\ud800) and, through json's surrogatepass, raw CESU-8 bytes (ED A0 80) can smuggle them in
+    if not unicode_ok and has_lone_surrogate(data):
         raise BadRequest("request body contains a lone UTF-16 surrogate (\\ud800-\\udfff): not valid Unicode")
     return data
 
@@ -362,21 +363,6 @@ async def cancel_on_disconnect(request: Request, work: Any) -> Any:
         watcher.cancel()
         if not task.done():
             task.cancel()
-
-
-def _has_lone_surrogate(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            if any("\ud800" <= ch <= "\udfff" for ch in v):
-                return True
-        elif isinstance(v, dict):
-            stack.extend(v.keys())
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-    return False
 
 
 def make_app(proxy: Proxy) -> Any:

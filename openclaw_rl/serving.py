@@ -41,6 +41,7 @@ from .errors import (
 )
 from .gate import SubmissionGate
 from .identity import classify_turn, next_state_of, resolve_identity, session_done
+from .idstext import IdsText, text_problem
 from .metrics import ProxyMetrics, log_safe
 from .parsers import OutputParser
 from .protocol import ChatCompletionRequest, completion_chunk, completion_response, usage
@@ -255,6 +256,28 @@ class _Reply:
             self._settle_failed(e)
             raise
 
+    def _ids_text(self, payload: dict[str, Any]) -> IdsText:
+        """The text of this reply's output ids, decoded as the server decodes them (its skip_special_tokens)."""
+        tokenizer = self.svc.renderer.tokenizer
+        skip = bool((payload.get("sampling_params") or {}).get("skip_special_tokens", True))
+        return IdsText(lambda ids: tokenizer.decode(ids, skip_special_tokens=skip), payload.get("input_ids"))
+
+    def _check_text(self, result: GenerateResult, ids_text: IdsText, final: bool) -> None:
+        """The client sees only text of the ids that train (idstext.py): other text drops the turn as
+        ``backend_invalid_output`` and the client gets a 502 (or, streaming, an error event)."""
+        trim = max((len(s.encode("utf-8")) for s in self.req.stop_list()), default=0) + self.svc.max_token_bytes
+        try:
+            text = ids_text.update(result.output_ids)
+        except Exception as e:  # noqa: BLE001 - ids the tokenizer cannot decode (e.g. beyond 64 bits)
+            problem: str | None = f"its output ids do not decode: {e!r}"
+        else:
+            problem = text_problem(result.text, text, final=final, stopped=result.finish_reason == "stop",
+                                   trim_bytes=trim)
+        if problem is not None:
+            self.svc.metrics.inexact.inc()
+            self._settle(None, DropReason.BACKEND_INVALID, problem)
+            raise BackendUnavailable(f"policy backend answered invalid output: {problem}")
+
     def _check_values(self, result: GenerateResult) -> None:
         """A final answer with untrainable values: the turn is dropped and the client gets a 502."""
         problem = check_output_values(result, self.svc.renderer.vocab_size)
@@ -314,6 +337,7 @@ class _Reply:
         with self._settled_on_error():
             result = await self.svc.backend.generate(payload, self.routing_key)
         self._check_values(result)
+        self._check_text(result, self._ids_text(payload), final=True)
         self._settle(result)
         await self._wait_durable()
         parsed = self.svc.parser.parse(result.text, self.tools_enabled, self.opens_thinking)
@@ -335,9 +359,10 @@ class _Reply:
         if first is None:
             self._settle(None, DropReason.GENERATION_FAILED, "empty stream")
             raise BadRequest("policy backend returned an empty stream")
-        return self._events(first, chunks)
+        return self._events(first, chunks, self._ids_text(payload))
 
-    async def _events(self, first: GenerateResult, chunks: AsyncIterator[GenerateResult]) -> AsyncIterator[bytes]:
+    async def _events(self, first: GenerateResult, chunks: AsyncIterator[GenerateResult],
+                      ids_text: IdsText) -> AsyncIterator[bytes]:
         """The client's SSE bytes: one write per backend snapshot (the backend coalesces the tokens that
         arrive within ``STREAM_FLUSH_S`` of a snapshot into the next one), chunk bytes from templates."""
         parser = self.svc.parser.streaming(self.tools_enabled, self.opens_thinking)
@@ -354,13 +379,16 @@ class _Reply:
             return out.chunk(delta={}, logprobs={"content": entries})
 
         try:
+            self._check_text(first, ids_text, final=False)
             yield out.role() + out.deltas(parser.feed(first.text)) + logprob_chunk(first)
             async for snap in chunks:
                 last = snap
+                self._check_text(snap, ids_text, final=False)  # before any of it is sent
                 data = out.deltas(parser.feed(snap.text)) + logprob_chunk(snap)
                 if data:
                     yield data
             self._check_values(last)
+            self._check_text(last, ids_text, final=True)
             self._settle(last)
             tail = out.deltas(parser.finish(last.text))
             await self._wait_durable()

@@ -157,8 +157,9 @@ class FaultBackend:
     """A policy backend speaking SGLang's /generate whose answers a test scripts call by call: values out
     of range, slow first answers (noting whether the proxy hung up on them), a context length."""
 
-    def __init__(self, context_length: int = 4096):
+    def __init__(self, context_length: int = 4096, tokenizer: Any = None):
         self.context_length = context_length
+        self.tokenizer = tokenizer  # given: a step's text and ids agree (the proxy checks that they do)
         self.plan: list[dict[str, Any]] = []  # consumed one per /generate; default: a normal 3-token answer
         self.calls: list[dict[str, Any]] = []  # request bodies received
         self.hung_up = 0  # slow answers whose caller disconnected before they were sent
@@ -186,9 +187,9 @@ class FaultBackend:
                     self.hung_up += 1
                     return JSONResponse({}, status_code=499)
                 await asyncio.sleep(0.02)
-            ids = step.get("ids", [65, 66, 2])
+            ids, text = self._ids_and_text(step)
             lps = step.get("logprobs", [-0.5] * len(ids))
-            out = {"text": step.get("text", "ok"), "output_ids": ids,
+            out = {"text": text, "output_ids": ids,
                    "meta_info": {"finish_reason": {"type": "stop", "matched": 2}, "prompt_tokens": len(body["input_ids"]),
                                  "weight_version": "default",
                                  "output_token_logprobs": [[lp, t, None] for lp, t in zip(lps, ids)]}}
@@ -205,6 +206,20 @@ class FaultBackend:
             return StreamingResponse(chunks(), media_type="text/event-stream")
 
         return app
+
+    def _ids_and_text(self, step: dict[str, Any]) -> tuple[list[int], str]:
+        """The step's ids and text; with a tokenizer, whichever is missing is made to agree with the other
+        (a text's ids end with the end-of-turn token, which the text omits as SGLang's does)."""
+        tok = self.tokenizer
+        if tok is None:
+            return step.get("ids", [65, 66, 2]), step.get("text", "ok")
+        ids = step.get("ids") or [*tok.encode(step.get("text", "ok"), add_special_tokens=False), tok.eos_token_id]
+        if "text" in step:
+            return ids, step["text"]
+        try:
+            return ids, tok.decode(ids, skip_special_tokens=True)
+        except (OverflowError, TypeError, ValueError):  # ids no tokenizer takes (2**40): the values are the test
+            return ids, "ok"
 
 
 @contextmanager

@@ -76,6 +76,14 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
                           timeout=timeout, env=env)
 
 
+def test_serve_refuses_a_key_variable_that_parses_to_no_key(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SGLANG_API_KEY": " "}
+    out = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "serve", "--spool-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60, env=env)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and "SGLANG_API_KEY: openclaw_proxy_api_keys" in lines[0], out.stderr
+
+
 def test_config_errors_are_one_clear_line(tmp_path):
     cfg = tmp_path / "proxy.yaml"
     cases = {

@@ -68,6 +68,27 @@ def test_empty_or_whitespace_api_keys_are_refused_at_start(keys):
         load_settings({"proxy_api_keys": keys}, env={})  # on loopback too
 
 
+@pytest.mark.parametrize("env_value", [" ", ",", " , ", "k,", "k,,k2", "\t"])
+def test_a_set_key_variable_that_parses_to_an_empty_key_is_refused(env_value):
+    """SGLANG_API_KEY=" " or "," used to parse to no key at all: a loopback proxy without authentication."""
+    with pytest.raises(ValueError) as e:
+        load_settings({}, env={"SGLANG_API_KEY": env_value})
+    assert "environment variable SGLANG_API_KEY: openclaw_proxy_api_keys: item #" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("value", ["", " ", ",", None])
+def test_an_empty_yaml_key_list_is_refused(value):
+    with pytest.raises(ValueError, match="proxy.yaml: openclaw_proxy_api_keys: (item #1|empty value)"):
+        load_settings({"openclaw_proxy_api_keys": value}, env={}, sources={"openclaw_proxy_api_keys": "proxy.yaml"})
+
+
+def test_unset_key_forms_still_mean_no_keys():
+    assert load_settings({}, env={"SGLANG_API_KEY": ""}).proxy.api_keys == []  # upstream's "no key"
+    assert load_settings({"openclaw_proxy_api_keys": []}, env={}).proxy.api_keys == []
+    assert load_settings({}, env={"SGLANG_API_KEY": " a , b "}).proxy.api_keys == ["a", "b"]
+
+
 def test_malformed_yaml_names_the_file_and_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("openclaw_judge_votes: 3\nopenclaw_proxy_port: [1,\n")

@@ -53,3 +53,14 @@ def test_thinking_template_opens_the_block_in_the_prompt():
 def test_malformed_tool_call_stays_visible():
     parsed = P.parse("<tool_call>not json</tool_call>")
     assert parsed.tool_calls == [] and "not json" in parsed.content
+
+
+@pytest.mark.parametrize("call", ['{"name": "ls", "arguments": {"p": "\\ud800"}}', '{"name": "l\\udfff", "arguments": {}}',
+                                  '{"name": "ls", "arguments": "\\udbff"}', '{"name": "ls", "arguments": {"\\ud800": 1}}'])
+def test_a_tool_call_whose_json_decodes_to_a_lone_surrogate_stays_visible_text(call):
+    """The model wrote valid text; its JSON escapes would make a tool call no client can read (not Unicode)."""
+    text = f"<tool_call>{call}</tool_call>"
+    parsed = P.parse(text)
+    assert parsed.tool_calls == [] and parsed.content == text
+    _, content, calls = stream(text, 3)
+    assert calls == [] and content == text

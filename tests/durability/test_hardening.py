@@ -147,8 +147,8 @@ def test_healthz_reports_backend_reachability(policy_server, make_proxy):
                                  {"ids": [65, 66, 2], "logprobs": [-0.1, float("-inf"), -0.2]}],
                          ids=["id_2^40", "id_out_of_vocab", "nan_logprob", "minus_inf_logprob"])
 @pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
-def test_untrainable_backend_values_cost_one_turn_never_the_session(make_proxy, bad, stream):
-    with fault_backend() as backend:
+def test_untrainable_backend_values_cost_one_turn_never_the_session(make_proxy, tokenizer, bad, stream):
+    with fault_backend(tokenizer=tokenizer) as backend:
         proxy, url = make_proxy(backend.url)
         backend.plan = [{}, bad]
         convo = list(BODY["messages"])
@@ -201,9 +201,9 @@ def test_identical_resend_replaces_the_unanswered_turn(policy_server, judge_serv
     assert samples[0].reward == 1.0  # judged on the real next state, not on the repeated question
 
 
-def test_openai_sdk_timeout_retry_cancels_the_backend_call_and_trains_once(make_proxy):
+def test_openai_sdk_timeout_retry_cancels_the_backend_call_and_trains_once(make_proxy, tokenizer):
     openai = pytest.importorskip("openai")
-    with fault_backend() as backend:
+    with fault_backend(tokenizer=tokenizer) as backend:
         proxy, url = make_proxy(backend.url)
         backend.plan = [{"delay": 5.0, "text": "slow"}, {"text": "fast"}]
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", timeout=1.0, max_retries=1)

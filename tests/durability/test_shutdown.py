@@ -86,7 +86,7 @@ def test_proxy_stopped_mid_turn_answers_503_and_counts_the_drop(tmp_path, tiny_m
     from openclaw_rl.config import load_settings
     from openclaw_rl.server import Proxy
 
-    with fault_backend() as backend:
+    with fault_backend(tokenizer=tokenizer) as backend:
         backend.plan = [{"delay": 60}]
         settings = load_settings({"proxy_tokenizer": str(tiny_model_dir), "proxy_policy_url": backend.url,
                                   "spool_dir": str(tmp_path / "spool")}, env={})

@@ -186,10 +186,10 @@ def stream_turn(url: str, sid: str) -> str:
 
 
 @pytest.mark.parametrize("interval", [0, 1, 8])
-def test_proxy_sends_the_interval_on_streamed_calls_only(make_proxy: Any, interval: int) -> None:
+def test_proxy_sends_the_interval_on_streamed_calls_only(make_proxy: Any, tokenizer: Any, interval: int) -> None:
     from support import fault_backend
 
-    with fault_backend() as backend:
+    with fault_backend(tokenizer=tokenizer) as backend:
         _, url = make_proxy(backend.url, proxy_stream_interval=interval)
         stream_turn(url, "s")
         httpx.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}, timeout=60,
