@@ -191,7 +191,7 @@ def _register_bench(sub: Any) -> None:
 
 
 def _register_simulate(sub: Any) -> None:
-    from .embedded.simulate import register_simulate_command
+    from .embedded.simulate_command import register_simulate_command
 
     register_simulate_command(sub)
 
