@@ -62,6 +62,10 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument(flag, dest=key, default=None, **kwargs)
 
 
+PATH_KEYS = ("proxy_tokenizer", "judge_tokenizer", "spool_dir", "proxy_record_dir")
+"""Settings that name a directory: ``~`` expands, so a config file can keep its spool in the home directory."""
+
+
 def settings_from_cli(ns: argparse.Namespace):
     values: dict[str, Any] = load_yaml(ns.config) if getattr(ns, "config", None) else {}
     sources = {key: str(ns.config) for key in values}
@@ -70,11 +74,36 @@ def settings_from_cli(ns: argparse.Namespace):
         if value is not None:
             values[key] = value
             sources[key] = flag
+    for key, value in values.items():
+        if key.removeprefix("openclaw_") in PATH_KEYS and isinstance(value, str):
+            values[key] = os.path.expanduser(value)
     return load_settings(values, sources=sources)
+
+
+def ensure_port_free(host: str, port: int, setting: str) -> None:
+    """Fail in one line, before any model loads, when `host`:`port` cannot be listened on (another server
+    has it): the ``CommandError`` names the port and `setting`, the flag or key that changes it. The probe
+    binds as uvicorn does (SO_REUSEADDR: a port in TIME_WAIT counts as free) and closes at once."""
+    import errno
+    import socket
+
+    if not port:
+        return
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]"), port))
+        except OSError as exc:
+            taken = exc.errno == errno.EADDRINUSE
+            raise CommandError(f"port {port} on {host} is {'already in use' if taken else 'not available'} "
+                               f"({exc.strerror or exc}): stop what listens there or choose another port with "
+                               f"{setting}") from None
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
     settings = settings_from_cli(ns)  # first: a configuration error costs no server import
+    ensure_port_free(settings.proxy.host, settings.proxy.port, "--port (openclaw_proxy_port)")
 
     from .server import Proxy
 
@@ -190,6 +219,12 @@ def _register_bench(sub: Any) -> None:
     register_bench_command(sub)
 
 
+def _register_judge(sub: Any) -> None:
+    from .embedded.judge_command import register_judge_command
+
+    register_judge_command(sub)
+
+
 def _register_simulate(sub: Any) -> None:
     from .embedded.simulate_command import register_simulate_command
 
@@ -199,7 +234,7 @@ def _register_simulate(sub: Any) -> None:
 # subcommand -> what registers it (mock-sglang and bench come together from the benchmarks)
 _EXTRA_COMMANDS: dict[str, Any] = {"local": _register_local, "train": _register_train, "engine": _register_engine,
                                    "mock-sglang": _register_bench, "bench": _register_bench,
-                                   "simulate": _register_simulate}
+                                   "simulate": _register_simulate, "judge": _register_judge}
 
 
 def _command_of(argv: list[str]) -> str | None:
