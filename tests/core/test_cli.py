@@ -111,6 +111,23 @@ def test_train_without_its_policy_server_is_one_line_not_a_traceback(tmp_path, t
     assert not any("Traceback" in line for line in err)
 
 
+def test_train_draws_no_transformers_progress_bars(monkeypatch, capsys):
+    """`train` loads the checkpoint and writes every sync's weights with transformers, whose bars redrew
+    once per shard at every step in the step log; they are off while it runs, and back on after."""
+    from transformers.utils import logging as hf_logging
+
+    from openclaw_rl.cli import main
+    from openclaw_rl.embedded import external
+    from openclaw_rl.servers import free_port
+
+    seen = []
+    monkeypatch.setattr(external, "run_train",
+                        lambda cfg: (seen.append(hf_logging.is_progress_bar_enabled()), external.TrainReport())[1])
+    hf_logging.enable_progress_bar()
+    assert main(["train", "--model", "/m", "--policy-url", "http://127.0.0.1:9", "--port", str(free_port())]) == 0
+    assert seen == [False] and hf_logging.is_progress_bar_enabled()
+
+
 def test_corrupt_spool_refuses_to_start_with_advice(tmp_path, tiny_model_dir):
     spool = tmp_path / "spool"
     spool.mkdir()
