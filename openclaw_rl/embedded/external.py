@@ -64,7 +64,7 @@ class TrainReport:
 
 
 def check_policy_server(info: dict[str, Any], model: str) -> list[str]:
-    """What in ``/get_server_info`` would silently spoil training; raises on what makes it wrong.
+    """What in ``/server_info`` would silently spoil training; raises on what makes it wrong.
 
     The proxy reads both of SGLang's streaming modes exactly (``openclaw_rl.backend.StreamAssembler``),
     but the default cumulative chunks repeat every id so far, so a long streamed reply costs CPU that grows
@@ -125,7 +125,7 @@ class ExternalStack:
 
         settings = cfg.settings
         served = self.weights.server_version()  # fails early and clearly if the server is not there
-        for warning in check_policy_server(dict(self.weights.get("/get_server_info")), cfg.model):
+        for warning in check_policy_server(dict(self.weights.info("server_info")), cfg.model):
             log.warning(warning)
         model = load_policy(cfg.model, cfg.policy)
         self.metrics_path = str(self.out / "metrics.jsonl")

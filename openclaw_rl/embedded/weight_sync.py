@@ -97,11 +97,12 @@ class SGLangWeightSync:
         self.http = httpx.Client(timeout=timeout_s, headers=headers)
         self._current: Path | None = None
         self._warned_no_pause = False
+        self._legacy_info = False  # the server has only /get_model_info and /get_server_info (older SGLang)
         self.last_timings: dict[str, float] = {}
 
     def server_version(self) -> str:
         """The version label the server reports now (``"default"`` until the first update)."""
-        return str(self.get("/get_model_info").get("weight_version"))
+        return str(self.info("model_info").get("weight_version"))
 
     def sync(self, model: torch.nn.Module, version: str) -> None:
         t0 = time.perf_counter()
@@ -177,11 +178,28 @@ class SGLangWeightSync:
         raise WeightSyncError(f"policy server {self.url} did not resume generation after the weight update "
                               f"({failed}); its requests stay paused until /continue_generation succeeds")
 
+    def info(self, name: str) -> Mapping[str, Any]:
+        """``/model_info`` or ``/server_info``: SGLang 0.5.23 logs a deprecation warning at every call of the
+        older ``/get_model_info`` and ``/get_server_info``, so those are asked only of a server that answers
+        404 to the new name (older SGLang), and from then on directly."""
+        if not self._legacy_info:
+            resp = self._get(f"/{name}")
+            if resp.status_code != 404:
+                return self._checked(f"/{name}", resp)
+            self._legacy_info = True
+        return self.get(f"/get_{name}")
+
     def get(self, path: str) -> Mapping[str, Any]:
+        return self._checked(path, self._get(path))
+
+    def _get(self, path: str) -> httpx.Response:
         try:
-            resp = self.http.get(f"{self.url}{path}")
+            return self.http.get(f"{self.url}{path}")
         except httpx.HTTPError as exc:
             raise WeightSyncError(f"policy server {self.url} unreachable: {exc!r}") from exc
+
+    @staticmethod
+    def _checked(path: str, resp: httpx.Response) -> Mapping[str, Any]:
         if resp.status_code != 200:
             raise WeightSyncError(f"policy server {path} answered {resp.status_code}: {resp.text[:300]}")
         return _json(resp)
