@@ -62,10 +62,6 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument(flag, dest=key, default=None, **kwargs)
 
 
-PATH_KEYS = ("proxy_tokenizer", "judge_tokenizer", "spool_dir", "proxy_record_dir")
-"""Settings that name a directory: ``~`` expands, so a config file can keep its spool in the home directory."""
-
-
 def settings_from_cli(ns: argparse.Namespace):
     values: dict[str, Any] = load_yaml(ns.config) if getattr(ns, "config", None) else {}
     sources = {key: str(ns.config) for key in values}
@@ -74,9 +70,6 @@ def settings_from_cli(ns: argparse.Namespace):
         if value is not None:
             values[key] = value
             sources[key] = flag
-    for key, value in values.items():
-        if key.removeprefix("openclaw_") in PATH_KEYS and isinstance(value, str):
-            values[key] = os.path.expanduser(value)
     return load_settings(values, sources=sources)
 
 
