@@ -40,7 +40,9 @@ SERVE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--record-dir", "proxy_record_dir", {"help": "write JSONL conversation and judge records here"}),
     *(flag for mode in MODES.values() for flag in mode.cli_flags),  # each mode's own flags (registry)
     ("--session-ttl", "proxy_session_ttl_s", {"type": float, "help": "flush sessions idle this many seconds"}),
-    ("--pause-mode", "proxy_pause_mode", {"choices": ["reject", "hold"]}),
+    ("--pause-mode", "proxy_pause_mode", {"choices": ["reject", "hold"], "help": (
+        "while weights sync: reject (default, upstream's) answers 503 + Retry-After, which clients must retry "
+        "(4 of 168 replies were 503s in one user's train run); hold keeps the request until the sync is done")}),
     ("--rollout-temperature", "proxy_rollout_temperature", {
         "help": "main-line turns sample at this temperature (1.0); none lets the client's through (upstream)"}),
     ("--policy-timeout", "proxy_request_timeout_s", {"type": float,
