@@ -223,6 +223,6 @@ def test_a_command_registers_only_its_own_module_and_help_lists_them_all():
     assert "openclaw_rl.embedded.local" in loaded["local"] and "openclaw_rl.bench.mock" not in loaded["local"]
     usage = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "--help"], capture_output=True, text=True).stdout
     assert all(name in usage for name in ("serve", "samples", "local", "train", "engine", "mock-sglang", "bench",
-                                          "simulate"))
+                                          "simulate", "judge"))
     wrong = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "sevre"], capture_output=True, text=True)
     assert wrong.returncode == 2 and "invalid choice: 'sevre'" in wrong.stderr and "'simulate'" in wrong.stderr
