@@ -105,7 +105,7 @@ def test_train_without_its_policy_server_is_one_line_not_a_traceback(tmp_path, t
 
     down = f"http://127.0.0.1:{free_port()}"
     rc = main(["train", "--mode", "rl", "--model", str(tiny_model_dir), "--policy-url", down, "--judge-url", down,
-               "--port", str(free_port()), "--device", "cpu", "--batch-size", "2", "--max-steps", "1", "--spool-dir", str(tmp_path / "spool")])
+               "--port", str(free_port()), "--out-dir", str(tmp_path / "run"), "--device", "cpu", "--batch-size", "2", "--max-steps", "1", "--spool-dir", str(tmp_path / "spool")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and err[-1].startswith(f"openclaw-rl train: error: policy server {down} unreachable"), err
     assert not any("Traceback" in line for line in err)
