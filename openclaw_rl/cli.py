@@ -40,7 +40,9 @@ SERVE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--record-dir", "proxy_record_dir", {"help": "write JSONL conversation and judge records here"}),
     *(flag for mode in MODES.values() for flag in mode.cli_flags),  # each mode's own flags (registry)
     ("--session-ttl", "proxy_session_ttl_s", {"type": float, "help": "flush sessions idle this many seconds"}),
-    ("--pause-mode", "proxy_pause_mode", {"choices": ["reject", "hold"]}),
+    ("--pause-mode", "proxy_pause_mode", {"choices": ["reject", "hold"], "help": (
+        "while weights sync: reject (default, upstream's) answers 503 + Retry-After, which clients must retry "
+        "(4 of 168 replies were 503s in one user's train run); hold keeps the request until the sync is done")}),
     ("--rollout-temperature", "proxy_rollout_temperature", {
         "help": "main-line turns sample at this temperature (1.0); none lets the client's through (upstream)"}),
     ("--policy-timeout", "proxy_request_timeout_s", {"type": float,
@@ -73,8 +75,30 @@ def settings_from_cli(ns: argparse.Namespace):
     return load_settings(values, sources=sources)
 
 
+def ensure_port_free(host: str, port: int, setting: str) -> None:
+    """Fail in one line, before any model loads, when `host`:`port` cannot be listened on (another server
+    has it): the ``CommandError`` names the port and `setting`, the flag or key that changes it. The probe
+    binds as uvicorn does (SO_REUSEADDR: a port in TIME_WAIT counts as free) and closes at once."""
+    import errno
+    import socket
+
+    if not port:
+        return
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]"), port))
+        except OSError as exc:
+            taken = exc.errno == errno.EADDRINUSE
+            raise CommandError(f"port {port} on {host} is {'already in use' if taken else 'not available'} "
+                               f"({exc.strerror or exc}): stop what listens there or choose another port with "
+                               f"{setting}") from None
+
+
 def cmd_serve(ns: argparse.Namespace) -> int:
     settings = settings_from_cli(ns)  # first: a configuration error costs no server import
+    ensure_port_free(settings.proxy.host, settings.proxy.port, "--port (openclaw_proxy_port)")
 
     from .server import Proxy
 
@@ -190,8 +214,14 @@ def _register_bench(sub: Any) -> None:
     register_bench_command(sub)
 
 
+def _register_judge(sub: Any) -> None:
+    from .embedded.judge_command import register_judge_command
+
+    register_judge_command(sub)
+
+
 def _register_simulate(sub: Any) -> None:
-    from .embedded.simulate import register_simulate_command
+    from .embedded.simulate_command import register_simulate_command
 
     register_simulate_command(sub)
 
@@ -199,7 +229,7 @@ def _register_simulate(sub: Any) -> None:
 # subcommand -> what registers it (mock-sglang and bench come together from the benchmarks)
 _EXTRA_COMMANDS: dict[str, Any] = {"local": _register_local, "train": _register_train, "engine": _register_engine,
                                    "mock-sglang": _register_bench, "bench": _register_bench,
-                                   "simulate": _register_simulate}
+                                   "simulate": _register_simulate, "judge": _register_judge}
 
 
 def _command_of(argv: list[str]) -> str | None:

@@ -373,6 +373,10 @@ def _is_null(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip().lower() in NULL_WORDS)
 
 
+PATH_KEYS = frozenset({"proxy_tokenizer", "judge_tokenizer", "spool_dir", "proxy_record_dir"})
+"""Settings that name a directory: a leading ``~`` expands (YAML, flags and Slime's args alike)."""
+
+
 def _apply(settings: Settings, key: str, value: Any, source: str = "settings") -> None:
     if key == "mode":
         settings.mode = str(value)
@@ -380,6 +384,8 @@ def _apply(settings: Settings, key: str, value: Any, source: str = "settings") -
     section, _, name = key.partition("_")
     obj = getattr(settings, section)
     optional = _optional_type(settings, key)
+    if key in PATH_KEYS and isinstance(value, str):
+        value = os.path.expanduser(value)  # configs/*.yaml keep their spool under ~, outside the repository
     try:
         if optional is not None and _is_null(value):
             setattr(obj, name, None)

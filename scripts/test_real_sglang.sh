@@ -2,7 +2,8 @@
 # Install real SGLang 0.5.23 on CPU (scripts/install_sglang_cpu.sh) and run the optional check that
 # `openclaw-rl train` trains what it serves: the proxy samples from SGLang, the embedded trainer updates
 # the weights, and SGLang's own /update_weights_from_disk loads them under versioned labels.
-# The server needs about 4 GB of RAM and 30-40 s to start. Extra args go to pytest.
+# The server needs about 4 GB of RAM and 25-257 s to start (25-40 s measured on an idle 2-core machine,
+# 104-257 s on a new user's); the install before it took 4-17 minutes. Extra args go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

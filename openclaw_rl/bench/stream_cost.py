@@ -88,10 +88,16 @@ async def measure_mode(tokenizer: Any, tokenizer_dir: str, mode: str, lengths: t
                              "mock_cpu_ms_per_turn": round((mock.cpu_seconds(stack.procs[0].pid) - mock0) / reps * 1e3, 1),
                              "wall_ms_per_turn": round(wall / reps * 1e3, 1),
                              "complete": all(c == length - 1 and t == length for c, t in received)})
-                print(f"stream-cost: {rows[-1]}", file=sys.stderr, flush=True)
+                print(progress_line(rows[-1]), file=sys.stderr, flush=True)
         finally:
             stack.stop()
     return rows
+
+
+def progress_line(row: dict[str, Any]) -> str:
+    """What is done, on stderr while it runs; the figures are printed once, in the table at the end (the
+    whole row here printed every row twice on a terminal)."""
+    return f"stream-cost: {row['mode']} mode, {row['reply_tokens']}-token replies: {row['turns']} turns measured"
 
 
 def _per_mode(path: str, mode: str) -> str:

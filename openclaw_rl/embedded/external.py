@@ -71,7 +71,7 @@ class TrainReport:
 
 
 def check_policy_server(info: dict[str, Any], model: str) -> list[str]:
-    """What in ``/get_server_info`` would silently spoil training; raises on what makes it wrong.
+    """What in ``/server_info`` would silently spoil training; raises on what makes it wrong.
 
     The proxy reads both of SGLang's streaming modes exactly (``openclaw_rl.backend.StreamAssembler``),
     but the default cumulative chunks repeat every id so far, so a long streamed reply costs CPU that grows
@@ -134,7 +134,7 @@ class ExternalStack:
 
         settings = cfg.settings
         served = self.weights.server_version()  # fails early and clearly if the server is not there
-        for warning in check_policy_server(dict(self.weights.get("/get_server_info")), cfg.model):
+        for warning in check_policy_server(dict(self.weights.info("server_info")), cfg.model):
             log.warning(warning)
         model = load_policy(cfg.model, cfg.policy)
         self.metrics_path = str(self.out / "metrics.jsonl")
@@ -279,18 +279,23 @@ def register_train_command(sub: Any) -> None:
 
 
 def _cmd_train(ns: argparse.Namespace) -> int:
-    from openclaw_rl.cli import settings_from_cli
+    from openclaw_rl.cli import ensure_port_free, settings_from_cli
 
     from .hf_policy import policy_config_from_cli
+    from .tiny_model import quiet_progress_bars
 
     if ns.save_every and ns.lora_rank:
         raise SystemExit("--save-every with --lora-rank is not supported yet (checkpoints hold full weights)")
-    cfg = ExternalConfig(model=ns.model, settings=settings_from_cli(ns), policy=policy_config_from_cli(ns),
+    settings = settings_from_cli(ns)
+    ensure_port_free(settings.proxy.host, settings.proxy.port, "--port (openclaw_proxy_port)")  # before the model loads
+    cfg = ExternalConfig(model=ns.model, settings=settings, policy=policy_config_from_cli(ns),
                          out_dir=ns.out_dir, sync_dir=ns.sync_dir, rollout_batch_size=ns.batch_size, lr=ns.lr,
                          kl_coef=ns.kl_coef, max_staleness=ns.max_staleness, fidelity_copies=ns.fidelity_copies,
                          max_steps=ns.max_steps, save_every=ns.save_every, seed=ns.seed,
                          simulate_interactions=ns.simulate, version_check_s=ns.version_check_s)
-    with sigterm_as_ctrl_c():
+    # transformers' bars ("Loading weights" at the start, "Writing model shards" at every sync) would
+    # redraw in the step log at every step; the step lines say what happened
+    with sigterm_as_ctrl_c(), quiet_progress_bars():
         report = run_train(cfg)
     print(json.dumps(asdict(report), indent=2))
     return 0

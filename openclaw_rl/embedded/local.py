@@ -311,9 +311,10 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
     report = LocalReport(cfg.mode, 0, 0, metrics_path=stack.metrics_path)
     print(f"openclaw-rl local ({cfg.mode}): proxy at {stack.url}/v1  (policy engine {stack.policy_server.url}, "
           f"judge {stack.judge_server.url})", flush=True)
-    print("OpenClaw provider config (~/.openclaw/openclaw.json):\n" +
-          json.dumps(provider_json(stack.url, "tiny", context_window=stack.policy.context_length,
-                                   max_tokens=cfg.max_new_tokens), indent=2), flush=True)
+    if users is None and not cfg.simulate:  # only a person with OpenClaw needs the provider block
+        print("OpenClaw provider config (~/.openclaw/openclaw.json):\n" +
+              json.dumps(provider_json(stack.url, "tiny", context_window=stack.policy.context_length,
+                                       max_tokens=cfg.max_new_tokens), indent=2), flush=True)
     sim_result: dict[str, Any] = {}
     sim_thread = None
     if users is None and cfg.simulate:
@@ -497,6 +498,9 @@ def local_config(ns: Any) -> LocalConfig:
 
 
 def _cmd_local(ns: Any) -> int:
+    from openclaw_rl.cli import ensure_port_free
+
+    ensure_port_free(ns.host, ns.port, "--port")  # one line before the models load, not a traceback after
     configure_local_logging()
     cfg = local_config(ns)
     with sigterm_as_ctrl_c():

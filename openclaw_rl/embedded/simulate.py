@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from openclaw_rl.chat_format import strip_reasoning
 from openclaw_rl.embedded import task
@@ -196,6 +197,19 @@ async def chat_with_retry(client: Any, *, retry_timeout_s: float = 600.0, **kwar
         await asyncio.sleep(max(0.0, min(delay, deadline - time.monotonic())))
 
 
+def proxy_base_url(url: str) -> str:
+    """The proxy's base URL from what a user pastes: ``http://host:port``, with or without ``/v1`` and
+    trailing slashes (``local`` and ``serve`` print the ``/v1`` form, which OpenClaw's provider takes)."""
+    base = url.strip().rstrip("/")
+    if base.endswith("/v1"):
+        base = base[:-3].rstrip("/")
+    parts = urlsplit(base)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"--proxy-url {url!r} is not an http(s) URL; give the one the proxy printed, "
+                         "e.g. http://127.0.0.1:30000/v1")
+    return base
+
+
 async def run_simulation(base_url: str, *, interactions: int, concurrency: int,
                          preferred_style: str = task.DEFAULT_STYLE, seed: int = 0,
                          api_key: str = "x", session_headers: bool = True,
@@ -212,7 +226,7 @@ async def run_simulation(base_url: str, *, interactions: int, concurrency: int,
 
     result = SimulationResult(preferred_style, window=window)
     started = time.monotonic()
-    client = AsyncOpenAI(base_url=f"{base_url.rstrip('/')}/v1", api_key=api_key, max_retries=0, timeout=timeout_s)
+    client = AsyncOpenAI(base_url=f"{proxy_base_url(base_url)}/v1", api_key=api_key, max_retries=0, timeout=timeout_s)
 
     async def session(index: int, turns: int) -> None:
         sid = f"sim-{seed}-{index}"
@@ -353,7 +367,7 @@ async def run_llm_simulation(base_url: str, user_client: Any, user_model: str, *
     from openclaw_rl.embedded.problems import PROBLEMS
 
     pool = list(problems if problems is not None else PROBLEMS)[:num_problems]
-    policy = AsyncOpenAI(base_url=f"{base_url.rstrip('/')}/v1", api_key=api_key, max_retries=0, timeout=300.0)
+    policy = AsyncOpenAI(base_url=f"{proxy_base_url(base_url)}/v1", api_key=api_key, max_retries=0, timeout=300.0)
     slots = asyncio.Semaphore(max(1, concurrency))
 
     async def one(index: int, problem: Any) -> ProblemOutcome:
@@ -380,73 +394,6 @@ async def run_llm_simulation(base_url: str, user_client: Any, user_model: str, *
         return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(pool))))
     finally:
         await policy.close()
-
-
-# --- the command -----------------------------------------------------------------------------------------
-
-
-def register_simulate_command(subparsers: Any) -> None:
-    """Add ``openclaw-rl simulate`` (scripted user by default, LLM user with ``--llm-user-url``)."""
-    p = subparsers.add_parser("simulate", help="drive a running proxy with a simulated user and plot the learning curve")
-    p.add_argument("--proxy-url", required=True, help="the proxy's base URL, without /v1")
-    p.add_argument("--api-key", default="x", help="the proxy's bearer key")
-    p.add_argument("--interactions", type=int, default=200, help="policy calls in total (scripted user)")
-    p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--preferred-style", default=task.DEFAULT_STYLE, choices=list(task.STYLES))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--turns-per-session", type=int, default=4)
-    p.add_argument("--window", type=int, default=20, help="moving-average window of the learning curve")
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--plot", help="write the learning curve PNG here")
-    p.add_argument("--llm-user-url", help="OpenAI-compatible endpoint that plays the user (enables the LLM user)")
-    p.add_argument("--llm-user-model", default="default")
-    p.add_argument("--llm-user-api-key", default="x")
-    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="student")
-    p.add_argument("--problems", type=int, default=5, help="LLM user: problems (sessions) to run")
-    p.add_argument("--max-turns", type=int, default=8, help="LLM user: policy replies per problem")
-    p.set_defaults(fn=cmd_simulate)
-
-
-def cmd_simulate(ns: Any) -> int:
-    if ns.llm_user_url:
-        return asyncio.run(_llm_command(ns))
-    every = max(1, ns.interactions // 20)
-
-    def progress(result: SimulationResult) -> None:
-        done = len(result.interactions)
-        if done % every == 0 or done == ns.interactions:
-            curve = result.rate_curve()
-            print(f"[{done}/{ns.interactions}] moving '{ns.preferred_style}' rate "
-                  f"{curve[-1] if curve else 0.0:.0%} over {len(result.matches)} uninstructed replies", flush=True)
-
-    result = asyncio.run(run_simulation(ns.proxy_url, interactions=ns.interactions, concurrency=ns.concurrency,
-                                        preferred_style=ns.preferred_style, seed=ns.seed, api_key=ns.api_key,
-                                        on_interaction=progress, turns_per_session=ns.turns_per_session,
-                                        max_tokens=ns.max_tokens, window=ns.window))
-    print(result.summary())
-    if ns.plot:
-        result.save_plot(ns.plot)
-        print(f"learning curve written to {ns.plot}")
-    return 0
-
-
-async def _llm_command(ns: Any) -> int:
-    from openai import AsyncOpenAI
-
-    def progress(outcome: ProblemOutcome) -> None:
-        status = "done" if outcome.completed else "not done"
-        print(f"problem {outcome.index}: {status} after {outcome.turns} turns", flush=True)
-
-    user_client = AsyncOpenAI(base_url=ns.llm_user_url, api_key=ns.llm_user_api_key, max_retries=2)
-    try:
-        outcomes = await run_llm_simulation(ns.proxy_url, user_client, ns.llm_user_model, scenario=ns.scenario,
-                                            num_problems=ns.problems, max_turns=ns.max_turns,
-                                            concurrency=ns.concurrency, api_key=ns.api_key, on_problem=progress)
-    finally:
-        await user_client.close()
-    done = sum(o.completed for o in outcomes)
-    print(f"{done}/{len(outcomes)} completed within the turn limit")
-    return 0
 
 
 def drive_simulation(base_url: str, stop_event: Any, out: dict[str, Any], *, run: Any = None, **kwargs: Any) -> None:

@@ -4,7 +4,7 @@ Stage: weight sync → **version guard** → policy engines (real SGLang, or ``o
 restarted SGLang comes back serving the checkpoint it was launched from, as ``default``; until the next
 step's sync, every turn it samples is off-policy, and the trainer refuses those as stale (seen with real
 SGLang 0.5.23: versions went step-12 → default after a restart). The guard polls each engine's
-``/get_model_info`` every ``interval_s``. While an engine that was given weights does not answer, or
+``/model_info`` (``/get_model_info`` on older SGLang) every ``interval_s``. While an engine that was given weights does not answer, or
 answers with another version, the proxy's submission gate is held closed (new requests get 503 +
 Retry-After, or wait in ``hold`` mode); the engine's last weights are loaded again under their label
 (``SGLangWeightSync.restore_if_regressed``), and the gate reopens only once every engine serves what

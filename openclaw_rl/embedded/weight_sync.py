@@ -100,6 +100,7 @@ class SGLangWeightSync:
         self.http = httpx.Client(timeout=timeout_s, headers=headers)
         self._current: Path | None = None
         self._warned_no_pause = False
+        self._legacy_info = False  # the server has only /get_model_info and /get_server_info (older SGLang)
         self.last_timings: dict[str, float] = {}
         # the label and checkpoint the server was last made to serve (None before the first load): what a
         # restarted server, back on its launch weights ("default"), must be given again
@@ -110,7 +111,7 @@ class SGLangWeightSync:
 
     def server_version(self, timeout_s: float | None = None) -> str:
         """The version label the server reports now (``"default"`` until the first update)."""
-        return str(self.get("/get_model_info", timeout_s).get("weight_version"))
+        return str(self.info("model_info", timeout_s).get("weight_version"))
 
     def sync(self, model: torch.nn.Module, version: str) -> None:
         with self._lock:
@@ -211,11 +212,28 @@ class SGLangWeightSync:
         raise WeightSyncError(f"policy server {self.url} did not resume generation after the weight update "
                               f"({failed}); its requests stay paused until /continue_generation succeeds")
 
+    def info(self, name: str, timeout_s: float | None = None) -> Mapping[str, Any]:
+        """``/model_info`` or ``/server_info``: SGLang 0.5.23 logs a deprecation warning at every call of the
+        older ``/get_model_info`` and ``/get_server_info``, so those are asked only of a server that answers
+        404 to the new name (older SGLang), and from then on directly."""
+        if not self._legacy_info:
+            resp = self._get(f"/{name}", timeout_s)
+            if resp.status_code != 404:
+                return self._checked(f"/{name}", resp)
+            self._legacy_info = True
+        return self.get(f"/get_{name}", timeout_s)
+
     def get(self, path: str, timeout_s: float | None = None) -> Mapping[str, Any]:
+        return self._checked(path, self._get(path, timeout_s))
+
+    def _get(self, path: str, timeout_s: float | None = None) -> httpx.Response:
         try:
-            resp = self.http.get(f"{self.url}{path}", **({"timeout": timeout_s} if timeout_s else {}))
+            return self.http.get(f"{self.url}{path}", **({"timeout": timeout_s} if timeout_s else {}))
         except httpx.HTTPError as exc:
             raise WeightSyncError(f"policy server {self.url} unreachable: {exc!r}") from exc
+
+    @staticmethod
+    def _checked(path: str, resp: httpx.Response) -> Mapping[str, Any]:
         if resp.status_code != 200:
             raise WeightSyncError(f"policy server {path} answered {resp.status_code}: {resp.text[:300]}")
         return _json(resp)

@@ -5,7 +5,8 @@ stopping processes, traps. It runs this with its environment and ``eval``s the o
 assignments whose every word is single-quoted for a POSIX shell (``quote``; the same quoting makes the
 printed commands paste-able): the commands to start (``OC_JUDGE_CMD``, ``OC_RAY_CMD``, ``OC_TRAIN_CMD``
 arrays), the environment to export (``OC_ENV``), the values its waits and port checks need, and the
-dry-run printout (``OC_PLAN``). Along the way the run config is written to ``$RUN_DIR``. Warnings go to
+dry-run printout (``OC_PLAN``). Along the way the run config is written to ``$RUN_DIR`` (not by a dry run
+with ``RUN_DIR`` unset: its default is inside this repository). Warnings go to
 stderr as they happen; a refusal is ``[openclaw-rl] ERROR: ...`` on stderr and exit status 2.
 ``--json`` prints the same as one JSON object instead, for tools.
 """
@@ -114,7 +115,11 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
         "proxy_host", "proxy_port", "proxy_served_model_name", "proxy_tool_parser", "proxy_rollout_temperature")}
     script.check_ports(s)
     commands = slime_args.build(s, extra, console, cwd)
-    slime_args.write_config(s, config_text, console)
+    if dry_run and s.run_dir_default:  # a look at the plan leaves no file in the repository
+        console.log(f"dry run: the run config is printed below, not written to {s.config_path} (a real launch "
+                    "writes it there; set RUN_DIR to choose the run directory)")
+    else:
+        slime_args.write_config(s, config_text, console)
     return {
         # resolved by the typed config (the Slime job's environment keeps them consistent with the run config)
         "PROXY_HOST": s.proxy["host"], "PORT": s.proxy["port"], "SERVED_MODEL_NAME": s.proxy["served_model_name"],

@@ -123,6 +123,7 @@ class ScriptSettings:
     ray_devices: str = ""  # assign_devices
     judge_devices: str = ""
     proxy: dict[str, str] = field(default_factory=dict)  # the run config's resolved proxy values the flags use
+    run_dir_default: bool = False  # RUN_DIR unset: results/<run> in this repository (a dry run writes nothing there)
 
     @property
     def ray_gpus(self) -> int:
@@ -223,7 +224,7 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
         ray_start_timeout=ray_start_timeout, judge_startup_timeout=judge_startup_timeout,
         use_wandb=switch(env, "USE_WANDB", True), wandb_project=get("WANDB_PROJECT", "openclaw_rl"),
         wandb_key_set=bool(get("WANDB_KEY") or get("WANDB_API_KEY")), user_pythonpath=get("PYTHONPATH"),
-        cuda_visible_devices=get("CUDA_VISIBLE_DEVICES"))
+        cuda_visible_devices=get("CUDA_VISIBLE_DEVICES"), run_dir_default=not env.get("RUN_DIR"))
 
 
 def check_split(s: ScriptSettings, console: Console) -> None:

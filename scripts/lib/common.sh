@@ -31,6 +31,9 @@
 #   TP [v] PRM_TP [TP] TRAIN_TP [min(4, ACTOR_GPUS)]     SGLang rollout TP, judge TP, Megatron TP
 #   HF_CKPT [models/<v>] REF_LOAD [HF_CKPT] SAVE_CKPT [ckpt/<run>] PRM_MODEL_PATH [HF_CKPT]
 #                                (SAVE_CKPT is both --save and --load: a relaunch resumes its last checkpoint)
+#                                the defaults of these paths and of the run dir below are inside this
+#                                repository, as upstream's scripts had them (git-ignored): set them to your
+#                                checkpoint and to a disk with room; a dry run reports a missing checkpoint
 #   PRM_URL []                   an external SGLang judge/teacher; then PRM_GPUS defaults to 0
 #   PRM_API_KEY []               bearer key of that external judge
 #   PRM_PORT [30010] PRM_M [v] PRM_TEMPERATURE [0.6] PRM_MAX_NEW_TOKENS [v] PRM_MEM_FRACTION [v]
@@ -46,7 +49,8 @@
 #   LORA_TARGET_MODULES [q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]   *_lora scripts only
 #   USE_WANDB [1] WANDB_PROJECT [openclaw_rl] WANDB_KEY / WANDB_API_KEY []
 #   MASTER_ADDR [127.0.0.1] RAY_PORT [6379] RAY_DASHBOARD_PORT [8265] RAY_TEMP_DIR [/tmp/openclaw_rl_ray_<port>]
-#   RUN_DIR [results/<run>] OPENCLAW_CONFIG [configs/openclaw_<mode>.yaml] PYTHON [python3]
+#   RUN_DIR [results/<run>: spool, records, logs, run config; a dry run writes nothing there unless set]
+#   OPENCLAW_CONFIG [configs/openclaw_<mode>.yaml] PYTHON [python3]
 #   JUDGE_STARTUP_TIMEOUT [1200] RAY_START_TIMEOUT [180] SKIP_SLIME_FEATURE_CHECK [0] ALLOW_LORA_FALLBACK [0]
 #   OPD_ADVANTAGE [auto]          token-level OPD: estimator (bundled Slime) or custom (THUDM/slime's hook)
 

@@ -113,23 +113,74 @@ def test_train_without_its_policy_server_is_one_line_not_a_traceback(tmp_path, t
 
     down = f"http://127.0.0.1:{free_port()}"
     rc = main(["train", "--mode", "rl", "--model", str(tiny_model_dir), "--policy-url", down, "--judge-url", down,
-               "--device", "cpu", "--batch-size", "2", "--max-steps", "1", "--spool-dir", str(tmp_path / "spool")])
+               "--port", str(free_port()), "--out-dir", str(tmp_path / "run"), "--device", "cpu", "--batch-size", "2", "--max-steps", "1", "--spool-dir", str(tmp_path / "spool")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and err[-1].startswith(f"openclaw-rl train: error: policy server {down} unreachable"), err
     assert not any("Traceback" in line for line in err)
+
+
+def test_train_draws_no_transformers_progress_bars(monkeypatch, capsys):
+    """`train` loads the checkpoint and writes every sync's weights with transformers, whose bars redrew
+    once per shard at every step in the step log; they are off while it runs, and back on after."""
+    from transformers.utils import logging as hf_logging
+
+    from openclaw_rl.cli import main
+    from openclaw_rl.embedded import external
+    from openclaw_rl.servers import free_port
+
+    seen = []
+    monkeypatch.setattr(external, "run_train",
+                        lambda cfg: (seen.append(hf_logging.is_progress_bar_enabled()), external.TrainReport())[1])
+    hf_logging.enable_progress_bar()
+    assert main(["train", "--model", "/m", "--policy-url", "http://127.0.0.1:9", "--port", str(free_port())]) == 0
+    assert seen == [False] and hf_logging.is_progress_bar_enabled()
 
 
 def test_corrupt_spool_refuses_to_start_with_advice(tmp_path, tiny_model_dir):
     spool = tmp_path / "spool"
     spool.mkdir()
     (spool / "samples.sqlite3").write_bytes(b"not a database at all" * 100)
-    for args in (("serve", "--tokenizer", str(tiny_model_dir), "--spool-dir", str(spool)),
+    for args in (("serve", "--tokenizer", str(tiny_model_dir), "--spool-dir", str(spool), "--port", str(free_port())),
                  ("samples", "--spool-dir", str(spool))):
         out = run_cli(*args)
         lines = [line for line in out.stderr.splitlines() if "Traceback" in line or "error" in line.lower()]
         assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]  # (warnings may precede it)
         assert lines[0].startswith("openclaw-rl: error: spool ")
         assert "is corrupt" in lines[0] and "aside" in lines[0] and ".recover" in lines[0]
+
+
+@pytest.mark.parametrize(("command", "flag"), [
+    (["serve"], "--port (openclaw_proxy_port)"),
+    (["train", "--model", "/nonexistent/model"], "--port (openclaw_proxy_port)"),
+    (["local", "--simulate"], "--port"),
+    (["judge", "--model", "/nonexistent/model"], "--port"),
+])
+def test_a_busy_port_is_one_line_naming_the_port_and_the_flag(command, flag, capsys):
+    """Another server on the port: one line before any model loads (it was a 22-line traceback after)."""
+    import socket
+
+    from openclaw_rl.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        rc = main([*command, "--port", str(port)])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count("\n") == 1, err
+    assert f"port {port} on 127.0.0.1 is already in use" in err and f"choose another port with {flag}" in err
+
+
+def test_config_paths_expand_the_home_directory(tmp_path, monkeypatch):
+    """configs/*.yaml keep their spool under ~ (not results/ in the repository): `~` must expand."""
+    from openclaw_rl.cli import build_parser, settings_from_cli
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("openclaw_spool_dir: ~/openclaw-rl/spool\nopenclaw_proxy_record_dir: ~/rec\n")
+    settings = settings_from_cli(build_parser("serve").parse_args(["serve", "--config", str(cfg)]))
+    assert settings.spool.dir == str(tmp_path / "openclaw-rl" / "spool")
+    assert settings.proxy.record_dir == str(tmp_path / "rec")
 
 
 def test_samples_prints_strict_json(tmp_path):
@@ -180,6 +231,6 @@ def test_a_command_registers_only_its_own_module_and_help_lists_them_all():
     assert "openclaw_rl.embedded.local" in loaded["local"] and "openclaw_rl.bench.mock" not in loaded["local"]
     usage = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "--help"], capture_output=True, text=True).stdout
     assert all(name in usage for name in ("serve", "samples", "local", "train", "engine", "mock-sglang", "bench",
-                                          "simulate"))
+                                          "simulate", "judge"))
     wrong = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "sevre"], capture_output=True, text=True)
     assert wrong.returncode == 2 and "invalid choice: 'sevre'" in wrong.stderr and "'simulate'" in wrong.stderr

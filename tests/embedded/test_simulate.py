@@ -69,6 +69,7 @@ class StandIn:
         self.rejected = 0
         self.app = FastAPI()
         self.app.post("/v1/chat/completions")(self.chat)
+        self.app.get("/v1/models")(lambda: {"object": "list", "data": [{"id": "m", "object": "model"}]})
 
     async def chat(self, request: Request) -> Any:
         if not self.rejected:
@@ -154,6 +155,7 @@ class FakeLLMUser:
         self.requests: list[dict[str, Any]] = []
         self.app = FastAPI()
         self.app.post("/v1/chat/completions")(self.chat)
+        self.app.get("/v1/models")(lambda: {"object": "list", "data": [{"id": "m", "object": "model"}]})
 
     async def chat(self, request: Request) -> Any:
         body = await request.json()
@@ -210,3 +212,52 @@ def test_simulate_command(stand_in: StandIn, tmp_path: Path, capsys: pytest.Capt
                  "--preferred-style", "bullet", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "[6/6] moving 'bullet' rate" in out and "6 interactions" in out and png.is_file()
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/", "//v1//"])
+def test_simulate_takes_the_url_the_proxy_prints_with_or_without_v1(stand_in: StandIn, suffix: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`local` prints `proxy at http://127.0.0.1:PORT/v1`: pasted into --proxy-url it used to end in a
+    404 traceback (the client asked /v1/v1/chat/completions)."""
+    from openclaw_rl.cli import main
+
+    assert main(["simulate", "--proxy-url", stand_in.url + suffix, "--interactions", "2", "--concurrency", "1"]) == 0
+    assert "2 interactions" in capsys.readouterr().out
+    assert all(call["headers"]["host"] in stand_in.url for call in stand_in.calls) and len(stand_in.calls) == 2
+
+
+def test_simulate_says_in_one_line_what_is_wrong_with_the_proxy_url(capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing listening, a server that is not the proxy, a refused key, a URL that is not http: one line on
+    stderr and a non-zero exit code, no traceback."""
+    from openclaw_rl.cli import main
+    from openclaw_rl.servers import free_port
+
+    def one_line_error(args: list[str], code: int = 1) -> str:
+        assert main(["simulate", "--interactions", "2", *args]) == code
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        return err
+
+    port = free_port()
+    assert f"cannot reach the proxy at http://127.0.0.1:{port}" in one_line_error(
+        ["--proxy-url", f"http://127.0.0.1:{port}/v1"])
+    elsewhere = FastAPI()
+    elsewhere.get("/v1/models")(lambda: JSONResponse({"error": {"message": "bad key"}}, status_code=401))
+    with BackgroundServer(FastAPI()) as other, BackgroundServer(elsewhere) as keyed:
+        assert "answered HTTP 404" in one_line_error(["--proxy-url", f"{other.url}/api/v1"])
+        assert "refused the API key" in one_line_error(["--proxy-url", keyed.url, "--api-key", "wrong"])
+    assert "not an http(s) URL" in one_line_error(["--proxy-url", "127.0.0.1:30000"], code=2)
+
+
+def test_a_proxy_failing_mid_run_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """After the check, an error the users do not retry (a 400, say) ends the command in one line too."""
+    from openclaw_rl.cli import main
+
+    failing = FastAPI()
+    failing.get("/v1/models")(lambda: {"object": "list", "data": []})
+    failing.post("/v1/chat/completions")(
+        lambda: JSONResponse({"error": {"message": "prompt too long", "type": "invalid_request_error"}}, status_code=400))
+    with BackgroundServer(failing) as server:
+        assert main(["simulate", "--proxy-url", server.url, "--interactions", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "answered HTTP 400: prompt too long" in err, err

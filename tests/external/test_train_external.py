@@ -103,6 +103,35 @@ def test_the_weight_sync_pauses_generation_around_the_update(tokenizer, tmp_path
         sync.close()
 
 
+@pytest.mark.parametrize("new_names", [True, False])
+def test_the_sync_asks_model_info_and_falls_back_to_get_model_info_on_older_sglang(tokenizer, tmp_path, new_names):
+    """SGLang 0.5.23 logs /get_model_info (and /get_server_info) as deprecated at every call: the sync asks
+    /model_info, and only a server that answers it 404 (older SGLang) the old name, from then on directly."""
+    from openclaw_rl.embedded.weight_sync import SGLangWeightSync
+    from openclaw_rl.engine import ScriptedModel, make_engine_app
+    from openclaw_rl.servers import BackgroundServer
+
+    engine = make_engine_app(ScriptedModel(tokenizer), tokenizer, served_model_name="tiny", model_path="/models/tiny")
+    asked = []
+
+    async def sglang(scope, receive, send):
+        if scope["type"] == "http":
+            asked.append(scope["path"])
+            if scope["path"].startswith("/get_" if new_names else ("/model_info", "/server_info")):
+                await send({"type": "http.response.start", "status": 404, "headers": []})
+                await send({"type": "http.response.body", "body": b""})
+                return
+        await engine(scope, receive, send)
+
+    with BackgroundServer(sglang) as server:
+        sync = SGLangWeightSync(server.url, tmp_path / "w")
+        assert sync.server_version() == sync.server_version() == "default"
+        assert sync.info("server_info")["served_model_name"] == "tiny"
+        sync.close()
+    assert asked == (["/model_info", "/model_info", "/server_info"] if new_names else
+                     ["/model_info", "/get_model_info", "/get_model_info", "/get_server_info"])
+
+
 def _sample(version: object) -> TrainingSample:
     return TrainingSample(session_id="s", turn=1, kind="rl", prompt_ids=[1, 2], response_ids=[3], rollout_log_probs=[-1.0],
                           loss_mask=[1], reward=1.0, metadata={"weight_version": version})

@@ -49,7 +49,7 @@ def test_an_interrupt_while_train_starts_is_one_line(tiny_model_dir, tmp_path, t
     monkeypatch.setattr(SGLangWeightSync, "close", lambda self: (closed.append(1), close(self)))
     try:
         rc = train_in_this_process("--model", str(tiny_model_dir), "--policy-url", "http://127.0.0.1:9",
-                                   "--out-dir", str(tmp_path / "run"))
+                                   "--port", str(free_port()), "--out-dir", str(tmp_path / "run"))
     except KeyboardInterrupt:
         pytest.fail("an interrupt during start-up escaped `openclaw-rl train` as a traceback")
     err = capsys.readouterr().err

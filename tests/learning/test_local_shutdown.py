@@ -89,6 +89,7 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path, local_in_this_process, capsys,
     captured = capsys.readouterr()
     assert sigterm_at_the_second_step() == 2
     assert_stopped_cleanly(captured.out + captured.err, rc, "SIGTERM", out, port)
+    assert "provider config" not in captured.out  # simulated users: no OpenClaw to paste it into
 
 
 def test_a_step_trained_when_ctrl_c_comes_is_logged_and_its_batch_stays_in_the_spool(tmp_path, tiny_model_dir,

@@ -838,3 +838,16 @@ def test_judge_urls_behind_a_gateway_and_mqa_model_args_are_accepted(launch, tmp
 def test_help_anywhere_prints_help_and_launches_nothing(launch):
     run = launch("rl", "--dry-run", "--help")
     assert run.rc == 0 and "Environment variables" in run.out and "ray job submit" not in run.out
+
+
+def test_a_dry_run_without_run_dir_writes_nothing_into_the_repository(launch):
+    """RUN_DIR's default is results/<run> inside this repository: a dry run (a look at the plan) printed
+    the run config and also wrote it there. Without RUN_DIR it now only prints it, and says where a real
+    launch writes it."""
+    results = REPO_ROOT / "results"
+    before = sorted(results.rglob("*")) if results.exists() else None
+    run = launch("rl", RUN_DIR="")
+    assert run.rc == 0, run.err
+    assert f"not written to {results}/" in run.err and "set RUN_DIR" in run.err
+    assert "# --- run config (" in run.out and "openclaw_spool_dir:" in run.out
+    assert (sorted(results.rglob("*")) if results.exists() else None) == before
