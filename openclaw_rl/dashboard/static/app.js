@@ -174,7 +174,7 @@ function tokenView(sample) {
     const span = h("span", {class: "tok" + (masked.has(i) ? " masked" : ""),
                             title: a === null || a === undefined ? `token ${i}` : `token ${i}: advantage ${a}`}, text);
     if (a !== null && a !== undefined) {
-      const alpha = Math.min(1, Math.abs(a) / scale) * 0.75;
+      const alpha = Math.sqrt(Math.min(1, Math.abs(a) / scale)) * 0.75;  // sqrt: small advantages stay visible
       span.dataset.bg = a >= 0 ? `rgba(31,122,58,${alpha})` : `rgba(179,38,30,${alpha})`;
     }
     return span;
@@ -185,8 +185,15 @@ function tokenView(sample) {
     adv ? h("div", {class: "legend"}, h("span", {}, h("i", {"data-color": "rgba(31,122,58,.75)"}), "the teacher prefers it"),
             h("span", {}, h("i", {"data-color": "rgba(179,38,30,.75)"}), "the teacher disfavours it"),
             masked.size ? h("span", {}, "struck: masked out of the loss") : null) : null,
-    h("div", {class: "box tokens", id: "tokens-" + sample.id.slice(0, 8)}, spans));
+    h("div", {class: "box tokens", id: "tokens-" + sample.id.slice(0, 8)}, spans),
+    h("p", {class: "muted tokinfo"}, "tap a token for its advantage"));
 }
+document.addEventListener("click", (e) => {  // a phone has no hover: a tap shows the token's value
+  const tok = e.target.closest && e.target.closest(".tok");
+  if (!tok) return;
+  const info = tok.closest(".sample").querySelector(".tokinfo");
+  info.textContent = `${JSON.stringify(tok.textContent)} — ${tok.title}`;
+});
 
 function judgeView(j) {
   if (!j) return h("p", {class: "muted"}, "no judge record (the turn was dropped before judging)");
