@@ -122,3 +122,27 @@ def test_the_journal_is_bounded_and_survives_a_torn_line(tmp_path):
     lines = list(read_journal(tmp_path))
     assert lines and lines[-1]["batch"] == "b99"
     assert [int(line["batch"][1:]) for line in lines] == sorted(int(line["batch"][1:]) for line in lines)
+
+
+def test_a_stopped_runs_dashboard_without_keys_shows_every_session_and_its_metrics(tmp_path):
+    """`openclaw-rl dashboard --spool-dir`: the journal, the spool's waiting turns and metrics.jsonl beside it."""
+    from fastapi.testclient import TestClient
+
+    from openclaw_rl.cli import build_parser
+    from openclaw_rl.dashboard.command import standalone_app
+    from openclaw_rl.spool import Spool
+
+    spool_dir = tmp_path / "spool"
+    spool = Spool(spool_dir)
+    spool.save_turn(("ns-b\x1fwaiting", "e", 1), '{"session_key": "ns-b\\u001fwaiting", "session_id": "waiting", '
+                                                   '"index": 1, "epoch": "e", "created": 1.0, "next_state": null}')
+    spool.close()
+    (spool_dir / JOURNAL).write_text('{"ev": "turn", "t": 2.0, "ns": "ns-a", "session": "done", "epoch": "e", '
+                                     '"turn": 1, "drop": "zero_score", "samples": []}\n')
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "rollout/reward_mean": 0.5, "train/loss": 0.1}\n')
+    client = TestClient(standalone_app(spool_dir))
+    overview = client.get("/dashboard/api/overview").json()
+    assert {s["session"]: s["states"] for s in overview["sessions"]} == {"done": {"dropped": 1}, "waiting": {"waiting": 1}}
+    assert [c["name"] for c in overview["training"]["curves"]] == ["rollout/reward_mean", "train/loss"]
+    assert overview["drops"]["totals"] == {"zero_score": 1}
+    assert build_parser().parse_args(["dashboard", "--spool-dir", str(spool_dir)]).port == 8400
