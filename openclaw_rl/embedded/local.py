@@ -212,13 +212,13 @@ class LocalStack:
                                     served_model_name="rule-judge", model_path=str(model_dir))
         self.judge_server = self._serve(BackgroundServer(judge_app, cfg.host))
         settings = load_settings({
+            **({"proxy_api_keys": list(cfg.api_keys)} if cfg.api_keys else {}),
             "mode": cfg.mode, "proxy_host": cfg.host, "proxy_port": cfg.port, "proxy_tokenizer": str(model_dir),
             "proxy_policy_url": self.policy_server.url, "judge_url": self.judge_server.url,
             "judge_votes": cfg.judge_votes, "judge_max_new_tokens": 128, "spool_dir": str(self.out / "spool"),
             "proxy_record_dir": str(self.out / "records"), "proxy_pause_mode": "hold",
             "proxy_max_new_tokens": cfg.max_new_tokens, "proxy_served_model_name": "tiny",
             "proxy_rollout_temperature": 1.0, "opd_distill_topk": cfg.distill_topk, "proxy_session_ttl_s": cfg.session_ttl_s,
-            **({"proxy_api_keys": list(cfg.api_keys)} if cfg.api_keys else {}),
         }, env={})
         self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
         self.metrics_path = str(self.out / "metrics.jsonl")
