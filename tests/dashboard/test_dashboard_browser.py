@@ -1,6 +1,6 @@
 """The dashboard in a real browser: headless Chromium (the system's package) driven by Playwright.
 
-One short `local --simulate` run in OPD mode (tiny model, batches of 4, 2 steps, 24 simulated replies,
+One short `local --simulate` run in OPD mode (tiny model, batches of 4, stopped at step 2, simulated replies,
 plus one session of a second API key) leaves a spool directory and a metrics.jsonl; the dashboard serves
 them (``openclaw-rl dashboard``'s app) and the browser must show, for the first key: the training curves
 and the learning curve, the drops by reason, the sessions, a trained turn with its judge votes, hint and
@@ -57,7 +57,9 @@ def run_dir(tmp_path_factory, tiny_model_dir):
                        headers={"Authorization": f"Bearer {KEYS[1]}", "X-Session-Id": "other-session",
                                 "X-Session-Done": "true"})
         assert r.status_code == 200, r.text
-        drive_simulation(url, stop, result, interactions=24, concurrency=4, seed=0, window=8)
+        # more than 2 batches need: OPD drops the turns without a hint (how many depends on what the tiny
+        # model samples), and the run stops at its second step
+        drive_simulation(url, stop, result, interactions=64, concurrency=4, seed=0, window=8)
 
     saved = os.environ.get("OPENCLAW_RL_CACHE")
     os.environ["OPENCLAW_RL_CACHE"] = str(tiny_model_dir.parent)
@@ -69,7 +71,7 @@ def run_dir(tmp_path_factory, tiny_model_dir):
             os.environ.pop("OPENCLAW_RL_CACHE")
         else:
             os.environ["OPENCLAW_RL_CACHE"] = saved
-    assert report.steps == 2
+    assert report.steps == 2, f"the simulated users ended after {report.steps} steps"
     return out
 
 
