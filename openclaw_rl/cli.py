@@ -226,10 +226,17 @@ def _register_simulate(sub: Any) -> None:
     register_simulate_command(sub)
 
 
+def _register_dashboard(sub: Any) -> None:
+    from .dashboard.command import register_dashboard_command
+
+    register_dashboard_command(sub)
+
+
 # subcommand -> what registers it (mock-sglang and bench come together from the benchmarks)
 _EXTRA_COMMANDS: dict[str, Any] = {"local": _register_local, "train": _register_train, "engine": _register_engine,
                                    "mock-sglang": _register_bench, "bench": _register_bench,
-                                   "simulate": _register_simulate, "judge": _register_judge}
+                                   "simulate": _register_simulate, "judge": _register_judge,
+                                   "dashboard": _register_dashboard}
 
 
 def _command_of(argv: list[str]) -> str | None:

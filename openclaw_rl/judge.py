@@ -134,6 +134,7 @@ class PRMJudgement:
     representative: str | None = None  # the first vote agreeing with a non-zero score
     source: str = "judge"  # "judge", or "feedback" for an explicit rating (POST /v1/feedback)
     failed_votes: int = 0  # votes whose request failed (unreachable, timeout, refused), not unparsable ones
+    reasons: list[str | None] = field(default_factory=list)  # each vote's raw answer (its reasoning), for records
 
     @property
     def failed(self) -> bool:
@@ -145,8 +146,11 @@ class PRMJudgement:
         return cls(float(rating), [], None, "feedback")
 
     def record(self) -> dict[str, Any]:
-        return {"score": self.score, "votes": [("fail" if v is None else v) for v in self.votes],
-                "source": self.source}
+        out: dict[str, Any] = {"score": self.score, "votes": [("fail" if v is None else v) for v in self.votes],
+                               "source": self.source}
+        if self.reasons:
+            out["reasons"] = self.reasons
+        return out
 
 
 @dataclass(slots=True)
@@ -362,7 +366,7 @@ class JudgeClient:
         votes = [None if raw is None else parse_boxed(raw, fmt=self.format) for raw in raws]
         score = majority_vote(votes)
         rep = next((raw for raw, v in zip(raws, votes) if v == score and score != 0), None)
-        return PRMJudgement(score, votes, rep, failed_votes=raws.count(None))
+        return PRMJudgement(score, votes, rep, failed_votes=raws.count(None), reasons=list(raws))
 
     async def hints(self, response_text: str, next_state: dict[str, str]) -> HintJudgement:
         user = HINT_USER.format(response=response_text, role=next_state["role"], next_state=next_state["content"])

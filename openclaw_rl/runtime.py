@@ -81,6 +81,8 @@ class ProxyRuntime:
             self.proxy.metrics.submission_open.set(0)
         batch_id, samples = spool.lease(n)
         self._unacked.append((batch_id, step))
+        if self.proxy.journal is not None:
+            self.proxy.journal.batch(batch_id, [s.sample_id for s in samples])
         rewards = [s.reward for s in samples]
         eval_scores = self.proxy.writer.take_eval_scores()
         counts = Counter(rewards)
@@ -94,10 +96,11 @@ class ProxyRuntime:
             metrics["rollout/prm_eval_score"] = sum(eval_scores) / len(eval_scores)
         return Batch(batch_id, samples, metrics)
 
-    def ack(self, batch_id: str | None = None) -> None:
-        """The trainer is done with the batch (or, with no id, with every batch handed out so far)."""
-        done = [(bid, step) for bid, step in self._unacked if batch_id is None or bid == batch_id]
-        self._acknowledge(done)
+    def ack(self, batch_id: str | None = None, step: int | None = None) -> None:
+        """The trainer is done with the batch (or, with no id, with every batch handed out so far);
+        ``step``: the trainer step that trained it (for the dashboard's journal)."""
+        done = [(bid, s) for bid, s in self._unacked if batch_id is None or bid == batch_id]
+        self._acknowledge(done, step)
 
     def ack_through(self, step: int) -> int:
         """Acknowledge every batch collected for a trainer step <= ``step``; returns how many."""
@@ -105,12 +108,16 @@ class ProxyRuntime:
         self._acknowledge(done)
         return len(done)
 
-    def _acknowledge(self, done: list[tuple[str, int | None]]) -> None:
+    def _acknowledge(self, done: list[tuple[str, int | None]], step: int | None = None) -> None:
         for entry in done:
             self.proxy.spool.ack(entry[0])
             self._unacked.remove(entry)
+            if self.proxy.journal is not None:
+                self.proxy.journal.trained(entry[0], step if step is not None else entry[1])
 
     def stop(self) -> None:
         self.proxy.gate.close()
         self.server.stop()
         self.proxy.writer.close()
+        if self.proxy.journal is not None:
+            self.proxy.journal.close()

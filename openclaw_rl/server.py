@@ -35,6 +35,9 @@ from . import codec
 from .backend import PolicyBackend, probe_backend
 from .chat import ChatRenderer
 from .config import Settings
+from .dashboard.data import Sources, waiting_from_tracker
+from .dashboard.journal import TurnJournal
+from .dashboard.routes import dashboard_router
 from .errors import (
     BadRequest,
     ClientGone,
@@ -141,6 +144,19 @@ class Authenticator:
         self._hits: dict[str, deque[float]] = defaultdict(deque)
 
     def namespace(self, authorization: str | None) -> str:
+        found = self.identify(authorization)
+        if self.rate_limit and self.keys:
+            hits, now = self._hits[found], time.monotonic()
+            while hits and now - hits[0] > 60:
+                hits.popleft()
+            if len(hits) >= self.rate_limit:
+                raise RateLimited(f"rate limit of {self.rate_limit} requests/minute reached",
+                                  headers={"Retry-After": "5"})
+            hits.append(now)
+        return found
+
+    def identify(self, authorization: str | None) -> str:
+        """The key's namespace without counting a request against its rate limit (the dashboard's reads)."""
         if not self.keys:
             return "default"
         scheme, _, credentials = (authorization or "").partition(" ")
@@ -153,14 +169,6 @@ class Authenticator:
                 found = ns
         if found is None:
             raise Unauthorized("invalid api key")
-        if self.rate_limit:
-            hits, now = self._hits[found], time.monotonic()
-            while hits and now - hits[0] > 60:
-                hits.popleft()
-            if len(hits) >= self.rate_limit:
-                raise RateLimited(f"rate limit of {self.rate_limit} requests/minute reached",
-                                  headers={"Retry-After": "5"})
-            hits.append(now)
         return found
 
 
@@ -179,6 +187,8 @@ class Proxy:
     auth: Authenticator
     probes: BackendProbes
     app: Any = None  # the ASGI app: FastAPI behind DirectRoute (make_app)
+    journal: TurnJournal | None = None  # every turn's outcome and the step that trained it (the dashboard's)
+    dashboard: Sources | None = None  # what /dashboard reads (a trainer adds its metrics.jsonl)
 
     @classmethod
     def build(cls, settings: Settings, *, tokenizer: Any = None, judge_tokenizer: Any = None,
@@ -215,7 +225,8 @@ class Proxy:
         spool.lock_for_writing()  # one proxy per spool: a second one gets SpoolLocked (one line, exit 1)
         spool.release_leases()
         writer = SampleWriter(spool, metrics, p.record_dir, max_overflow=settings.spool.max_overflow)
-        tracker = SessionTracker(scorer, writer, metrics, ttl_s=p.session_ttl_s, max_sessions=p.max_sessions,
+        journal = TurnJournal(spool.dir)
+        tracker = SessionTracker(scorer, journal.tee(writer), metrics, ttl_s=p.session_ttl_s, max_sessions=p.max_sessions,
                                  persist=writer.save_turn, persist_next_state=writer.save_next_state,
                                  on_end=renderer.forget)
         gate = SubmissionGate(is_open=gate_open, mode=p.pause_mode, hold_s=p.pause_hold_s)
@@ -228,7 +239,9 @@ class Proxy:
                               gate, metrics, keep_messages=scorer.keeps_messages)
         auth = Authenticator(p.api_keys, p.rate_limit_per_min)
         probes = BackendProbes(http, settings, service, judge, metrics)
-        proxy = cls(settings, http, renderer, judge, spool, writer, tracker, gate, metrics, service, auth, probes)
+        proxy = cls(settings, http, renderer, judge, spool, writer, tracker, gate, metrics, service, auth, probes,
+                    journal=journal)
+        proxy.dashboard = Sources(spool.dir, tokenizer=tokenizer, waiting=lambda: waiting_from_tracker(tracker))
         proxy.app = make_app(proxy)
         return proxy
 
@@ -240,6 +253,8 @@ class Proxy:
         self.judge.retrier.stop()  # judge calls waiting to retry end now; their turns stay in the spool
         await self.tracker.drain()
         self.writer.close()
+        if self.journal is not None:
+            self.journal.close()
         self.service.close()
         await self.service.backend.aclose()
         self.judge.close()
@@ -461,6 +476,8 @@ def make_app(proxy: Proxy) -> Any:
         metrics.submission_open.set(1 if proxy.gate.is_open else 0)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
+    if proxy.dashboard is not None:
+        app.include_router(dashboard_router(proxy.dashboard, proxy.auth.identify))
     app.add_middleware(HeaderLimitMiddleware, limit=proxy.settings.proxy.max_header_bytes)
     app.add_middleware(ObserveMiddleware, metrics=metrics)
     return DirectRoute(app, "/v1/chat/completions", chat_completions)

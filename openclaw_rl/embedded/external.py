@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .hf_policy import PolicyLoadConfig
 from .interrupts import name_of, sigterm_as_ctrl_c, while_starting
+from .metric_sinks import add_wandb_flag, wandb_config
 
 if TYPE_CHECKING:
     from openclaw_rl.runtime import ProxyRuntime
@@ -55,6 +56,7 @@ class ExternalConfig:
     max_new_tokens: int = 64  # for the simulated users' requests only
     version_check_s: float = 1.0  # how often the policy server's weight version is checked; a restarted
     # server (back on its launch weights) gets the last synced ones again before it serves. 0 = never
+    wandb_project: str = ""  # --wandb: also log the step metrics to this W&B project
 
 
 @dataclass
@@ -146,7 +148,8 @@ class ExternalStack:
                              rollout_temperature=1.0 if temperature is None else temperature,
                              save_every=cfg.save_every, ckpt_dir=str(self.out / "checkpoints") if cfg.save_every else "",
                              metrics_path=self.metrics_path, tensorboard_dir=str(self.out / "tensorboard"),
-                             seed=cfg.seed, max_staleness=cfg.max_staleness, fidelity_copies=cfg.fidelity_copies)
+                             seed=cfg.seed, max_staleness=cfg.max_staleness, fidelity_copies=cfg.fidelity_copies,
+                             wandb=wandb_config(cfg.wandb_project, "train", str(self.out)))
         # The trainer hands its sync function a state dict; the server needs merged full weights, which
         # the sync client derives from the model itself (LoRA included).
         self.trainer = EmbeddedTrainer(tcfg, model, sync=lambda _state, version: self.weights.sync(model, version),
@@ -157,6 +160,7 @@ class ExternalStack:
         self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
         self.guard = VersionGuard([self.weights], self.runtime.proxy.gate, interval_s=cfg.version_check_s)
         self.guard.start()
+        self.runtime.proxy.dashboard.metrics_path = Path(self.metrics_path)  # /dashboard's training curves
 
     @property
     def url(self) -> str:
@@ -168,6 +172,8 @@ class ExternalStack:
             self.guard.stop()
         if self.runtime is not None:
             self.runtime.stop()
+        if getattr(self, "trainer", None) is not None:
+            self.trainer.close()
         self.weights.close()
 
 
@@ -199,7 +205,7 @@ def run_train(cfg: ExternalConfig, *, echo: bool = True) -> TrainReport:
                 result.metrics.update(stack.weights.last_timings)
                 report.sync_ms.append(result.metrics["perf/sync_ms"])
                 report.versions.append(stack.weights.server_version())
-            stack.runtime.ack(current.batch_id)
+            stack.runtime.ack(current.batch_id, result.step)
             stack.trainer.log(result.metrics)
             report.steps = result.step
             report.stale_refused += int(result.metrics.get("train/stale_samples_refused", 0)
@@ -275,6 +281,7 @@ def register_train_command(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default="runs/train")
     p.add_argument("--simulate", type=int, default=0, metavar="N", help="drive it with N simulated-user calls")
+    add_wandb_flag(p)
     p.set_defaults(fn=_cmd_train)
 
 
@@ -292,7 +299,8 @@ def _cmd_train(ns: argparse.Namespace) -> int:
                          out_dir=ns.out_dir, sync_dir=ns.sync_dir, rollout_batch_size=ns.batch_size, lr=ns.lr,
                          kl_coef=ns.kl_coef, max_staleness=ns.max_staleness, fidelity_copies=ns.fidelity_copies,
                          max_steps=ns.max_steps, save_every=ns.save_every, seed=ns.seed,
-                         simulate_interactions=ns.simulate, version_check_s=ns.version_check_s)
+                         simulate_interactions=ns.simulate, version_check_s=ns.version_check_s,
+                         wandb_project=ns.wandb)
     # transformers' bars ("Loading weights" at the start, "Writing model shards" at every sync) would
     # redraw in the step log at every step; the step lines say what happened
     with sigterm_as_ctrl_c(), quiet_progress_bars():

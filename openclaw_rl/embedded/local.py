@@ -18,6 +18,7 @@ import logging
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_rl.config import DISTILL_SUBSETS, HINT_SELECTIONS
 from openclaw_rl.embedded.interrupts import name_of, sigterm_as_ctrl_c, while_starting
+from openclaw_rl.embedded.metric_sinks import add_wandb_flag, wandb_config
 from openclaw_rl.modes import MODES
 from openclaw_rl.spool import Spool
 
@@ -66,6 +68,8 @@ class LocalConfig:
     # prompt the replies then drifted to bare `<think>` and runs of dashes (measured); centred, a shared
     # token's pushes cancel and only what differs between the replies moves.
     center_rewards: bool = False
+    wandb_project: str = ""  # --wandb: also log the step metrics to this W&B project
+    api_keys: list[str] = field(default_factory=list)  # the proxy's bearer keys (none: loopback, no key)
 
 
 @dataclass
@@ -85,6 +89,22 @@ class LocalReport:
     metrics_path: str = ""
     seconds: float = 0.0
     untrained_samples: int = 0  # left in the spool at the end (see the module docstring for what comes of them)
+    report_path: str = ""  # this report, as JSON (the console prints its path and a summary, not the JSON)
+    log_path: str = ""  # the run's log: one line per dropped turn, with its reason
+
+
+def summary_text(report: LocalReport) -> str:
+    """The few lines the console shows at the end; the whole report is in ``report.report_path``."""
+    lines = [f"done: {report.steps} steps in {report.seconds:.0f}s"
+             + (f", {report.interactions} simulated replies" if report.interactions else "")]
+    if report.preferred_prob_before is not None and report.preferred_prob_after is not None:
+        lines.append(f"probability of the preferred opener: {report.preferred_prob_before:.0%} -> "
+                     f"{report.preferred_prob_after:.0%}")
+    lines.append(f"report: {report.report_path}")
+    lines.append(f"log (one line per dropped turn): {report.log_path}")
+    lines.append(f"metrics: {report.metrics_path} (openclaw-rl dashboard --spool-dir "
+                 f"{Path(report.metrics_path).parent / 'spool'} shows them)")
+    return "\n".join(lines)
 
 
 def provider_json(url: str, model: str, api_key: str = "local", *, context_window: int = 32768,
@@ -196,6 +216,7 @@ class LocalStack:
                                     served_model_name="rule-judge", model_path=str(model_dir))
         self.judge_server = self._serve(BackgroundServer(judge_app, cfg.host))
         settings = load_settings({
+            **({"proxy_api_keys": list(cfg.api_keys)} if cfg.api_keys else {}),
             "mode": cfg.mode, "proxy_host": cfg.host, "proxy_port": cfg.port, "proxy_tokenizer": str(model_dir),
             "proxy_policy_url": self.policy_server.url, "judge_url": self.judge_server.url,
             "judge_votes": cfg.judge_votes, "judge_max_new_tokens": 128, "spool_dir": str(self.out / "spool"),
@@ -207,12 +228,14 @@ class LocalStack:
         }, env={})
         self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
         self.metrics_path = str(self.out / "metrics.jsonl")
+        self.runtime.proxy.dashboard.metrics_path = Path(self.metrics_path)  # /dashboard's training curves
         trainer_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
         tcfg = TrainerConfig(mode=cfg.mode, rollout_batch_size=cfg.rollout_batch_size, lr=cfg.lr, kl_coef=cfg.kl_coef,
                              center_rewards=cfg.center_rewards, distill_topk=cfg.distill_topk, save_every=cfg.save_every,
                              distill_subset=cfg.distill_subset,
                              ckpt_dir=str(self.out / "checkpoints"), metrics_path=self.metrics_path,
-                             tensorboard_dir=str(self.out / "tensorboard"), seed=cfg.seed)
+                             tensorboard_dir=str(self.out / "tensorboard"), seed=cfg.seed,
+                             wandb=wandb_config(cfg.wandb_project, "local", str(self.out)))
         self.trainer = EmbeddedTrainer(tcfg, trainer_model, sync=self.policy.load_state_dict, tokenizer=self.tokenizer)
 
     def _serve(self, server: Any) -> Any:
@@ -228,6 +251,8 @@ class LocalStack:
         self.stop_event.set()
         if self.runtime is not None:
             self.runtime.stop()
+        if getattr(self, "trainer", None) is not None:
+            self.trainer.close()
         for server in reversed(self.servers):
             server.stop()
         for core in self.cores:
@@ -309,6 +334,8 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
     with while_starting():
         stack = LocalStack(cfg)
     report = LocalReport(cfg.mode, 0, 0, metrics_path=stack.metrics_path)
+    report.log_path = str(attach_run_log(stack.out))
+    print(f"dashboard: {stack.url}/dashboard", flush=True)
     print(f"openclaw-rl local ({cfg.mode}): proxy at {stack.url}/v1  (policy engine {stack.policy_server.url}, "
           f"judge {stack.judge_server.url})", flush=True)
     if users is None and not cfg.simulate:  # only a person with OpenClaw needs the provider block
@@ -322,6 +349,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
     pool = ThreadPoolExecutor(1, thread_name_prefix="collect")
     bar = make_progress(progress)
     unlogged: dict[str, float] | None = None  # a trained step whose metrics line waits for the weight sync
+    drops_seen: Counter[str] = Counter()  # dropped turns by reason up to the last step line
     try:
         report.preferred_prob_before = _preferred_probability(stack, cfg)
         if users is not None:
@@ -334,15 +362,18 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
             result = stack.trainer.train(current.samples, current.metrics)
             # counted now, and logged even if Ctrl-C comes while the next batch fills (see finally)
             unlogged, report.steps = result.metrics, result.step
+            add_simulation_metrics(result.metrics, sim_result)
+            drops_now = Counter(stack.runtime.proxy.journal.drops)
             if progress:  # now, not after the next batch has filled (that may take minutes of chat)
-                _print_step(result.step, result.metrics, sim_result, bar)
+                _print_step(result.step, result.metrics, sim_result, bar, drops_now - drops_seen)
+            drops_seen = drops_now
             diff = result.metrics.get("train/rollout_fidelity_abs_diff")
             if diff is not None:
                 report.logprob_abs_diff.append(diff)
             report.stale_logprob_abs_diff.append(result.metrics.get("train/train_rollout_logprob_abs_diff", 0.0))
             nxt = pending.result()  # Slime syncs only once the next batch is complete (gate closed)
             result.metrics["perf/sync_ms"] = stack.trainer.sync()  # from here on, unlogged metrics are of a synced step
-            stack.runtime.ack(current.batch_id)
+            stack.runtime.ack(current.batch_id, result.step)
             stack.trainer.log(result.metrics)  # (a Ctrl-C landing between this write and the next line logs
             unlogged = None  # the step twice: a duplicate line, the lesser harm than a missing one)
             current = nxt
@@ -382,7 +413,9 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
         report.curve_png = str(stack.out / "learning_curve.png")
         sim.save_plot(report.curve_png)
     report.seconds = time.monotonic() - started
+    report.report_path = str(stack.out / "report.json")
     (stack.out / "report.json").write_text(json.dumps(asdict(report), indent=2))
+    detach_run_log()
     return report
 
 
@@ -410,7 +443,25 @@ def _simulate(stack: LocalStack, cfg: LocalConfig, out: dict[str, Any], progress
                      seed=cfg.seed, window=40, **kwargs)
 
 
-def _print_step(step: int, m: dict[str, float], sim: dict[str, Any], bar: Any = None) -> None:
+def add_simulation_metrics(metrics: dict[str, float], sim: dict[str, Any]) -> None:
+    """The simulated users' learning curve so far, logged with the step (the dashboard plots it)."""
+    live = sim.get("live")
+    if live is not None and live.matches:
+        metrics["sim/preferred_rate"] = live.rate_curve(32)[-1]
+        metrics["sim/replies"] = float(len(live.matches))
+
+
+def drop_text(drops: Counter[str]) -> str:
+    """`` | dropped 3 (no_next_state 2, zero_score 1)``: the turns dropped since the last step line, by reason
+    (one line per turn, with its session and detail, goes to the log file)."""
+    total = sum(drops.values())
+    if not total:
+        return ""
+    return f" | dropped {total} (" + ", ".join(f"{k} {v}" for k, v in sorted(drops.items())) + ")"
+
+
+def _print_step(step: int, m: dict[str, float], sim: dict[str, Any], bar: Any = None,
+                drops: Counter[str] | None = None) -> None:
     """One line per optimizer step, printed as soon as the step is done (the weights reach the engine
     once the next batch is full; ``perf/sync_ms`` is in metrics.jsonl)."""
     from .trainer import metric_text  # loaded by then: the step was trained
@@ -421,7 +472,8 @@ def _print_step(step: int, m: dict[str, float], sim: dict[str, Any], bar: Any = 
           f"{m.get('rollout/batch_fill_seconds', 0):.1f}s | loss {m.get('train/loss', 0):+.4f} | "
           f"|Δlogprob| {metric_text(m, 'train/rollout_fidelity_abs_diff')} "
           f"(stale {metric_text(m, 'train/train_rollout_logprob_abs_diff')}) | "
-          f"{int(m.get('rollout/samples', 0))} samples in {m.get('perf/train_seconds', 0):.1f}s{rate}")
+          f"{int(m.get('rollout/samples', 0))} samples in {m.get('perf/train_seconds', 0):.1f}s{rate}"
+          f"{drop_text(drops or Counter())}")
     if bar is not None:
         bar.write(line)
     else:
@@ -467,13 +519,51 @@ def register_local_command(sub: Any) -> None:
     p.add_argument("--session-ttl", type=float, default=LocalConfig.session_ttl_s,
                    help="seconds a session may stay idle before its last turn is flushed without a next state")
     p.add_argument("--out-dir", default="", help="metrics, records, spool, checkpoints (default runs/local-<mode>)")
+    add_wandb_flag(p)
     p.set_defaults(fn=_cmd_local)
 
 
+LOG_FILE = "local.log"
+_LOG_HANDLER = "openclaw-local-log"
+
+
 def configure_local_logging() -> None:
-    """Per-request HTTP lines off; every dropped turn (a turn that trains nothing) on, with its reason."""
+    """A quiet console: warnings and errors only (the step lines, the progress line and the summary are
+    printed); per-request HTTP lines off; every dropped turn (a turn that trains nothing) logged at INFO,
+    with its reason, to the run's log file (``attach_run_log``), the console gets counts per step."""
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     logging.getLogger("openclaw_rl.drops").setLevel(logging.INFO)
+    for handler in logging.getLogger().handlers:
+        if handler.get_name() != _LOG_HANDLER and isinstance(handler, logging.StreamHandler) \
+                and not isinstance(handler, logging.FileHandler):
+            handler.setLevel(max(handler.level, logging.WARNING))
+
+
+def attach_run_log(out: Path) -> Path:
+    """Everything at INFO and above (one line per dropped turn included) to ``out/local.log``, appended.
+    Attached once the earlier run's files were set aside, so the file belongs to this run."""
+    path = out / LOG_FILE
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if handler.get_name() == _LOG_HANDLER:
+            root.removeHandler(handler)
+            handler.close()
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.set_name(_LOG_HANDLER)
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    if root.level > logging.INFO or root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)
+    return path
+
+
+def detach_run_log() -> None:
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if handler.get_name() == _LOG_HANDLER:
+            root.removeHandler(handler)
+            handler.close()
 
 
 def wants_openclaw_model(ns: Any) -> bool:
@@ -494,7 +584,8 @@ def local_config(ns: Any) -> LocalConfig:
         hint_selection=ns.hint_selection, distill_subset=ns.distill_subset, teacher_url=ns.teacher_url,
         save_every=ns.save_every, simulate=ns.simulate, concurrency=ns.concurrency,
         interactions=ns.interactions or int(defaults["interactions"]),
-        preferred_style=ns.preferred_style, session_ttl_s=ns.session_ttl, openclaw_model=wants_openclaw_model(ns))
+        preferred_style=ns.preferred_style, session_ttl_s=ns.session_ttl, openclaw_model=wants_openclaw_model(ns),
+        wandb_project=ns.wandb)
 
 
 def _cmd_local(ns: Any) -> int:
@@ -505,7 +596,7 @@ def _cmd_local(ns: Any) -> int:
     cfg = local_config(ns)
     with sigterm_as_ctrl_c():
         report = run_local(cfg)
-    print(json.dumps(asdict(report), indent=2))
+    print(summary_text(report))
     if report.curve_png:
         print(f"learning curve: {report.curve_png} (preferred-behaviour rate {report.baseline_rate:.0%} -> "
               f"{report.final_rate:.0%} over {report.interactions} interactions; probability of the preferred "

@@ -38,6 +38,8 @@ import torch
 from openclaw_rl.losses.policy_math import grpo_advantages, make_sum_of_sample_mean
 from openclaw_rl.samples import TrainingSample
 
+from .metric_sinks import MetricSinks, WandbConfig
+
 log = logging.getLogger(__name__)
 
 
@@ -64,7 +66,8 @@ class TrainerConfig:
     save_every: int = 0  # checkpoint every N steps (0 = never)
     ckpt_dir: str = ""
     metrics_path: str = ""  # JSONL, one line per step
-    tensorboard_dir: str = ""
+    tensorboard_dir: str = ""  # TensorBoard event files here when tensorboard is installed (metric_sinks.py)
+    wandb: WandbConfig | None = None  # W&B when asked for (--wandb) and importable
     seed: int = 0
     max_staleness: int = -1  # refuse samples sampled more than N steps ago (-1: no bound); see staleness.py
     fidelity_copies: int = 3  # served weight versions kept to score fidelity; 0 saves their memory (large models)
@@ -238,19 +241,9 @@ class EmbeddedTrainer:
 
         self.tail = not self.separate_old_pass and tail_forward_usable(model)  # last layer on the kept rows only
         self.reference = copy.deepcopy(model).eval() if cfg.kl_coef > 0 else None  # frozen initial weights
-        self._tb = self._tensorboard()
+        self.sinks = MetricSinks(cfg.tensorboard_dir, cfg.wandb)
         if cfg.ckpt_dir:
             self.resume()
-
-    def _tensorboard(self) -> Any:
-        if not self.cfg.tensorboard_dir:
-            return None
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            log.info("tensorboard is not installed; metrics go to %s only", self.cfg.metrics_path or "the log")
-            return None
-        return SummaryWriter(self.cfg.tensorboard_dir)
 
     def train(self, samples: list[TrainingSample], rollout_metrics: dict[str, float] | None = None) -> StepResult:
         t0 = time.perf_counter()
@@ -348,9 +341,11 @@ class EmbeddedTrainer:
             Path(self.cfg.metrics_path).parent.mkdir(parents=True, exist_ok=True)
             with open(self.cfg.metrics_path, "a") as f:
                 f.write(json.dumps({"step": self.step, "time": time.time(), **metrics}) + "\n")
-        if self._tb is not None:
-            for k, v in metrics.items():
-                self._tb.add_scalar(k, v, self.step)
+        self.sinks.write(metrics, self.step)
+
+    def close(self) -> None:
+        """Flush and close TensorBoard and W&B (the metrics file is appended per step)."""
+        self.sinks.close()
 
     # --- checkpoints ------------------------------------------------------------------------------------
 
