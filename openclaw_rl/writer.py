@@ -25,7 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +43,13 @@ RETRY_S = 1.0  # how often the idle writer checks the spool file and retries wha
 
 def _resolve(done: Future, error: BaseException | None = None) -> None:
     """Settle a commit future (a reply that gave up waiting has cancelled it: nothing to tell)."""
-    if done.done():
-        return
-    if error is None:
-        done.set_result(True)
-    else:
-        done.set_exception(error)
+    try:  # no done() check first: the reply's thread may cancel it between that check and the set
+        if error is None:
+            done.set_result(True)
+        else:
+            done.set_exception(error)
+    except InvalidStateError:
+        pass
 
 
 class SampleWriter:
@@ -173,6 +174,7 @@ class SampleWriter:
                 self._failed(e)
             if time.monotonic() >= self._next_check and op != "retry":
                 self._retry()
+            item = a = b = None  # a finished turn must not stay referenced while the thread waits
 
     def _save_turn(self, op: str, turn: Turn, done: Future | None) -> None:
         key = (turn.session_key, turn.epoch, turn.index)

@@ -128,15 +128,18 @@ class TurnJournal:
                 if self._file is not None:
                     self._file.close()
                 return
-            op, a, b = item
-            if op == "flush":
-                a.set()
-                continue
-            try:
-                self._append(turn_line(a, b) if op == "turn" else a)
-            except Exception:
-                self.errors += 1
-                log.exception("journal write failed (the dashboard misses this %s; training is unaffected)", op)
+            self._handle(*item)
+            item = None  # a finished turn (its prompt ids, its messages) must not outlive its line here
+
+    def _handle(self, op: str, a: Any, b: Any) -> None:
+        if op == "flush":
+            a.set()
+            return
+        try:
+            self._append(turn_line(a, b) if op == "turn" else a)
+        except Exception:
+            self.errors += 1
+            log.exception("journal write failed (the dashboard misses this %s; training is unaffected)", op)
 
     def _append(self, line: dict[str, Any]) -> None:
         data = codec.dumps(line) + b"\n"
