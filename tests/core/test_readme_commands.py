@@ -86,3 +86,11 @@ def test_each_script_the_readme_runs_exists_and_parses(words: list[str]) -> None
         assert done.returncode == 0, done.stderr
     else:
         py_compile.compile(str(path), doraise=True)
+
+
+def test_every_file_the_readme_links_exists() -> None:
+    text = (REPO / "README.md").read_text()
+    targets = re.findall(r"\]\(((?:docs|scripts|configs)/[^)#]+)", text) + re.findall(r'src="([^"]+)"', text)
+    assert targets
+    missing = [t for t in targets if not (REPO / t).exists()]
+    assert not missing, missing
