@@ -3,5 +3,5 @@
 # OPENCLAW_TEST_WORKERS=N: pytest-xdist workers (default: one process; the full learning runs are CPU-bound).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+OPENCLAW_SETUP_BROWSER=1 bash scripts/setup.sh  # with the browser for the dashboard test
 OPENCLAW_TEST_FULL=1 exec .venv/bin/python -m pytest -n "${OPENCLAW_TEST_WORKERS:-0}" "$@"

@@ -7,7 +7,7 @@
 # be faster: OPENCLAW_TEST_WORKERS=0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+OPENCLAW_SETUP_BROWSER=1 bash scripts/setup.sh  # with the browser for the dashboard test
 # --maxschedchunk 1: a worker is handed one test at a time, in the suite's order (tests/conftest.py), so the
 # long tests near the end spread over both workers instead of queueing on one in the chunk it was sent
 # (warm, quiet machine: 254 s with one worker idle for its last 80 s, 218 s with this).

@@ -16,10 +16,11 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[local,test]"
   touch "$stamp"
 fi
-# The dashboard's browser test (tests/dashboard/test_browser.py) drives the system's Chromium through
-# Playwright (no browser download): install it where it is missing and we may (root with apt-get); otherwise
-# that test skips and says why. OPENCLAW_NO_CHROMIUM=1 skips this step.
-if [ -z "${OPENCLAW_NO_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] \
+# The dashboard's browser test (tests/dashboard/test_dashboard_browser.py) drives the system's Chromium through
+# Playwright (no browser download). The test scripts (run_tests.sh, run_full_tests.sh) set
+# OPENCLAW_SETUP_BROWSER=1: then Chromium is installed where it is missing and we may (root with apt-get);
+# otherwise that test skips and says why. `run_local.sh` never installs a system package.
+if [ "${OPENCLAW_SETUP_BROWSER:-}" = 1 ] && ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] \
     && command -v apt-get >/dev/null 2>&1; then
   echo "[setup] installing chromium from the system's packages (the dashboard's browser test)"
   if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
