@@ -58,7 +58,7 @@ def test_runtime_ack_through_deletes_only_batches_of_earlier_steps(tmp_path):
 
     spool = Spool(tmp_path / "spool")
     runtime = object.__new__(ProxyRuntime)  # the ack bookkeeping only: no proxy server needed
-    runtime.proxy, runtime._unacked = SimpleNamespace(spool=spool), []
+    runtime.proxy, runtime._unacked = SimpleNamespace(spool=spool, journal=None), []
     samples = [TrainingSample(session_id=f"s{i}", turn=1, kind="rl", prompt_ids=[1], response_ids=[2],
                               rollout_log_probs=[-0.1], loss_mask=[1], reward=1.0) for i in range(6)]
     spool.put(samples)
