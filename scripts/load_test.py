@@ -17,7 +17,8 @@ saved in the spool, bystander ok / failed and latency p50 / max, and the load av
 
 * ``--slow-body-flood N`` / ``--idle-flood N``: N sockets from ``--attack-addresses K`` addresses
   (127.0.0.2 …) that drip their body (1 byte / 2 s) or send nothing, reopened when the proxy closes them;
-* ``--disk-full KB``: the spool on a KB tmpfs (root and ``mount``), else RLIMIT_FSIZE on serve;
+* ``--disk-full KB``: the spool on a KB tmpfs (root and ``mount``), else, after a third of the turns,
+  RLIMIT_FSIZE on the running serve (prlimit) at its largest spool file + KB;
 * ``--delete-spool``: the spool files removed after a third of the turns;
 * ``--two-proxies``: a second serve on the same spool dir, sessions split between them;
 * ``--huge-policy-body MB`` / ``--huge-judge-body MB``: the mock pads each /generate body to that size;
@@ -194,7 +195,7 @@ def main() -> int:
     attack.add_argument("--sigkill", type=int, default=0, metavar="N", help="SIGKILL serve N times (restarted)")
     attack.add_argument("--attempts", type=int, default=None, help="tries per bystander turn (1; --sigkill: 10)")
     attack.add_argument("--bystander-seconds", type=float, default=None,
-                        help="spread each bystander session over this long (floods: 30; others: back to back)")
+                        help="spread each bystander session over this long (floods: 30 s, others: 20 s)")
     attack.add_argument("--request-timeout", type=float, default=10.0, help="per bystander request (10 s)")
     attack.add_argument("--serve-arg", action="append", default=[], help="extra serve flag (repeatable)")
     ns = ap.parse_args()
@@ -277,7 +278,7 @@ def run_one_attack(ns: argparse.Namespace) -> int:
                        delete_spool=ns.delete_spool, two_proxies=ns.two_proxies, huge_policy_mb=ns.huge_policy_body,
                        huge_judge_mb=ns.huge_judge_body, mismatch_text=ns.mismatch_text, sigkill=ns.sigkill,
                        serve_args=ns.serve_arg, seconds=ns.bystander_seconds if ns.bystander_seconds is not None
-                       else 30.0 if ns.slow_body_flood or ns.idle_flood else 0.0)
+                       else 30.0 if ns.slow_body_flood or ns.idle_flood else 20.0)
     if cfg.slow_body and cfg.idle:
         print("one flood at a time: --slow-body-flood or --idle-flood", file=sys.stderr)
         return 2

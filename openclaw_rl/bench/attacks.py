@@ -6,11 +6,11 @@ run it: separate processes on loopback. While one attack runs, a bystander (its 
 client address 127.0.0.1) drives ``sessions`` x ``turns`` main-line turns, each request bounded by a
 timeout and retried a bounded number of times. Afterwards the proxies are stopped (SIGINT: waiting turns
 stay in the spool) and the spool is read back, read-only. Printed per attack: turns acknowledged (200s)
-against turns saved (samples plus pending turns of the bystander's sessions), acknowledged turns missing
+against turns saved (samples plus pending turns of the bystander's sessions), per session: acknowledged turns missing
 from the spool, duplicates, bystander requests ok / failed, latency p50 / max, and ``/proc/loadavg``.
 
 Attacks: a slow-body flood and an idle-socket flood (sockets from 127.0.0.2 … reopened as soon as the
-proxy closes them), a full disk (a small tmpfs when run as root and ``mount`` works, else
+proxy closes them), a full disk (a small tmpfs when run as root and ``mount`` works, else, mid-run,
 ``RLIMIT_FSIZE`` on the serve process), the spool files deleted mid-run, two proxies on one spool, a huge
 policy or judge body (``mock-sglang --pad-bytes``), a backend whose text differs from its output ids
 (``--mismatch-text``), and random SIGKILLs of the proxy (restarted on the same port and spool; the
@@ -42,6 +42,7 @@ from typing import Any
 
 import httpx
 
+from openclaw_rl.bench.mock import MISMATCH_PREFIX
 from openclaw_rl.servers import free_port
 
 HOST = "127.0.0.1"
@@ -100,14 +101,11 @@ class Processes:
         return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                 "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
 
-    def _spawn(self, name: str, args: list[str], fsize: int = 0) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
         """Output goes through a pipe (a file-size limit on the child must not hit its log) to ``name.log``."""
-        def limit() -> None:
-            if fsize:
-                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "--log-level", "WARNING", *args],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self._env(),
-                                start_new_session=True, preexec_fn=limit if fsize else None)
+                                start_new_session=True)
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 (closed by the drain)
 
         def drain() -> None:
@@ -126,14 +124,39 @@ class Processes:
         if not kb:
             return
         if os.geteuid() == 0 and shutil.which("mount"):
-            r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kb}k", "tmpfs", str(self.spool)],
+            r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(self.spool)],
                                capture_output=True, text=True)
             if r.returncode == 0:
-                self._mounted, self.disk_how = True, f"tmpfs of {kb} KiB mounted on the spool dir"
+                self._mounted = True
+                self.disk_how = (f"a 16 MiB tmpfs mounted on the spool dir, filled after a third of the turns "
+                                 f"to {kb} KiB free")
                 return
-            self.disk_how = f"RLIMIT_FSIZE {kb} KiB on serve (mount failed: {r.stderr.strip()[:80]})"
+            why = f"mount failed: {r.stderr.strip()[:80]}"
         else:
-            self.disk_how = f"RLIMIT_FSIZE {kb} KiB on serve (not root or no mount)"
+            why = "not root or no mount"
+        self.disk_how = (f"RLIMIT_FSIZE on every serve process, set after a third of the turns to the largest "
+                         f"spool file + {kb} KiB ({why})")
+
+    def fill_disk(self) -> str:
+        """The disk fills up: on the tmpfs a filler file leaves ``disk_full_kb`` free; without one, the size of
+        any file each serve process writes is limited (prlimit on the running process) to the largest spool
+        file now + ``disk_full_kb``: from then on the spool cannot grow."""
+        kb = self.cfg.disk_full_kb
+        if self._mounted:
+            st = os.statvfs(self.spool)
+            filler = max(0, st.f_bavail * st.f_frsize - kb * 1024)
+            with open(self.spool / "filler.bin", "wb") as f:
+                for _ in range(filler // (1 << 20)):
+                    f.write(b"\0" * (1 << 20))
+                f.write(b"\0" * (filler % (1 << 20)))
+            st = os.statvfs(self.spool)
+            return f"tmpfs filled: {st.f_bavail * st.f_frsize // 1024} KiB free"
+        sizes = [f.stat().st_size for f in self.spool.glob("samples.sqlite3*") if f.is_file()]
+        cap = max(sizes, default=0) + kb * 1024
+        for proc in self.proxies:
+            if proc is not None and proc.poll() is None:
+                resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (cap, cap))
+        return f"RLIMIT_FSIZE {cap} bytes set on serve (spool files now {sizes})"
 
     def start_mocks(self) -> None:
         common = ["mock-sglang", "--tokenizer", self.tokenizer_dir, "--reply-tokens", "32"]
@@ -154,8 +177,7 @@ class Processes:
                 "--judge-url", f"http://{HOST}:{self.judge_port}", "--prm-m", "3", "--tokenizer", self.tokenizer_dir,
                 "--port", str(self.proxy_ports[i]), "--spool-dir", str(self.spool), "--session-ttl", "3600",
                 "--api-key", BYSTANDER_KEY, "--api-key", ATTACKER_KEY, *self.cfg.serve_args]
-        fsize = self.cfg.disk_full_kb * 1024 if self.cfg.disk_full_kb and not self._mounted else 0
-        proc = self._spawn(f"proxy-{i}", args, fsize)
+        proc = self._spawn(f"proxy-{i}", args)
         self.proxies[i] = proc
         wait_healthy(f"http://{HOST}:{self.proxy_ports[i]}/healthz", proc)
 
@@ -200,7 +222,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 120.0) -> 
 async def bystander(urls: list[str], cfg: AttackConfig, out: Bystander, progress: asyncio.Event | None = None,
                     progress_at: int = 0) -> None:
     """``sessions`` x ``turns`` main-line turns from 127.0.0.1 with the bystander's key; a turn is tried up to
-    ``attempts`` times (0.2 s apart) and the session goes on with its next turn either way."""
+    ``attempts`` times (0.2 s apart, doubling up to 2 s) and the session goes on with its next turn either way."""
     transport = httpx.AsyncHTTPTransport(local_address=HOST, retries=0)
     headers = {"Authorization": f"Bearer {BYSTANDER_KEY}"}
 
@@ -210,7 +232,7 @@ async def bystander(urls: list[str], cfg: AttackConfig, out: Bystander, progress
                                          {"role": "user", "content": f"session {sid}: please help with task 0"}]
         for t in range(cfg.turns):
             reply = None
-            for _ in range(cfg.attempts):
+            for attempt in range(cfg.attempts):
                 start = time.perf_counter()
                 try:
                     r = await client.post(f"{url}/v1/chat/completions", headers={**headers, "X-Session-Id": sid},
@@ -225,7 +247,7 @@ async def bystander(urls: list[str], cfg: AttackConfig, out: Bystander, progress
                         reply = r.json()["choices"][0]["message"]
                         break
                     out.failed[str(r.status_code)] += 1
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(min(2.0, 0.2 * 2 ** attempt))
             if progress is not None and out.ok >= progress_at:
                 progress.set()
             history += [reply or {"role": "assistant", "content": "(no reply)"},
@@ -317,9 +339,11 @@ def read_spool(spool: Path) -> dict[str, Any]:
         return {"samples": 0, "pending": 0, "keys": [], "note": f"unreadable: {' '.join(str(e).split())[:120]}"}
     keys = [(_sid(s.get("session_id", "")), int(s.get("turn", 0))) for s in samples]
     pend = [(_sid(p.get("session_id", "")), int(p.get("index", 0))) for p in pending]
+    mismatched = sum(str(s.get("response_text", "")).startswith(MISMATCH_PREFIX) for s in samples)
     mine = [k for k in keys if k[0].startswith("by-")]
     mine_pending = [k for k in pend if k[0].startswith("by-")]
-    return {"samples": len(mine), "pending": len(mine_pending), "keys": mine + mine_pending, "note": ""}
+    note = f"{mismatched} samples carry the backend's text that is not their ids" if mismatched else ""
+    return {"samples": len(mine), "pending": len(mine_pending), "keys": mine + mine_pending, "note": note}
 
 
 def _sid(value: str) -> str:
@@ -392,10 +416,13 @@ def run_attack(tokenizer_dir: str, cfg: AttackConfig, workdir: Path | None = Non
         spool = read_spool(procs.spool)
         procs.unmount()
     keys = spool.pop("keys")
-    acked = by.acked
+    acked_per = Counter(sid for sid, _ in by.acked)
+    saved_per = Counter(sid for sid, _ in keys)
     result.update(
-        acknowledged=len(acked), saved=len(keys), saved_samples=spool["samples"], saved_pending=spool["pending"],
-        acked_missing=len(acked - set(keys)), duplicates=len(keys) - len(set(keys)), spool_note=spool["note"],
+        acknowledged=len(by.acked), saved=len(keys), saved_samples=spool["samples"], saved_pending=spool["pending"],
+        acked_missing=sum(max(0, n - saved_per[sid]) for sid, n in acked_per.items()),
+        unacked_saved=sum(max(0, n - acked_per[sid]) for sid, n in saved_per.items()),
+        duplicates=len(keys) - len(set(keys)), spool_note=spool["note"],
         bystander_ok=by.ok, bystander_failed=sum(by.failed.values()), failures=dict(by.failed),
         p50_ms=1000 * by.percentile(0.5), max_ms=1000 * max(by.latencies, default=0.0),
         flood=flood_out, events=events, disk=procs.disk_how)
@@ -407,6 +434,11 @@ async def _drive(procs: Processes, cfg: AttackConfig, urls: list[str], by: Bysta
     third = asyncio.Event()
     load = asyncio.ensure_future(bystander(urls, cfg, by, third, max(1, total // 3)))
     side: list[asyncio.Future] = []
+    if cfg.disk_full_kb:
+        async def fill() -> None:
+            await asyncio.wait({load, asyncio.ensure_future(third.wait())}, return_when=asyncio.FIRST_COMPLETED)
+            events.append(f"{procs.fill_disk()} after {by.ok} acknowledged turns")
+        side.append(asyncio.ensure_future(fill()))
     if cfg.delete_spool:
         async def delete() -> None:
             await asyncio.wait({load, asyncio.ensure_future(third.wait())}, return_when=asyncio.FIRST_COMPLETED)
@@ -445,8 +477,8 @@ def print_report(r: dict[str, Any]) -> None:
         print(f"  flood sockets       opened {f.get('opened')}, closed by the proxy {f.get('closed_by_proxy')}, "
               f"connects failed {f.get('failed_connects')}, most open at once {f.get('max_open')}")
     print(f"  turns               acknowledged {r['acknowledged']}, saved {r['saved']} ({r['saved_samples']} samples + "
-          f"{r['saved_pending']} pending); acknowledged but not in the spool {r['acked_missing']}; "
-          f"duplicates {r['duplicates']}{'; ' + r['spool_note'] if r['spool_note'] else ''}")
+          f"{r['saved_pending']} pending); acknowledged but missing {r['acked_missing']}; saved but never "
+          f"acknowledged {r['unacked_saved']}; duplicate (session, turn) {r['duplicates']}{'; ' + r['spool_note'] if r['spool_note'] else ''}")
     print(f"  bystander           ok {r['bystander_ok']} / failed {r['bystander_failed']} {r['failures'] or ''}; "
           f"latency p50 {r['p50_ms']:.0f} ms, max {r['max_ms']:.0f} ms; {r.get('seconds', 0):.1f} s")
     print(f"  proxies             {r['proxies_alive_at_end']} alive at the end; exit codes {r['proxy_exit_codes']}")
