@@ -187,6 +187,8 @@ def main() -> int:
     attack.add_argument("--idle-flood", type=int, default=0, metavar="N", help="idle sockets, reopened when closed")
     attack.add_argument("--attack-addresses", type=int, default=1, metavar="K", help="flood from 127.0.0.2 … (1)")
     attack.add_argument("--disk-full", type=int, default=0, metavar="KB", help="spool on a KB-sized place")
+    attack.add_argument("--disk-full-how", choices=["auto", "tmpfs", "rlimit"], default="auto",
+                        help="auto: a tmpfs when root and mount work, else RLIMIT_FSIZE")
     attack.add_argument("--delete-spool", action="store_true", help="rm the spool files after a third of the turns")
     attack.add_argument("--two-proxies", action="store_true", help="two serve processes on one spool dir")
     attack.add_argument("--huge-policy-body", type=float, default=0, metavar="MB", help="pad policy /generate bodies")
@@ -275,6 +277,7 @@ def run_one_attack(ns: argparse.Namespace) -> int:
     cfg = AttackConfig(sessions=ns.sessions or 8, turns=ns.turns or 6, timeout_s=ns.request_timeout,
                        attempts=ns.attempts or (10 if ns.sigkill else 1), slow_body=ns.slow_body_flood,
                        idle=ns.idle_flood, addresses=ns.attack_addresses, disk_full_kb=ns.disk_full,
+                       disk_full_how=ns.disk_full_how,
                        delete_spool=ns.delete_spool, two_proxies=ns.two_proxies, huge_policy_mb=ns.huge_policy_body,
                        huge_judge_mb=ns.huge_judge_body, mismatch_text=ns.mismatch_text, sigkill=ns.sigkill,
                        serve_args=ns.serve_arg, seconds=ns.bystander_seconds if ns.bystander_seconds is not None

@@ -62,6 +62,7 @@ class AttackConfig:
     idle: int = 0  # sockets that never send a byte
     addresses: int = 1  # attacker source addresses 127.0.0.2 …
     disk_full_kb: int = 0
+    disk_full_how: str = "auto"  # auto (tmpfs when root and mount work, else rlimit), tmpfs, rlimit
     delete_spool: bool = False
     two_proxies: bool = False
     huge_policy_mb: float = 0.0
@@ -123,7 +124,7 @@ class Processes:
         kb = self.cfg.disk_full_kb
         if not kb:
             return
-        if os.geteuid() == 0 and shutil.which("mount"):
+        if self.cfg.disk_full_how != "rlimit" and os.geteuid() == 0 and shutil.which("mount"):
             r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(self.spool)],
                                capture_output=True, text=True)
             if r.returncode == 0:
@@ -133,7 +134,9 @@ class Processes:
                 return
             why = f"mount failed: {r.stderr.strip()[:80]}"
         else:
-            why = "not root or no mount"
+            why = "asked for" if self.cfg.disk_full_how == "rlimit" else "not root or no mount"
+        if self.cfg.disk_full_how == "tmpfs":
+            raise RuntimeError(f"--disk-full-how tmpfs: cannot mount one ({why})")
         self.disk_how = (f"RLIMIT_FSIZE on every serve process, set after a third of the turns to the largest "
                          f"spool file + {kb} KiB ({why})")
 
@@ -143,12 +146,13 @@ class Processes:
         file now + ``disk_full_kb``: from then on the spool cannot grow."""
         kb = self.cfg.disk_full_kb
         if self._mounted:
-            st = os.statvfs(self.spool)
-            filler = max(0, st.f_bavail * st.f_frsize - kb * 1024)
-            with open(self.spool / "filler.bin", "wb") as f:
-                for _ in range(filler // (1 << 20)):
-                    f.write(b"\0" * (1 << 20))
-                f.write(b"\0" * (filler % (1 << 20)))
+            filler, chunk = self.spool / "filler.bin", b"\0" * (64 << 10)
+            # until the tmpfs is full (bounded by its 16 MiB), then give ``kb`` back
+            with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+                for _ in range(16 * 16 + 1):
+                    f.write(chunk)
+            size = filler.stat().st_size
+            os.truncate(filler, max(0, size - kb * 1024))
             st = os.statvfs(self.spool)
             return f"tmpfs filled: {st.f_bavail * st.f_frsize // 1024} KiB free"
         sizes = [f.stat().st_size for f in self.spool.glob("samples.sqlite3*") if f.is_file()]
