@@ -209,6 +209,14 @@ class Processes:
             subprocess.run(["umount", str(self.spool)], capture_output=True)
 
 
+def peak_rss_mb(pid: int) -> float | None:
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return None
+
+
 def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -331,7 +339,7 @@ def read_spool(spool: Path) -> dict[str, Any]:
     """Samples and pending turns of the bystander's sessions, read-only (a missing file reads as empty)."""
     path = spool / "samples.sqlite3"
     if not path.exists():
-        return {"samples": 0, "pending": 0, "keys": [], "note": "no spool file"}
+        return {"samples": 0, "pending": 0, "keys": [], "note": "no spool file", "rewards": {}}
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
         try:
@@ -340,14 +348,16 @@ def read_spool(spool: Path) -> dict[str, Any]:
         finally:
             db.close()
     except (sqlite3.Error, ValueError) as e:
-        return {"samples": 0, "pending": 0, "keys": [], "note": f"unreadable: {' '.join(str(e).split())[:120]}"}
+        return {"samples": 0, "pending": 0, "keys": [], "rewards": {}, "note": f"unreadable: {' '.join(str(e).split())[:120]}"}
     keys = [(_sid(s.get("session_id", "")), int(s.get("turn", 0))) for s in samples]
     pend = [(_sid(p.get("session_id", "")), int(p.get("index", 0))) for p in pending]
+    rewards = Counter(float(s.get("reward", 0.0)) for s in samples if _sid(s.get("session_id", "")).startswith("by-"))
     mismatched = sum(str(s.get("response_text", "")).startswith(MISMATCH_PREFIX) for s in samples)
     mine = [k for k in keys if k[0].startswith("by-")]
     mine_pending = [k for k in pend if k[0].startswith("by-")]
     note = f"{mismatched} samples carry the backend's text that is not their ids" if mismatched else ""
-    return {"samples": len(mine), "pending": len(mine_pending), "keys": mine + mine_pending, "note": note}
+    return {"samples": len(mine), "pending": len(mine_pending), "keys": mine + mine_pending, "note": note,
+            "rewards": dict(sorted(rewards.items()))}
 
 
 def _sid(value: str) -> str:
@@ -414,6 +424,7 @@ def run_attack(tokenizer_dir: str, cfg: AttackConfig, workdir: Path | None = Non
         for t in threads:
             t.join(60)
         alive = [i for i, p in enumerate(procs.proxies) if p is not None and p.poll() is None]
+        result["proxy_peak_rss_mb"] = [peak_rss_mb(procs.proxies[i].pid) for i in alive]  # type: ignore[union-attr]
         result["proxies_alive_at_end"] = f"{len(alive)} of {len(procs.proxies)}"
         procs.stop()
         result["proxy_exit_codes"] = [p.returncode if p is not None else None for p in procs.proxies]
@@ -426,7 +437,7 @@ def run_attack(tokenizer_dir: str, cfg: AttackConfig, workdir: Path | None = Non
         acknowledged=len(by.acked), saved=len(keys), saved_samples=spool["samples"], saved_pending=spool["pending"],
         acked_missing=sum(max(0, n - saved_per[sid]) for sid, n in acked_per.items()),
         unacked_saved=sum(max(0, n - acked_per[sid]) for sid, n in saved_per.items()),
-        duplicates=len(keys) - len(set(keys)), spool_note=spool["note"],
+        duplicates=len(keys) - len(set(keys)), spool_note=spool["note"], rewards=spool["rewards"],
         bystander_ok=by.ok, bystander_failed=sum(by.failed.values()), failures=dict(by.failed),
         p50_ms=1000 * by.percentile(0.5), max_ms=1000 * max(by.latencies, default=0.0),
         flood=flood_out, events=events, disk=procs.disk_how)
@@ -485,6 +496,8 @@ def print_report(r: dict[str, Any]) -> None:
           f"acknowledged {r['unacked_saved']}; duplicate (session, turn) {r['duplicates']}{'; ' + r['spool_note'] if r['spool_note'] else ''}")
     print(f"  bystander           ok {r['bystander_ok']} / failed {r['bystander_failed']} {r['failures'] or ''}; "
           f"latency p50 {r['p50_ms']:.0f} ms, max {r['max_ms']:.0f} ms; {r.get('seconds', 0):.1f} s")
-    print(f"  proxies             {r['proxies_alive_at_end']} alive at the end; exit codes {r['proxy_exit_codes']}")
+    print(f"  sample rewards      {r['rewards'] or '-'}")
+    print(f"  proxies             {r['proxies_alive_at_end']} alive at the end (peak RSS MB "
+          f"{r['proxy_peak_rss_mb']}); exit codes {r['proxy_exit_codes']}")
     print(f"  loadavg             {r.get('loadavg')}")
     print(f"  logs                {r['workdir']}")
