@@ -409,10 +409,13 @@ class Tamper:
             for item in items:
                 if isinstance(item, dict) and isinstance(item.get("text"), str):
                     item["text"] = MISMATCH_PREFIX + item["text"]
-        out = json.dumps(obj, separators=(",", ":")).encode()
-        if self.pad_bytes and isinstance(obj, dict) and out.endswith(b"}"):
-            out = out[:-1] + b',"mock_padding":"' + self.padding() + b'"}'
-        return out
+        if not self.pad_bytes or not items or not isinstance(items[0], dict):
+            return json.dumps(obj, separators=(",", ":")).encode()
+        first = json.dumps(items[0], separators=(",", ":")).encode()[:-1] + b',"mock_padding":"' + self.padding() + b'"}'
+        if not isinstance(obj, list):  # a list (n > 1, the judge's votes): its first item carries the padding
+            return first
+        rest = [json.dumps(x, separators=(",", ":")).encode() for x in obj[1:]]
+        return b"[" + b",".join([first, *rest]) + b"]"
 
 
 def build_mock_app(tokenizer: Any, *, judge: bool = False, ttft_s: float = 0.0, tokens_per_s: float = 0.0,

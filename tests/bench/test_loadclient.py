@@ -185,3 +185,7 @@ def test_the_mock_can_pad_its_bodies_and_report_text_that_is_not_its_ids(tmp_pat
             mock.Case([{"role": "user", "content": "hello"}], ids, None), 8, True), headers=mock.JSON_HEADERS)
         events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
         assert events and all(e["text"].startswith(MISMATCH_PREFIX) for e in events)
+        votes = json.loads(body)
+        votes["sampling_params"]["n"] = 3  # the judge's call: a list of 3, the first one padded
+        out = httpx.post(f"{server.url}/generate", json=votes).json()
+        assert len(out) == 3 and out[0]["mock_padding"] == "x" * 100_000 and "mock_padding" not in out[1]
