@@ -125,3 +125,22 @@ def test_a_body_the_app_never_reads_loses_its_connection_at_the_body_deadline():
         finally:
             released.set()
             s.close()
+
+
+def test_the_load_tests_flood_reopens_what_the_proxy_closes():
+    """``scripts/load_test.py --idle-flood``'s attacker: sockets refused over the per-address limit come back."""
+    from openclaw_rl.bench.attacks import flood
+
+    with guarded_server(ok_app(), header_timeout_s=30, max_connections=20, max_per_client=8) as (server, port, drops):
+        stop, out = threading.Event(), {}
+        attacker = threading.Thread(target=flood, args=(port, 12, 1, False, stop, out))
+        attacker.start()
+        deadline = time.monotonic() + 20
+        while len(drops) < 8 and time.monotonic() < deadline:  # the first 4 refused, reopened, refused again
+            time.sleep(0.01)
+        stop.set()
+        attacker.join(20)
+        assert len(drops) >= 8 and set(drops) == {"client_connection_limit"}
+        assert out["opened"] >= 16 and out["closed_by_proxy"] >= 8 and out["max_open"] == 12
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.4")) as client:
+            assert client.get(f"http://127.0.0.1:{port}/").text == "ok"
