@@ -239,11 +239,11 @@ async def bystander(urls: list[str], cfg: AttackConfig, out: Bystander, progress
     headers = {"Authorization": f"Bearer {BYSTANDER_KEY}"}
 
     async def session(client: httpx.AsyncClient, i: int) -> None:
-        sid, url, begun = f"by-{i}", urls[i % len(urls)], time.monotonic()
+        sid, begun = f"by-{i}", time.monotonic()
         history: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful agent."},
                                          {"role": "user", "content": f"session {sid}: please help with task 0"}]
         for t in range(cfg.turns):
-            reply = None
+            url, reply = urls[i % len(urls)], None  # odd sessions move to a second proxy once it is up
             for attempt in range(cfg.attempts):
                 start = time.perf_counter()
                 try:
@@ -377,7 +377,7 @@ def describe(cfg: AttackConfig) -> str:
     if cfg.delete_spool:
         parts.append("spool files deleted mid-run")
     if cfg.two_proxies:
-        parts.append("two proxies on one spool")
+        parts.append("two proxies on one spool (the second from a third of the turns)")
     if cfg.huge_policy_mb:
         parts.append(f"policy bodies padded to {cfg.huge_policy_mb:g} MB")
     if cfg.huge_judge_mb:
@@ -403,8 +403,7 @@ def run_attack(tokenizer_dir: str, cfg: AttackConfig, workdir: Path | None = Non
     try:
         procs.prepare_spool()
         procs.start_mocks()
-        for i in range(len(procs.proxy_ports)):
-            procs.start_proxy(i)
+        procs.start_proxy(0)  # a second one (--two-proxies) starts on the same spool after a third of the turns
         port = procs.proxy_ports[0]
         if cfg.slow_body or cfg.idle:
             threads.append(threading.Thread(target=flood, args=(port, cfg.slow_body or cfg.idle, cfg.addresses,
@@ -413,7 +412,7 @@ def run_attack(tokenizer_dir: str, cfg: AttackConfig, workdir: Path | None = Non
             t.start()
         if threads:
             time.sleep(3)  # let the flood take its slots before the bystander starts
-        urls = [f"http://{HOST}:{p}" for p in procs.proxy_ports]
+        urls = [f"http://{HOST}:{procs.proxy_ports[0]}"]
         load_before = Path("/proc/loadavg").read_text().strip()
         started = time.monotonic()
         asyncio.run(_drive(procs, cfg, urls, by, events))
@@ -454,6 +453,14 @@ async def _drive(procs: Processes, cfg: AttackConfig, urls: list[str], by: Bysta
             await asyncio.wait({load, asyncio.ensure_future(third.wait())}, return_when=asyncio.FIRST_COMPLETED)
             events.append(f"{procs.fill_disk()} after {by.ok} acknowledged turns")
         side.append(asyncio.ensure_future(fill()))
+    if cfg.two_proxies:
+        async def second() -> None:
+            await asyncio.wait({load, asyncio.ensure_future(third.wait())}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.to_thread(procs.start_proxy, 1)
+            urls.append(f"http://{HOST}:{procs.proxy_ports[1]}")
+            events.append(f"second proxy up on the same spool after {by.ok} acknowledged turns; odd sessions "
+                          "move to it")
+        side.append(asyncio.ensure_future(second()))
     if cfg.delete_spool:
         async def delete() -> None:
             await asyncio.wait({load, asyncio.ensure_future(third.wait())}, return_when=asyncio.FIRST_COMPLETED)
