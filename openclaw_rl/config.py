@@ -158,12 +158,6 @@ class Settings:
         for key, value in positive.items():
             if not value > 0:
                 raise ValueError(f"{key}: expected a positive number, got {value}")
-        if p.max_connections_per_client < 0:
-            raise ValueError("openclaw_proxy_max_connections_per_client: expected 0 (no limit) or more, got "
-                             f"{p.max_connections_per_client}")
-        if not 0 <= p.reserved_connections < p.max_connections:
-            raise ValueError(f"openclaw_proxy_reserved_connections: expected 0 (none) up to less than "
-                             f"openclaw_proxy_max_connections ({p.max_connections}), got {p.reserved_connections}")
         if p.stream_interval < 0:
             raise ValueError(f"openclaw_proxy_stream_interval: expected 0 (the server's default) or a number of "
                              f"tokens >= 1, got {p.stream_interval}")
@@ -189,6 +183,12 @@ class Settings:
         if p.reasoning_parser not in REASONING_PARSERS:
             raise ValueError(f"openclaw_proxy_reasoning_parser: unknown parser {p.reasoning_parser!r}; one of "
                              f"{', '.join(sorted(REASONING_PARSERS))}")
+        if p.max_connections_per_client < 0:
+            raise ValueError("openclaw_proxy_max_connections_per_client: expected 0 (no limit) or more, got "
+                             f"{p.max_connections_per_client}")
+        if not 0 <= p.reserved_connections < p.max_connections:
+            raise ValueError(f"openclaw_proxy_reserved_connections: expected 0 (none) up to less than "
+                             f"openclaw_proxy_max_connections ({p.max_connections}), got {p.reserved_connections}")
         if self.spool.sync not in ("full", "normal"):
             raise ValueError(f"openclaw_spool_sync must be 'full' or 'normal', not {self.spool.sync!r}")
         if p.pause_mode not in ("reject", "hold"):
