@@ -209,6 +209,26 @@ class Processes:
             subprocess.run(["umount", str(self.spool)], capture_output=True)
 
 
+COUNTERS = ("openclaw_turns_dropped_total", "openclaw_slow_clients_total", "openclaw_spool_errors_total",
+            "openclaw_backpressure_total", "openclaw_exactness_violations_total")
+
+
+def proxy_counters(ports: list[int]) -> dict[str, float]:
+    """Turns dropped (by reason), connections refused or cut, spool errors … summed over the live proxies
+    (a SIGKILLed proxy's counters die with it)."""
+    out: Counter = Counter()
+    for port in ports:
+        with contextlib.suppress(httpx.HTTPError):
+            text = httpx.get(f"http://{HOST}:{port}/metrics", timeout=10,
+                             headers={"Authorization": f"Bearer {BYSTANDER_KEY}"}).text
+            for line in text.splitlines():
+                name, _, value = line.rpartition(" ")
+                if name.startswith(COUNTERS) and not name.startswith("#"):
+                    with contextlib.suppress(ValueError):
+                        out[name.replace("openclaw_", "").replace("_total", "")] += float(value)
+    return {k: v for k, v in sorted(out.items()) if v}
+
+
 def peak_rss_mb(pid: int) -> float | None:
     with contextlib.suppress(OSError, ValueError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -424,6 +444,7 @@ def run_attack(tokenizer_dir: str, cfg: AttackConfig, workdir: Path | None = Non
             t.join(60)
         alive = [i for i, p in enumerate(procs.proxies) if p is not None and p.poll() is None]
         result["proxy_peak_rss_mb"] = [peak_rss_mb(procs.proxies[i].pid) for i in alive]  # type: ignore[union-attr]
+        result["proxy_counters"] = proxy_counters([procs.proxy_ports[i] for i in alive])
         result["proxies_alive_at_end"] = f"{len(alive)} of {len(procs.proxies)}"
         procs.stop()
         result["proxy_exit_codes"] = [p.returncode if p is not None else None for p in procs.proxies]
@@ -504,6 +525,7 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"  bystander           ok {r['bystander_ok']} / failed {r['bystander_failed']} {r['failures'] or ''}; "
           f"latency p50 {r['p50_ms']:.0f} ms, max {r['max_ms']:.0f} ms; {r.get('seconds', 0):.1f} s")
     print(f"  sample rewards      {r['rewards'] or '-'}")
+    print(f"  proxy counters      {r.get('proxy_counters') or '-'}")
     print(f"  proxies             {r['proxies_alive_at_end']} alive at the end (peak RSS MB "
           f"{r['proxy_peak_rss_mb']}); exit codes {r['proxy_exit_codes']}")
     print(f"  loadavg             {r.get('loadavg')}")
