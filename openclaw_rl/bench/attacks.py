@@ -9,8 +9,8 @@ stay in the spool) and the spool is read back, read-only. Printed per attack: tu
 against turns saved (samples plus pending turns of the bystander's sessions), per session: acknowledged turns missing
 from the spool, duplicates, bystander requests ok / failed, latency p50 / max, and ``/proc/loadavg``.
 
-Attacks: a slow-body flood and an idle-socket flood (sockets from 127.0.0.2 … reopened as soon as the
-proxy closes them), a full disk (a small tmpfs when run as root and ``mount`` works, else, mid-run,
+Attacks: a slow-body flood and an idle-socket flood (``floods.py``: sockets from 127.0.0.2 … reopened
+as soon as the proxy closes them), a full disk (a small tmpfs when run as root and ``mount`` works, else, mid-run,
 ``RLIMIT_FSIZE`` on the serve process), the spool files deleted mid-run, two proxies on one spool, a huge
 policy or judge body (``mock-sglang --pad-bytes``), a backend whose text differs from its output ids
 (``--mismatch-text``), and random SIGKILLs of the proxy (restarted on the same port and spool; the
@@ -25,10 +25,8 @@ import json
 import os
 import random
 import resource
-import selectors
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -42,12 +40,12 @@ from typing import Any
 
 import httpx
 
+from openclaw_rl.bench.floods import ATTACKER_KEY, flood
 from openclaw_rl.bench.mock import MISMATCH_PREFIX
 from openclaw_rl.servers import free_port
 
 HOST = "127.0.0.1"
 BYSTANDER_KEY = "bystander-key"
-ATTACKER_KEY = "attacker-key"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -289,68 +287,6 @@ async def bystander(urls: list[str], cfg: AttackConfig, out: Bystander, progress
 
     async with httpx.AsyncClient(transport=transport, timeout=cfg.timeout_s, trust_env=False) as client:
         await asyncio.gather(*(session(client, i) for i in range(cfg.sessions)))
-
-
-# --- socket floods ---------------------------------------------------------------------------------------
-
-def flood(port: int, n: int, addresses: int, slow_body: bool, stop: threading.Event, out: dict[str, Any]) -> None:
-    """``n`` sockets from 127.0.0.2 … ``addresses``: a slow body sends a complete head (the attacker's key,
-    Content-Length 100000) and then one body byte every 2 s; an idle one sends nothing. Each round (0.5 s)
-    every socket the proxy closed is reopened. Bounded: 600 rounds at most."""
-    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Authorization: Bearer " + ATTACKER_KEY.encode() + b"\r\nContent-Length: 100000\r\n\r\n{")
-    sources = [f"127.0.0.{2 + i % 250}" for i in range(max(1, addresses))]
-    sel = selectors.DefaultSelector()
-    socks: list[socket.socket | None] = [None] * n
-    opened = closed = failed_connects = max_open = 0
-
-    def open_one(i: int) -> None:
-        nonlocal opened, failed_connects
-        try:
-            s = socket.create_connection((HOST, port), timeout=1, source_address=(sources[i % len(sources)], 0))
-            if slow_body:
-                s.sendall(head)
-            s.setblocking(False)
-        except OSError:
-            failed_connects += 1
-            return
-        socks[i] = s
-        sel.register(s, selectors.EVENT_READ, i)
-        opened += 1
-
-    rounds = 0
-    while not stop.is_set() and rounds < 600:
-        for i in range(n):
-            if socks[i] is None and not stop.is_set():
-                open_one(i)
-        max_open = max(max_open, sum(s is not None for s in socks))
-        drip = slow_body and rounds % 4 == 0
-        end = time.monotonic() + 0.5
-        while time.monotonic() < end:
-            for key, _ in sel.select(max(0.0, end - time.monotonic())):
-                s = key.fileobj
-                try:
-                    data = s.recv(4096)  # type: ignore[union-attr]
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    data = b""
-                if not data or data.startswith(b"HTTP/"):  # closed, or answered (a 408): reopen next round
-                    sel.unregister(s)
-                    s.close()  # type: ignore[union-attr]
-                    socks[key.data] = None
-                    closed += 1
-        if drip:
-            for s in socks:
-                if s is not None:
-                    with contextlib.suppress(OSError):
-                        s.send(b" ")
-        rounds += 1
-    for s in socks:
-        if s is not None:
-            s.close()
-    sel.close()
-    out.update(opened=opened, closed_by_proxy=closed, failed_connects=failed_connects, max_open=max_open)
 
 
 # --- reading the spool back ------------------------------------------------------------------------------

@@ -129,7 +129,7 @@ def test_a_body_the_app_never_reads_loses_its_connection_at_the_body_deadline():
 
 def test_the_load_tests_flood_reopens_what_the_proxy_closes():
     """``scripts/load_test.py --idle-flood``'s attacker: sockets refused over the per-address limit come back."""
-    from openclaw_rl.bench.attacks import flood
+    from openclaw_rl.bench.floods import flood
 
     with guarded_server(ok_app(), header_timeout_s=30, max_connections=20, max_per_client=8) as (server, port, drops):
         stop, out = threading.Event(), {}
