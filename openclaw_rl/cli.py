@@ -55,6 +55,10 @@ SERVE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--stream-interval", "proxy_stream_interval", {
         "type": int, "help": "tokens per SGLang stream event on streamed turns (8; 0 = the server's default)"}),
     ("--max-connections", "proxy_max_connections", {"type": int, "help": "close connections beyond this (2048)"}),
+    ("--max-connections-per-client", "proxy_max_connections_per_client", {
+        "type": int, "help": "close connections beyond this from one client address (512; 0 = no limit)"}),
+    ("--reserved-connections", "proxy_reserved_connections", {
+        "type": int, "help": "last free slots kept for addresses holding fewer than the mean (128; 0 = none)"}),
 ]
 
 
@@ -114,7 +118,9 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     # OPENCLAW_RL_UVICORN_LOOP=asyncio / _HTTP=h11 to measure what they buy.
     config = uvicorn_config(proxy.app, host=p.host, port=p.port, header_timeout_s=p.header_timeout_s,
                             max_connections=p.max_connections, max_header_bytes=p.max_header_bytes,
-                            keep_alive_s=KEEP_ALIVE_S, on_drop=lambda why: proxy.metrics.slow_clients.labels(why).inc(),
+                            body_timeout_s=p.body_timeout_s, max_per_client=p.max_connections_per_client,
+                            reserved=p.reserved_connections, keep_alive_s=KEEP_ALIVE_S,
+                            on_drop=lambda why: proxy.metrics.slow_clients.labels(why).inc(),
                             http_impl=os.environ.get("OPENCLAW_RL_UVICORN_HTTP", "auto"),
                             loop=os.environ.get("OPENCLAW_RL_UVICORN_LOOP", "auto"),
                             log_level="warning", access_log=False, timeout_graceful_shutdown=30)

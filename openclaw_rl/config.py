@@ -49,6 +49,10 @@ class ProxySettings:
     header_timeout_s: float = 10.0  # a connection must send a complete request head within this, or is closed
     body_timeout_s: float = 60.0  # a request body must arrive completely within this, or 408
     max_connections: int = 2048  # open client connections beyond this are closed at once (fd protection)
+    max_connections_per_client: int = 512  # per client address (IPv6: per /64); 0 = no limit (behind a
+    # reverse proxy, where every client has its address)
+    reserved_connections: int = 128  # the last free slots go only to addresses below the mean per address
+    # (one address, or a few at their limit, cannot take them); 0 = no reserve
     probe_interval_s: float = 10.0  # how often /healthz's view of the policy and judge is refreshed
     max_header_bytes: int = 64 * 1024  # larger request heads are refused with 400 by the HTTP parser
     max_new_tokens: int = 2048  # used when the client sends neither max_tokens nor max_completion_tokens
@@ -229,6 +233,12 @@ class Settings:
         if p.reasoning_parser not in REASONING_PARSERS:
             raise ValueError(f"openclaw_proxy_reasoning_parser: unknown parser {p.reasoning_parser!r}; one of "
                              f"{', '.join(sorted(REASONING_PARSERS))}")
+        if p.max_connections_per_client < 0:
+            raise ValueError("openclaw_proxy_max_connections_per_client: expected 0 (no limit) or more, got "
+                             f"{p.max_connections_per_client}")
+        if not 0 <= p.reserved_connections < p.max_connections:
+            raise ValueError(f"openclaw_proxy_reserved_connections: expected 0 (none) up to less than "
+                             f"openclaw_proxy_max_connections ({p.max_connections}), got {p.reserved_connections}")
         if self.spool.sync not in ("full", "normal"):
             raise ValueError(f"openclaw_spool_sync must be 'full' or 'normal', not {self.spool.sync!r}")
         if p.pause_mode not in ("reject", "hold"):

@@ -10,8 +10,26 @@ left in memory after the idle sessions expire. Two hostile cases run alongside w
 * ``--big-request``: the largest request the proxy accepts (just under the body limit, at the message
   limit) is sent during the load while ``/healthz`` is polled every 50 ms; reports its latency.
 
+The attacks of issue #27 run instead, one flag each, against ``openclaw-rl serve`` in front of
+``openclaw-rl mock-sglang`` as separate processes (``openclaw_rl/bench/attacks.py``), with a bystander of
+``--sessions`` x ``--turns`` (default 8 x 6) on its own key and address; each prints turns acknowledged vs
+saved in the spool, bystander ok / failed and latency p50 / max, and the load average:
+
+* ``--slow-body-flood N`` / ``--idle-flood N``: N sockets from ``--attack-addresses K`` addresses
+  (127.0.0.2 …) that drip their body (1 byte / 2 s) or send nothing, reopened when the proxy closes them;
+* ``--disk-full KB``: the spool on a KB tmpfs (root and ``mount``), else, after a third of the turns,
+  RLIMIT_FSIZE on the running serve (prlimit) at its largest spool file + KB;
+* ``--delete-spool``: the spool files removed after a third of the turns;
+* ``--two-proxies``: a second serve on the same spool dir, sessions split between them;
+* ``--huge-policy-body MB`` / ``--huge-judge-body MB``: the mock pads each /generate body to that size;
+* ``--mismatch-text``: the policy mock's text differs from its output ids;
+* ``--sigkill N``: N SIGKILLs of serve at random moments, restarted on the same port and spool; the
+  bystander retries each turn up to ``--attempts`` (10) times.
+``--serve-arg=--max-connections=512`` (repeatable) passes flags to serve, e.g. to compare limits.
+
 Usage: .venv/bin/python scripts/load_test.py [--sessions N] [--turns T] [--slow-clients N] [--big-request]
-Everything is bounded in count and time and binds to 127.0.0.1 only.
+       .venv/bin/python scripts/load_test.py --slow-body-flood 600 [--attack-addresses 1] [--serve-arg=...]
+Everything is bounded in count and time and binds to 127.0.0.0/8 only.
 """
 
 from __future__ import annotations
@@ -160,11 +178,33 @@ def big_request_probe(url: str, max_body: int, max_messages: int, out: dict) -> 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sessions", type=int, default=200)
-    ap.add_argument("--turns", type=int, default=10)
+    ap.add_argument("--sessions", type=int, default=None, help="200 (an attack: 8)")
+    ap.add_argument("--turns", type=int, default=None, help="10 (an attack: 6)")
     ap.add_argument("--slow-clients", type=int, default=0, help="slowloris sockets open during the load")
     ap.add_argument("--big-request", action="store_true", help="send the largest accepted request during the load")
+    attack = ap.add_argument_group("attacks (issue #27): serve + mock-sglang processes, one flag each")
+    attack.add_argument("--slow-body-flood", type=int, default=0, metavar="N", help="sockets dripping their body")
+    attack.add_argument("--idle-flood", type=int, default=0, metavar="N", help="idle sockets, reopened when closed")
+    attack.add_argument("--attack-addresses", type=int, default=1, metavar="K", help="flood from 127.0.0.2 … (1)")
+    attack.add_argument("--disk-full", type=int, default=0, metavar="KB", help="spool on a KB-sized place")
+    attack.add_argument("--disk-full-how", choices=["auto", "tmpfs", "rlimit"], default="auto",
+                        help="auto: a tmpfs when root and mount work, else RLIMIT_FSIZE")
+    attack.add_argument("--delete-spool", action="store_true", help="rm the spool files after a third of the turns")
+    attack.add_argument("--two-proxies", action="store_true", help="two serve processes on one spool dir")
+    attack.add_argument("--huge-policy-body", type=float, default=0, metavar="MB", help="pad policy /generate bodies")
+    attack.add_argument("--huge-judge-body", type=float, default=0, metavar="MB", help="pad judge /generate bodies")
+    attack.add_argument("--mismatch-text", action="store_true", help="policy text differs from its output ids")
+    attack.add_argument("--sigkill", type=int, default=0, metavar="N", help="SIGKILL serve N times (restarted)")
+    attack.add_argument("--attempts", type=int, default=None, help="tries per bystander turn (1; --sigkill: 10)")
+    attack.add_argument("--bystander-seconds", type=float, default=None,
+                        help="spread each bystander session over this long (floods: 30 s, others: 20 s)")
+    attack.add_argument("--request-timeout", type=float, default=10.0, help="per bystander request (10 s)")
+    attack.add_argument("--serve-arg", action="append", default=[], help="extra serve flag (repeatable)")
     ns = ap.parse_args()
+    if any((ns.slow_body_flood, ns.idle_flood, ns.disk_full, ns.delete_spool, ns.two_proxies, ns.huge_policy_body,
+            ns.huge_judge_body, ns.mismatch_text, ns.sigkill)):
+        return run_one_attack(ns)
+    ns.sessions, ns.turns = ns.sessions or 200, ns.turns or 10
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(ensure_tiny_model())
@@ -229,6 +269,24 @@ def main() -> int:
         print(f"  /healthz meanwhile  {big['healthz_polls']} polls, p50 {big['healthz_p50_ms'] or 0:.1f} ms, "
               f"max {big['healthz_max_ms'] or 0:.1f} ms")
     return 0 if ok else 1
+
+
+def run_one_attack(ns: argparse.Namespace) -> int:
+    from openclaw_rl.bench.attacks import AttackConfig, print_report, run_attack
+
+    cfg = AttackConfig(sessions=ns.sessions or 8, turns=ns.turns or 6, timeout_s=ns.request_timeout,
+                       attempts=ns.attempts or (10 if ns.sigkill else 1), slow_body=ns.slow_body_flood,
+                       idle=ns.idle_flood, addresses=ns.attack_addresses, disk_full_kb=ns.disk_full,
+                       disk_full_how=ns.disk_full_how,
+                       delete_spool=ns.delete_spool, two_proxies=ns.two_proxies, huge_policy_mb=ns.huge_policy_body,
+                       huge_judge_mb=ns.huge_judge_body, mismatch_text=ns.mismatch_text, sigkill=ns.sigkill,
+                       serve_args=ns.serve_arg, seconds=ns.bystander_seconds if ns.bystander_seconds is not None
+                       else 30.0 if ns.slow_body_flood or ns.idle_flood else 20.0)
+    if cfg.slow_body and cfg.idle:
+        print("one flood at a time: --slow-body-flood or --idle-flood", file=sys.stderr)
+        return 2
+    print_report(run_attack(str(ensure_tiny_model()), cfg))
+    return 0
 
 
 async def _sweep(proxy: Proxy) -> int:

@@ -6,6 +6,10 @@ This wraps ``ScriptedModel`` (fixed reply of ``--reply-tokens`` byte tokens, the
 SGLang-compatible engine app. With ``--judge`` it answers every prompt with a short ``\\boxed{1}``
 verdict, so the proxy's judge path (m votes per turn) runs for real.
 
+Two hostile-backend behaviours for the load test's attacks (``scripts/load_test.py``): ``--pad-bytes N``
+adds an N-byte junk field to every non-streamed ``/generate`` body (a huge backend body), and
+``--mismatch-text`` makes the reported ``text`` differ from the ``output_ids`` (streamed chunks too).
+
 The latency (time to first token, decode rate) can be changed while it runs, through
 ``POST /bench/latency`` (``{"ttft_ms": 50, "tokens_per_s": 100}``): one process set then serves several
 benchmark configurations in a row, and the proxy's counters stay comparable across them.
@@ -338,9 +342,86 @@ class Stack:
                 proc.wait(10)
 
 
+MISMATCH_PREFIX = "[mock: not the output ids] "
+
+
+class Tamper:
+    """ASGI wrapper of the mock engine: ``pad_bytes`` of junk appended to every non-streamed ``/generate``
+    JSON body, and with ``mismatch_text`` a ``text`` that is not what ``output_ids`` decode to (prefixed,
+    in every streamed chunk too). Both can be changed while it runs (``POST /bench/latency``)."""
+
+    def __init__(self, app: Any, pad_bytes: int = 0, mismatch_text: bool = False):
+        self.app, self.pad_bytes, self.mismatch_text = app, pad_bytes, mismatch_text
+        self._pad = b""
+
+    def __getattr__(self, name: str) -> Any:  # app.state, app.service, app.router … of the wrapped app
+        return getattr(self.app, name)
+
+    def padding(self) -> bytes:
+        if len(self._pad) != self.pad_bytes:
+            self._pad = b"x" * self.pad_bytes
+        return self._pad
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/generate" or not (self.pad_bytes or self.mismatch_text):
+            await self.app(scope, receive, send)
+            return
+        start: dict[str, Any] = {}
+        parts: list[bytes] = []
+
+        async def tampered(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            parts.append(message.get("body", b""))
+            streamed = any(k == b"content-type" and v.startswith(b"text/event-stream") for k, v in start["headers"])
+            if streamed:  # rewrite each chunk as it comes
+                if start.get("type"):
+                    await send({**start, "headers": [(k, v) for k, v in start["headers"] if k != b"content-length"]})
+                    start["type"] = ""
+                await send({"type": "http.response.body", "body": self._chunk(b"".join(parts)),
+                            "more_body": message.get("more_body", False)})
+                parts.clear()
+            elif not message.get("more_body", False):
+                body = self._body(b"".join(parts))
+                headers = [(k, v) for k, v in start["headers"] if k != b"content-length"]
+                await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, tampered)
+
+    def _chunk(self, data: bytes) -> bytes:
+        if not self.mismatch_text:
+            return data
+        prefix = json.dumps(MISMATCH_PREFIX)[1:-1].encode()
+        return data.replace(b'"text":"', b'"text":"' + prefix).replace(b'"text": "', b'"text": "' + prefix)
+
+    def _body(self, data: bytes) -> bytes:
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            return data
+        items = obj if isinstance(obj, list) else [obj]
+        if self.mismatch_text:
+            for item in items:
+                if isinstance(item, dict) and isinstance(item.get("text"), str):
+                    item["text"] = MISMATCH_PREFIX + item["text"]
+        if not self.pad_bytes or not items or not isinstance(items[0], dict):
+            return json.dumps(obj, separators=(",", ":")).encode()
+        first = json.dumps(items[0], separators=(",", ":")).encode()[:-1] + b',"mock_padding":"' + self.padding() + b'"}'
+        if not isinstance(obj, list):  # a list (n > 1, the judge's votes): its first item carries the padding
+            return first
+        rest = [json.dumps(x, separators=(",", ":")).encode() for x in obj[1:]]
+        return b"[" + b",".join([first, *rest]) + b"]"
+
+
 def build_mock_app(tokenizer: Any, *, judge: bool = False, ttft_s: float = 0.0, tokens_per_s: float = 0.0,
                    reply_tokens: int = 64, context_length: int = 131072,
-                   incremental_streaming_output: bool = False, stream_interval: int = 1) -> Any:
+                   incremental_streaming_output: bool = False, stream_interval: int = 1,
+                   pad_bytes: int = 0, mismatch_text: bool = False) -> Any:
     """The engine app over a ``ScriptedModel`` whose reply never depends on the prompt.
 
     A prompt-independent reply keeps the mock's own cost flat across history sizes, so any growth of
@@ -364,6 +445,7 @@ def build_mock_app(tokenizer: Any, *, judge: bool = False, ttft_s: float = 0.0, 
     app = make_engine_app(model, tokenizer, served_model_name=name, model_path=name,
                           incremental_streaming_output=incremental_streaming_output, stream_interval=stream_interval)
     app.state.model = model
+    tamper = Tamper(app, pad_bytes, mismatch_text)
 
     async def set_latency(request: Request) -> JSONResponse:
         body = await request.json()
@@ -373,13 +455,18 @@ def build_mock_app(tokenizer: Any, *, judge: bool = False, ttft_s: float = 0.0, 
             reply[0] = reply_text(int(body["reply_tokens"]))
         if body.get("incremental") is not None:  # SGLang's stream mode (the proxy reads it per chunk)
             app.service.incremental_streaming_output = bool(body["incremental"])
+        if body.get("pad_bytes") is not None:
+            tamper.pad_bytes = max(0, int(body["pad_bytes"]))
+        if body.get("mismatch_text") is not None:
+            tamper.mismatch_text = bool(body["mismatch_text"])
         return JSONResponse({"ttft_ms": model.ttft_s * 1000.0, "tokens_per_s": model.tokens_per_s,
-                             "reply_chars": len(reply[0]),
+                             "reply_chars": len(reply[0]), "pad_bytes": tamper.pad_bytes,
+                             "mismatch_text": tamper.mismatch_text,
                              "incremental": app.service.incremental_streaming_output})
 
     app.router.add_route("/bench/latency", set_latency, methods=["POST"])  # plain Starlette: no annotations read
     app.router.add_route("/v1/chat/completions", _chat_route(model, reply, name), methods=["POST"])
-    return app
+    return tamper
 
 
 def _chat_route(model: Any, reply: list[str], name: str) -> Any:
@@ -437,6 +524,10 @@ def add_mock_flags(p: argparse.ArgumentParser) -> None:
                    help="stream only new text/ids/log-probs per chunk (SGLang's flag); default cumulative")
     p.add_argument("--stream-interval", type=int, default=1,
                    help="tokens per stream event when a request sets no sampling_params.stream_interval")
+    p.add_argument("--pad-bytes", type=int, default=0,
+                   help="append this many junk bytes to every non-streamed /generate body (a huge backend body)")
+    p.add_argument("--mismatch-text", action="store_true",
+                   help="report a text that differs from the output ids (a backend whose text and ids disagree)")
 
 
 def cmd_mock(ns: argparse.Namespace) -> int:
@@ -448,7 +539,8 @@ def cmd_mock(ns: argparse.Namespace) -> int:
     app = build_mock_app(tokenizer, judge=ns.judge, ttft_s=ns.ttft_ms / 1000.0, tokens_per_s=ns.tokens_per_s,
                          reply_tokens=ns.reply_tokens, context_length=ns.context_length,
                          incremental_streaming_output=ns.incremental_streaming_output,
-                         stream_interval=ns.stream_interval)
+                         stream_interval=ns.stream_interval, pad_bytes=ns.pad_bytes,
+                         mismatch_text=ns.mismatch_text)
     logging.getLogger(__name__).info("mock SGLang (%s) on http://%s:%d", "judge" if ns.judge else "policy",
                                      HOST, ns.port)
     uvicorn.run(app, host=HOST, port=ns.port, log_level="warning", access_log=False)

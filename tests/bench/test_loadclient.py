@@ -161,3 +161,31 @@ def test_the_mock_engine_reads_the_same_through_httpx_and_the_load_client(tmp_pa
 
     with BackgroundServer(build_mock_app(tokenizer, reply_tokens=24)) as server:
         asyncio.run(both(f"{server.url}/generate"))
+
+
+def test_the_mock_can_pad_its_bodies_and_report_text_that_is_not_its_ids(tmp_path: Path) -> None:
+    """The load test's hostile backends (``mock-sglang --pad-bytes / --mismatch-text``), switched at run time."""
+    from openclaw_rl.bench import mock
+    from openclaw_rl.bench.mock import MISMATCH_PREFIX, build_mock_app, ensure_tokenizer
+    from openclaw_rl.server import load_tokenizer
+    from openclaw_rl.servers import BackgroundServer
+
+    tokenizer = load_tokenizer(str(ensure_tokenizer(tmp_path / "cache")), "--tokenizer")
+    ids = tokenizer.encode("hello there", add_special_tokens=False)
+    body = mock.generate_body(mock.Case([{"role": "user", "content": "hello"}], ids, None), 8, False)
+    with BackgroundServer(build_mock_app(tokenizer, reply_tokens=8)) as server:
+        plain = httpx.post(f"{server.url}/generate", content=body, headers=mock.JSON_HEADERS).json()
+        httpx.post(f"{server.url}/bench/latency", json={"pad_bytes": 100_000, "mismatch_text": True})
+        r = httpx.post(f"{server.url}/generate", content=body, headers=mock.JSON_HEADERS)
+        out = r.json()
+        assert len(r.content) > 100_000 and out["mock_padding"] == "x" * 100_000
+        assert out["text"] == MISMATCH_PREFIX + plain["text"]
+        assert out["meta_info"]["output_token_logprobs"] == plain["meta_info"]["output_token_logprobs"]
+        streamed = httpx.post(f"{server.url}/generate", content=mock.generate_body(
+            mock.Case([{"role": "user", "content": "hello"}], ids, None), 8, True), headers=mock.JSON_HEADERS)
+        events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+        assert events and all(e["text"].startswith(MISMATCH_PREFIX) for e in events)
+        votes = json.loads(body)
+        votes["sampling_params"]["n"] = 3  # the judge's call: a list of 3, the first one padded
+        out = httpx.post(f"{server.url}/generate", json=votes).json()
+        assert len(out) == 3 and out[0]["mock_padding"] == "x" * 100_000 and "mock_padding" not in out[1]
