@@ -87,6 +87,23 @@ class SpoolCorrupt(ValueError):
     """The spool file fails SQLite's integrity check (or is not a SQLite database)."""
 
 
+class SpoolUnwritable(ValueError):
+    """The spool cannot be opened for writing at start-up: its disk is full or failing, or it is read-only."""
+
+
+# SQLite's primary result codes that mean "cannot write here", not "the file is damaged": SQLITE_READONLY,
+# SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN (Python >= 3.11 exposes them; older ones are matched by text)
+_CANNOT_WRITE_CODES = {8, 10, 13, 14}
+_CANNOT_WRITE_TEXT = ("disk is full", "disk i/o error", "unable to open", "readonly")
+
+
+def _cannot_write(error: sqlite3.DatabaseError) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in _CANNOT_WRITE_CODES
+    return any(text in str(error).lower() for text in _CANNOT_WRITE_TEXT)
+
+
 class SpoolLocked(CommandError):
     """Another process (or another proxy in this one) already writes this spool."""
 
@@ -139,6 +156,10 @@ class Spool:
         except sqlite3.DatabaseError as e:
             self.unlock()
             detail = " ".join(str(e).split())  # one line, however many problems SQLite lists
+            if _cannot_write(e):  # a full disk is not a corrupt file: nothing to move aside
+                raise SpoolUnwritable(
+                    f"spool {self.path} cannot be written ({detail[:300]}): free space on its filesystem, or "
+                    f"choose another spool dir (--spool-dir / openclaw_spool_dir)") from None
             raise SpoolCorrupt(
                 f"spool {self.path} is corrupt ({detail[:300]}). Stop every process using it, move {self.dir} aside (keep "
                 f"it: `sqlite3 {self.path} .recover` may rescue its samples) and start with an empty spool dir"

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -410,3 +414,23 @@ def test_local_killed_mid_run_leaves_its_spool_whole_and_free(tmp_path, tiny_mod
     assert all(s.response_ids for s in samples) and all(json.loads(w)["generation"] for w in waiting)
     assert samples or waiting
     spool.close()
+
+
+def test_a_full_disk_at_start_up_is_not_called_a_corrupt_spool(tmp_path: Path) -> None:
+    """A proxy started on a full disk used to say the spool 'is corrupt' and to move it aside. With the
+    file size limited below one SQLite page (the OS's own EFBIG, as a full disk gives ENOSPC) the new
+    spool cannot be written: it must say so, name the setting, and not call it corrupt."""
+    code = textwrap.dedent(f"""
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_FSIZE, (512, 512))
+        from openclaw_rl.spool import Spool, SpoolUnwritable
+        try:
+            Spool({str(tmp_path / "spool")!r})
+        except SpoolUnwritable as e:
+            print("UNWRITABLE", e)
+            sys.exit(0)
+        sys.exit(3)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "cannot be written" in done.stdout and "--spool-dir" in done.stdout and "corrupt" not in done.stdout
