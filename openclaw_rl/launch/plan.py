@@ -51,7 +51,19 @@ def proxy_url(s: ScriptSettings) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{s.proxy['port']}/v1"  # an IPv6 address in brackets
 
 
+def worker_text(s: ScriptSettings, c: Commands) -> str:
+    """NODE_RANK > 0: this node only joins the head's Ray cluster (the head runs the judge and the job)."""
+    return "\n".join([
+        f"# {s.variant.run_name}: node {s.node_rank} of NUM_NODES={s.num_nodes}: joins the Ray cluster of the head "
+        f"node {s.master_addr}:{s.ray_port} with its {s.ray_gpus} GPU(s) {s.ray_devices}; the head (NODE_RANK=0) starts "
+        "the judge, the Ray head and the training job",
+        "", f"# --- Ray worker (log: {s.run_dir}/ray.log) ---", f"CUDA_VISIBLE_DEVICES={s.ray_devices} setsid {join(c.ray)}",
+        "", "# --- on exit: stop the process group of the Ray worker (started by this script), nothing else ---"])
+
+
 def plan_text(s: ScriptSettings, c: Commands, config_text: str, env: Mapping[str, str]) -> str:
+    if s.node_rank > 0:
+        return worker_text(s, c)
     if s.prm_url:
         judge = f"external SGLang server {s.prm_url} (not started or stopped by this script)"
     else:
@@ -63,6 +75,9 @@ def plan_text(s: ScriptSettings, c: Commands, config_text: str, env: Mapping[str
         f"# {s.variant.run_name}: mode {s.mode.name}, {s.variant.trains}",
         f"# GPUs: ACTOR_GPUS={s.actor_gpus} + ROLLOUT_GPUS={s.rollout_gpus} (SGLang TP {s.tp}) + PRM_GPUS={s.prm_gpus} "
         f"of NUM_GPUS={s.num_gpus}; Ray gets GPU(s) {s.ray_devices}",
+        *([f"# nodes: NUM_NODES={s.num_nodes} x GPUS_PER_NODE={s.gpus_per_node}; this is the head (NODE_RANK=0): judge "
+           f"and Ray head here, the actor on one whole node; start the others with NODE_RANK=1..{s.num_nodes - 1} "
+           f"MASTER_ADDR={s.master_addr}"] if s.num_nodes > 1 else []),
         *([f"# judge: {s.judge_url}, {judge}", f"# teacher: external SGLang server {env['TEACHER_URL']} (TEACHER_URL; "
            "not started or stopped by this script)"] if env.get("TEACHER_URL") and s.mode.needs_teacher
           else [f"# judge/teacher: {s.judge_url}, {judge}"]),
@@ -104,7 +119,9 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
     v = s.variant
     defaults = {"judge_votes": str(v.prm_m), "judge_max_new_tokens": str(v.prm_max_new_tokens),
                 "opd_eval_mode": str(int(v.eval_mode)), "opd_teacher_concurrency": str(v.teacher_concurrency),
-                "opd_distill_topk": str(v.distill_topk)}
+                "opd_distill_topk": str(v.distill_topk),
+                **({"combine_loss": v.combine_loss} if v.combine_loss else {}),
+                **({"opd_hint_selection": v.hint_selection} if v.hint_selection else {})}
     config_text, values, warnings = run_config.build(
         s.mode.name, script_name, Path(s.openclaw_config), Path(s.run_dir), s.judge_url, s.prm_model_path,
         defaults, env)
@@ -126,6 +143,7 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
         "OC_JUDGE_URL": s.judge_url, "OC_PROXY_URL": proxy_url(s), "OC_JUDGE_DEVICES": s.judge_devices, "OC_RAY_DEVICES": s.ray_devices,
         "OC_ENV": [f"{k}={val}" for k, val in slime_args.exports(s)],
         "OC_JUDGE_CMD": commands.judge, "OC_RAY_CMD": commands.ray, "OC_TRAIN_CMD": commands.train,
+        "OC_NODE_RANK": str(s.node_rank),
         "OC_PLAN": plan_text(s, commands, config_text, env) if dry_run else "",
     }
 

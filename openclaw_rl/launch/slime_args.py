@@ -67,6 +67,9 @@ def algorithm_args(s: ScriptSettings) -> list[str]:
         return ["--loss-type", "custom_loss", "--custom-loss-function-path", str(hooks.topk_loss),
                 "--rollout-data-postprocess-path", TOPK_UNPACK, "--disable-compute-advantages-and-returns",
                 "--disable-rewards-normalization", "--entropy-coef", "0.00"]
+    if algorithm == "topk_select":  # GRPO on the reward + the mode's top-K loss; the teacher's K: the run config
+        return [*GRPO, *kl_args(s), "--loss-type", "custom_loss", "--custom-loss-function-path", str(hooks.topk_loss),
+                "--rollout-data-postprocess-path", TOPK_UNPACK]
     if algorithm == "none":
         return []
     raise LaunchError(f"launch variant {s.variant.name}: unknown algorithm {algorithm!r}")
@@ -140,8 +143,10 @@ def check_extra(extra: Sequence[str]) -> None:
 def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -> Commands:
     lora = s.variant.lora
     hooks = s.mode.slime
+    # the actor always on one node (upstream's _2nodes script too); with NUM_NODES > 1 Ray places it on a whole node
+    per_node = s.gpus_per_node if s.num_nodes > 1 else s.ray_gpus
     cluster = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", str(s.actor_gpus), "--rollout-num-gpus",
-               str(s.rollout_gpus), "--num-gpus-per-node", str(s.ray_gpus), *(["--train-backend", "fsdp"] if lora else [])]
+               str(s.rollout_gpus), "--num-gpus-per-node", str(per_node), *(["--train-backend", "fsdp"] if lora else [])]
     # --load = --save: a relaunch resumes the last checkpoint (weights, optimizer, rollout id); with no
     # checkpoint there yet Slime starts from REF_LOAD / the HF checkpoint. The spool keeps every batch
     # trained after that checkpoint until the next one is written (openclaw_rl.slime_hooks.bridge).
@@ -205,6 +210,10 @@ def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -
     ray = ["ray", "start", "--head", "--block", "--node-ip-address", s.master_addr, "--port", str(s.ray_port),
            "--num-gpus", str(s.ray_gpus), "--temp-dir", s.ray_temp_dir, "--dashboard-host", "127.0.0.1",
            "--dashboard-port", str(s.ray_dashboard_port), "--disable-usage-stats"]
+    if s.node_rank > 0:  # another node: it only joins the head's Ray cluster with all its GPUs (common.sh)
+        judge, submit = [], []
+        ray = ["ray", "start", "--block", "--address", f"{s.master_addr}:{s.ray_port}", "--num-gpus", str(s.ray_gpus),
+               "--temp-dir", s.ray_temp_dir, "--disable-usage-stats"]
     submit = ["ray", "job", "submit", "--address", f"http://127.0.0.1:{s.ray_dashboard_port}", "--runtime-env-json",
               runtime_env, "--", s.python, f"{s.slime_dir}/train_async.py"]
     return Commands(judge, ray, submit, groups)

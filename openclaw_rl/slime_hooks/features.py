@@ -62,6 +62,8 @@ NEEDS = {  # variant: features it cannot run without (token-level OPD picks one 
     "rl_lora": ("fsdp_lora",),
     "opd_topk_lora": ("fsdp_lora",),
     "combine_lora": ("fsdp_lora",),
+    "topk_select": ("teacher_log_probs", "custom_loss", "rollout_data_postprocess"),
+    "topk_select_2nodes": ("teacher_log_probs", "custom_loss", "rollout_data_postprocess"),
 }
 
 
