@@ -81,10 +81,25 @@ class LaunchVariant:
     combine_loss: str = ""  # openclaw_combine_loss (mode combine; empty: the setting's default, ppo)
     hint_selection: str = ""  # openclaw_opd_hint_selection (OPENCLAW_TOPK_HINT_SELECTION; empty: its default)
     num_nodes: int = 1  # NUM_NODES: nodes joined into the one Ray cluster (launch/script.py says what is supported)
+    model: str = "qwen3-4b"  # a key of LAUNCH_MODELS: the policy the script trains (its shape: launch/slime_args.py)
+
+    @property
+    def base_name(self) -> str:  # the name without the model's prefix ("qwen35_rl" -> "rl")
+        return self.name.removeprefix(LAUNCH_MODELS[self.model])
+
+    @property
+    def script(self) -> str:  # scripts/<this>
+        return f"run_{self.model.replace('.', '').replace('-', '_')}_openclaw_{self.base_name}.sh"
 
     @property
     def run_name(self) -> str:
-        return "qwen3-4b-openclaw-" + self.name.replace("_", "-")
+        return f"{self.model.replace('.', '')}-openclaw-" + self.base_name.replace("_", "-")
+
+
+# The models a launch script can train, by the prefix of their variants' names (upstream's script names:
+# run_qwen3_4b_openclaw_rl.sh, run_qwen35_4b_openclaw_rl.sh). A variant of "qwen3.5-4b" is named "qwen35_<base>".
+LAUNCH_MODELS = {"qwen3-4b": "", "qwen3.5-4b": "qwen35_"}
+_QWEN35 = dict(model="qwen3.5-4b")
 
 
 # "topk_select": GRPO plus the mode's top-K loss (combine's openclaw_combine.topk_select) and the top-K transport
@@ -145,6 +160,8 @@ MODES: dict[str, Mode] = {m.name: m for m in (
         launch=(
             LaunchVariant("rl", "GRPO on the judge's +1/-1 score (Megatron, full parameters)", "grpo"),
             LaunchVariant("rl_lora", "GRPO on the judge's +1/-1 score (FSDP, LoRA adapters)", "grpo", **_LORA),
+            LaunchVariant("qwen35_rl", "GRPO on the judge's +1/-1 score, Qwen3.5-4B (Megatron, full parameters)",
+                          "grpo", **_QWEN35),
         ),
     ),
     Mode(
@@ -183,6 +200,8 @@ MODES: dict[str, Mode] = {m.name: m for m in (
                           lr="1e-6", distill_topk=50),
             LaunchVariant("opd_topk_lora", "(refused)", "none", **_LORA, rollout_batch_size=4, lr="1e-6",
                           distill_topk=50),
+            LaunchVariant("qwen35_opd", "token-level OPD, A = teacher - old, Qwen3.5-4B (Megatron, full parameters)",
+                          "opd_token", **_TEACHER, **_QWEN35),
         ),
     ),
     Mode(
@@ -211,6 +230,8 @@ MODES: dict[str, Mode] = {m.name: m for m in (
                           "LoRA adapters)", "grpo", **_LORA, prm_m=1, eval_mode=True, teacher_concurrency=1),
             LaunchVariant("topk_select", "w_rl*GRPO + w_opd*PPO surrogate over the teacher's top-K ids, upstream's "
                           "recommended method (Megatron, full parameters)", "topk_select", **_TOPK_SELECT),
+            LaunchVariant("qwen35_combine", "PPO on w_opd*(teacher - old) + w_rl*r, Qwen3.5-4B (Megatron, full "
+                          "parameters)", "grpo", **_TEACHER, **_QWEN35),
             LaunchVariant("topk_select_2nodes", "w_rl*GRPO + w_opd*PPO surrogate over the teacher's top-K "
                           "ids on two nodes (Megatron, full parameters)", "topk_select", **_TOPK_SELECT_2NODES),
         ),
@@ -266,6 +287,9 @@ def check_registry(modes: dict[str, Mode] | None = None) -> None:
                 raise ValueError(f"mode {m.name!r}: flag {flag} is taken or sets another mode's key {setting!r}")
             flags.add(flag)
         for v in m.launch:
+            if v.model not in LAUNCH_MODELS or not v.name.startswith(LAUNCH_MODELS[v.model]):
+                raise ValueError(f"mode {m.name!r}: launch variant {v.name!r}: model {v.model!r} must be one of "
+                                 f"{list(LAUNCH_MODELS)} and the name start with its prefix")
             if v.name in variants or v.algorithm not in ALGORITHMS:
                 raise ValueError(f"mode {m.name!r}: launch variant {v.name!r} is taken or has an unknown algorithm "
                                  f"{v.algorithm!r} (one of {ALGORITHMS})")

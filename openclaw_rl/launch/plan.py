@@ -21,11 +21,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..modes import launch_variant
 from . import refusals, run_config, script, slime_args
 from .script import Console, ScriptSettings
 from .slime_args import Commands
 
 SAFE = re.compile(r"[A-Za-z0-9_./:=,@%+-]+")
+# run-config defaults of a launch model other than Qwen3-4B (upstream's run_qwen35_4b_openclaw_*.sh)
+MODEL_PROXY_DEFAULTS = {"qwen3.5-4b": {"proxy_served_model_name": "qwen3.5-4b", "proxy_tool_parser": "qwen3_coder"}}
 SECRETS = ("SGLANG_API_KEY", "PRM_API_KEY", "TEACHER_API_KEY", "WANDB_API_KEY")  # exported by the script, shown as "<set>" only
 
 
@@ -121,7 +124,8 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
                 "opd_eval_mode": str(int(v.eval_mode)), "opd_teacher_concurrency": str(v.teacher_concurrency),
                 "opd_distill_topk": str(v.distill_topk),
                 **({"combine_loss": v.combine_loss} if v.combine_loss else {}),
-                **({"opd_hint_selection": v.hint_selection} if v.hint_selection else {})}
+                **({"opd_hint_selection": v.hint_selection} if v.hint_selection else {}),
+                **MODEL_PROXY_DEFAULTS.get(v.model, {})}
     config_text, values, warnings = run_config.build(
         s.mode.name, script_name, Path(s.openclaw_config), Path(s.run_dir), s.judge_url, s.prm_model_path,
         defaults, env)
@@ -178,7 +182,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         env = {**env, "PYTHONPATH": ns.user_pythonpath}
     try:
         values = make_plan(ns.variant, env, cwd=ns.cwd, repo_root=ns.repo_root,
-                           script_name=ns.script or f"run_qwen3_4b_openclaw_{ns.variant}.sh",
+                           script_name=ns.script or launch_variant(ns.variant)[1].script,
                            dry_run=ns.dry_run, extra=extra, console=Console(ns.dry_run))
     except ValueError as e:  # LaunchError, or an unknown variant
         print(f"[openclaw-rl] ERROR: {e}", file=sys.stderr)

@@ -197,7 +197,9 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
     megatron_dir = get("MEGATRON_DIR")
     if not megatron_dir and os.path.isdir(f"{slime_dir}/../Megatron-LM"):
         megatron_dir = os.path.normpath(f"{slime_dir}/../Megatron-LM")
-    hf_name = "Qwen3-4B" if v.lora else "Qwen3-4B-Thinking-2507"
+    hf_name = "Qwen3.5-4B" if v.model == "qwen3.5-4b" else "Qwen3-4B" if v.lora else "Qwen3-4B-Thinking-2507"
+    # Qwen3.5's rope theta is 1e7 (Slime's scripts/models/qwen3.5-4B.sh; upstream's rl/opd scripts then pass 5e6)
+    rotary = 10000000 if v.model == "qwen3.5-4b" else 5000000
     hf_ckpt = absolute(get("HF_CKPT", f"{repo_root}/models/{hf_name}"))
     prm_model_path = get("PRM_MODEL_PATH", "" if prm_url else hf_ckpt)  # with PRM_URL: the judge's tokenizer
     context_length = uint("CONTEXT_LENGTH", 32768, 1)
@@ -207,7 +209,7 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
     prm_mem_fraction = number("PRM_MEM_FRACTION", mem_fraction, above=0, at_most=1)
     ints = {name: uint(name, default, 1) for name, default in (
         ("ROLLOUT_BATCH_SIZE", v.rollout_batch_size), ("SAVE_INTERVAL", v.save_interval),
-        ("MAX_TOKENS_PER_GPU", 8192 if v.lora else 32768), ("ROTARY_BASE", 5000000), ("LORA_RANK", 16),
+        ("MAX_TOKENS_PER_GPU", 8192 if v.lora else 32768), ("ROTARY_BASE", rotary), ("LORA_RANK", 16),
         ("LORA_ALPHA", 32))}
     lr, kl_loss_coef = number("LR", v.lr, above=0), number("KL_LOSS_COEF", "0.0", at_least=0)
     ray_port_raw = get("RAY_PORT", 6379)

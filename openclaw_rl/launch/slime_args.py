@@ -27,6 +27,13 @@ QWEN3_4B = [  # Slime's scripts/models/qwen3-4B.sh
     "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "8",
     "--use-rotary-position-embeddings", "--disable-bias-linear", "--normalization", "RMSNorm", "--norm-epsilon",
     "1e-6", "--vocab-size", "151936", "--kv-channels", "128", "--qk-layernorm"]
+QWEN35_4B = [  # Slime's scripts/models/qwen3.5-4B.sh (ngquochuy0101/OpenClaw-RL f48ac35); --rotary-base: ROTARY_BASE
+    "--spec", "slime_plugins.models.qwen3_5", "get_qwen3_5_spec", "--disable-bias-linear", "--qk-layernorm",
+    "--group-query-attention", "--num-attention-heads", "16", "--num-query-groups", "4", "--kv-channels", "256",
+    "--num-layers", "32", "--hidden-size", "2560", "--ffn-hidden-size", "9216", "--use-gated-attention",
+    "--attention-output-gate", "--normalization", "RMSNorm", "--apply-layernorm-1p", "--position-embedding-type",
+    "rope", "--norm-epsilon", "1e-6", "--rotary-percent", "0.25", "--swiglu", "--vocab-size", "248320"]
+MODEL_ARGS = {"qwen3-4b": QWEN3_4B, "qwen3.5-4b": QWEN35_4B}  # by LaunchVariant.model
 GRPO = ["--advantage-estimator", "grpo", "--disable-rewards-normalization", "--entropy-coef", "0.00", "--eps-clip",
         "0.2", "--eps-clip-high", "0.28"]
 
@@ -81,7 +88,7 @@ def model_args(s: ScriptSettings, cwd: str) -> list[str]:
     if s.variant.lora:
         return []
     if not s.model_args_file:
-        return list(QWEN3_4B)
+        return list(MODEL_ARGS[s.variant.model])
     res = subprocess.run(["bash", "-c", 'set -eu; MODEL_ARGS=(); source "$1"; printf "%s\\0" "${MODEL_ARGS[@]}"',
                           "bash", s.model_args_file], cwd=cwd, capture_output=True, check=False)
     if res.returncode != 0:

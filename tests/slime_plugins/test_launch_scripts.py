@@ -34,7 +34,9 @@ MODES = {"rl": "rl", "rl_lora": "rl", "opd": "opd", "opd_topk": "opd", "combine"
 
 
 def script(variant: str) -> Path:
-    return SCRIPTS / f"run_qwen3_4b_openclaw_{variant}.sh"
+    from openclaw_rl.modes import launch_variant
+
+    return SCRIPTS / launch_variant(variant)[1].script
 
 
 ALL_SHELL_FILES = [script(v) for v in ALL_VARIANTS] + [COMMON]
