@@ -185,8 +185,11 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
 
     prm_url = get("PRM_URL").rstrip("/")
     num_nodes = uint("NUM_NODES", v.num_nodes, 1)
-    num_gpus, actor_gpus = uint("NUM_GPUS", v.num_gpus, 1), uint("ACTOR_GPUS", v.actor_gpus)
-    gpus_per_node = uint("GPUS_PER_NODE", max(num_gpus // num_nodes, 1), 1)
+    # several nodes: GPUS_PER_NODE [the variant's NUM_GPUS / its nodes] and NUM_GPUS [NUM_NODES x GPUS_PER_NODE],
+    # upstream's _2nodes formula; one node: NUM_GPUS as before (GPUS_PER_NODE unused)
+    gpus_per_node = uint("GPUS_PER_NODE", max(v.num_gpus // v.num_nodes, 1), 1)
+    num_gpus = uint("NUM_GPUS", gpus_per_node * num_nodes if num_nodes > 1 else v.num_gpus, 1)
+    actor_gpus = uint("ACTOR_GPUS", v.actor_gpus)
     node_rank = uint("NODE_RANK", 0, 0, num_nodes - 1)
     rollout_gpus, prm_gpus = uint("ROLLOUT_GPUS", v.rollout_gpus), uint("PRM_GPUS", 0 if prm_url else v.prm_gpus)
     tp = uint("TP", v.tp, 1)

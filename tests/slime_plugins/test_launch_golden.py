@@ -98,6 +98,9 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict[str, str], str]] = {
     "topk_select_2nodes_loopback": ("topk_select_2nodes", (), {}, "bundled"),
     "topk_select_2nodes_actor_too_big": ("topk_select_2nodes", (), {"MASTER_ADDR": "10.0.0.1", "ACTOR_GPUS": "12",
                                                                     "ROLLOUT_GPUS": "2", "PRM_GPUS": "2"}, "bundled"),
+    "qwen35_rl": ("qwen35_rl", (), {"HF_CKPT": "<TMP>/models/Qwen3.5-4B"}, "bundled"),
+    "qwen35_opd": ("qwen35_opd", (), {"HF_CKPT": "<TMP>/models/Qwen3.5-4B"}, "bundled"),
+    "qwen35_combine": ("qwen35_combine", (), {"HF_CKPT": "<TMP>/models/Qwen3.5-4B"}, "bundled"),
     "rl_lora_options": ("rl_lora", (), {"LORA_RANK": "8", "LORA_ALPHA": "16", "MAX_TOKENS_PER_GPU": "4096",
                                         "TP": "1", "PRM_TP": "1"}, "bundled"),
 }
@@ -107,6 +110,7 @@ def _env(tmp_path: Path, env: dict[str, str], flavour: str) -> dict[str, str]:
     """Fake Slime checkouts, models and tools under ``tmp_path``; the environment of a dry run."""
     models = tmp_path / "models"
     (models / "Qwen3-4B").mkdir(parents=True)
+    (models / "Qwen3.5-4B").mkdir()
     (models / "judge").mkdir()
     (tmp_path / "ref").mkdir()
     slime = fake_slime(tmp_path / f"slime-{flavour}", flavour)

@@ -663,11 +663,17 @@ SCRIPT_VARIABLES = [
     ("PYTHONPATH", "/extra", "rl", {}),
     ("OPD_ADVANTAGE", "estimator", "opd", {"SKIP_SLIME_FEATURE_CHECK": "1"}),
     ("SKIP_SLIME_FEATURE_CHECK", "1", "rl", {}), ("ALLOW_LORA_FALLBACK", "1", "combine_lora", {}),
+    ("OPENCLAW_TOPK_K", "8", "topk_select", {}), ("OPENCLAW_TOPK_ADV_DIFF_CLIP", "2.0", "topk_select", {}),
+    ("OPENCLAW_COMBINE_LOSS", "ppo", "topk_select", {}),
+    ("NUM_NODES", "2", "rl", {"MASTER_ADDR": "10.0.0.1"}),
+    ("GPUS_PER_NODE", "10", "topk_select_2nodes", {"MASTER_ADDR": "10.0.0.1"}),
+
 ]
 # Documented variables that change what a real launch does but not the dry-run printout (fixture paths,
 # timeouts of the waits), or whose dry-run effect other tests check with their own files.
 NOT_IN_DRY_RUN = {"SLIME_DIR", "HF_CKPT", "PRM_MODEL_PATH", "RUN_DIR", "MEGATRON_DIR", "MODEL_ARGS_FILE",
-                  "OPENCLAW_CONFIG", "PRM_API_KEY", "JUDGE_STARTUP_TIMEOUT", "RAY_START_TIMEOUT"}
+                  "OPENCLAW_CONFIG", "PRM_API_KEY", "JUDGE_STARTUP_TIMEOUT", "RAY_START_TIMEOUT",
+                  "NODE_RANK"}  # a worker node prints no job: launch-golden/topk_select_2nodes_worker.txt
 
 
 def _documented_script_variables() -> set[str]:
@@ -687,7 +693,8 @@ _CONFIG_VARIABLES = {"PRM_URL", "SGLANG_API_KEY", "OPENCLAW_RECORD_ENABLED", "PR
                      "PRM_MAX_NEW_TOKENS", "PROXY_HOST", "PORT", "ALLOW_INSECURE_BIND", "SERVED_MODEL_NAME",
                      "TOOL_CALL_PARSER", "ROLLOUT_TEMPERATURE", "OPENCLAW_EVAL_MODE",
                      "OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY", "OPENCLAW_COMBINE_W_RL", "OPENCLAW_COMBINE_W_OPD",
-                     "TEACHER_URL", "TEACHER_API_KEY", "OPENCLAW_TOPK_HINT_SELECTION"}
+                     "TEACHER_URL", "TEACHER_API_KEY", "OPENCLAW_TOPK_HINT_SELECTION", "OPENCLAW_TOPK_K",
+                     "OPENCLAW_TOPK_ADV_DIFF_CLIP", "OPENCLAW_COMBINE_LOSS", "NUM_NODES"}
 _FULL = os.environ.get("OPENCLAW_TEST_FULL") == "1"
 
 
