@@ -29,7 +29,7 @@ class SlimeHooks:
     rollout: str  # --rollout-function-path; its module also holds `generate` and `reward_func` (eval path)
     custom_loss: str | None = None  # --loss-type custom_loss --custom-loss-function-path
     custom_advantage: str | None = None  # --custom-advantage-function-path (THUDM/slime's token-level OPD)
-    topk_loss: str | None = None  # the custom loss instead, when openclaw_opd_distill_topk > 0
+    topk_loss: str | None = None  # the custom loss instead: opd with openclaw_opd_distill_topk > 0, combine's topk_select
 
     @property
     def generate(self) -> str:  # --custom-generate-function-path

@@ -131,6 +131,13 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
         defaults, env)
     for w in warnings:
         console.warn(w)
+    # the Slime loss is chosen by the variant's algorithm: a run config naming the other combine loss would
+    # have the proxy and the job disagree on what is trained
+    wanted = values.get("combine_loss")
+    if wanted is not None and (wanted == "topk_select") != (v.algorithm == "topk_select"):
+        other = "run_qwen3_4b_openclaw_topk_select.sh" if wanted == "topk_select" else "run_qwen3_4b_openclaw_combine.sh"
+        raise run_config.LaunchError(f"openclaw_combine_loss is {wanted!r} but {script_name} trains "
+                                     f"{v.combine_loss or 'ppo'}; use {other} (unset OPENCLAW_COMBINE_LOSS)")
     s.proxy = {k.removeprefix("proxy_"): str(values[k]) for k in (
         "proxy_host", "proxy_port", "proxy_served_model_name", "proxy_tool_parser", "proxy_rollout_temperature")}
     script.check_ports(s)

@@ -47,7 +47,7 @@
 #   USE_WANDB [1] WANDB_PROJECT [openclaw_rl] WANDB_KEY / WANDB_API_KEY []
 #   NUM_NODES [v] GPUS_PER_NODE [NUM_GPUS/NUM_NODES] NODE_RANK [0]   several nodes, one Ray cluster: node 0 runs the
 #                                judge, the Ray head and the job; the others only join (actor on one node; launch/script.py)
-#   OPENCLAW_TOPK_K [v] OPENCLAW_TOPK_ADV_DIFF_CLIP [1.0] OPENCLAW_COMBINE_LOSS [v]   combine topk_select
+#   OPENCLAW_TOPK_K [v] OPENCLAW_TOPK_ADV_DIFF_CLIP [1.0]   the top-K of opd_topk / topk_select, topk_select's clip
 #   MASTER_ADDR [127.0.0.1] RAY_PORT [6379] RAY_DASHBOARD_PORT [8265] RAY_TEMP_DIR [/tmp/openclaw_rl_ray_<port>]
 #   RUN_DIR [results/<run>] OPENCLAW_CONFIG [configs/openclaw_<mode>.yaml] PYTHON [python3]
 #   JUDGE_STARTUP_TIMEOUT [1200] RAY_START_TIMEOUT [180] SKIP_SLIME_FEATURE_CHECK [0] ALLOW_LORA_FALLBACK [0]

@@ -664,7 +664,6 @@ SCRIPT_VARIABLES = [
     ("OPD_ADVANTAGE", "estimator", "opd", {"SKIP_SLIME_FEATURE_CHECK": "1"}),
     ("SKIP_SLIME_FEATURE_CHECK", "1", "rl", {}), ("ALLOW_LORA_FALLBACK", "1", "combine_lora", {}),
     ("OPENCLAW_TOPK_K", "8", "topk_select", {}), ("OPENCLAW_TOPK_ADV_DIFF_CLIP", "2.0", "topk_select", {}),
-    ("OPENCLAW_COMBINE_LOSS", "ppo", "topk_select", {}),
     ("NUM_NODES", "2", "rl", {"MASTER_ADDR": "10.0.0.1"}),
     ("GPUS_PER_NODE", "10", "topk_select_2nodes", {"MASTER_ADDR": "10.0.0.1"}),
 
@@ -694,7 +693,7 @@ _CONFIG_VARIABLES = {"PRM_URL", "SGLANG_API_KEY", "OPENCLAW_RECORD_ENABLED", "PR
                      "TOOL_CALL_PARSER", "ROLLOUT_TEMPERATURE", "OPENCLAW_EVAL_MODE",
                      "OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY", "OPENCLAW_COMBINE_W_RL", "OPENCLAW_COMBINE_W_OPD",
                      "TEACHER_URL", "TEACHER_API_KEY", "OPENCLAW_TOPK_HINT_SELECTION", "OPENCLAW_TOPK_K",
-                     "OPENCLAW_TOPK_ADV_DIFF_CLIP", "OPENCLAW_COMBINE_LOSS", "NUM_NODES"}
+                     "OPENCLAW_TOPK_ADV_DIFF_CLIP", "NUM_NODES"}
 _FULL = os.environ.get("OPENCLAW_TEST_FULL") == "1"
 
 
