@@ -117,7 +117,7 @@ _TEACHER = dict(prm_m=1, prm_max_new_tokens=8192, mem_fraction="0.8", eval_mode=
 # answers both the judge votes and the teacher log-probs (or set TEACHER_URL for a teacher apart).
 _TOPK_SELECT = dict(prm_m=3, prm_max_new_tokens=8192, mem_fraction="0.8", eval_mode=True, teacher_concurrency=1,
                     distill_topk=4, combine_loss="topk_select", hint_selection="sequence_optimal")
-# ...and its _2nodes script: 2 x 8 GPUs, 8 actor (one node, TP 8 in upstream; TRAIN_TP here) + 4 rollout + 2 judge +
+# ...and its _2nodes script: 2 x 8 GPUs, 8 actor (--actor-num-nodes 1, TP 8 in upstream; TRAIN_TP here) + 4 rollout + 2 judge +
 # 2 teacher; here 8 actor + 4 rollout + 4 judge/teacher GPUs (judge server on the head node: see launch/script.py)
 _TOPK_SELECT_2NODES = {**_TOPK_SELECT, "num_nodes": 2, "num_gpus": 16, "actor_gpus": 8, "rollout_gpus": 4,
                        "prm_gpus": 4}

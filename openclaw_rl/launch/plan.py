@@ -79,7 +79,7 @@ def plan_text(s: ScriptSettings, c: Commands, config_text: str, env: Mapping[str
         f"# GPUs: ACTOR_GPUS={s.actor_gpus} + ROLLOUT_GPUS={s.rollout_gpus} (SGLang TP {s.tp}) + PRM_GPUS={s.prm_gpus} "
         f"of NUM_GPUS={s.num_gpus}; Ray gets GPU(s) {s.ray_devices}",
         *([f"# nodes: NUM_NODES={s.num_nodes} x GPUS_PER_NODE={s.gpus_per_node}; this is the head (NODE_RANK=0): judge "
-           f"and Ray head here, the actor on one whole node; start the others with NODE_RANK=1..{s.num_nodes - 1} "
+           f"and Ray head here (Slime places actor and rollout over the nodes' Ray GPUs); start the others with NODE_RANK=1..{s.num_nodes - 1} "
            f"MASTER_ADDR={s.master_addr}"] if s.num_nodes > 1 else []),
         *([f"# judge: {s.judge_url}, {judge}", f"# teacher: external SGLang server {env['TEACHER_URL']} (TEACHER_URL; "
            "not started or stopped by this script)"] if env.get("TEACHER_URL") and s.mode.needs_teacher

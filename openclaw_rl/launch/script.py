@@ -280,7 +280,8 @@ def check_split(s: ScriptSettings, console: Console) -> None:
 
 def check_nodes(s: ScriptSettings) -> None:
     """NUM_NODES > 1, the minimum upstream's ``*_2nodes.sh`` layout needs: one Ray cluster over the nodes, the
-    actor on one whole node (``--actor-num-nodes 1``, as upstream), the judge/teacher server on the head node
+    actor flags as upstream (``--actor-num-nodes 1 --actor-num-gpus-per-node ACTOR_GPUS``, so ACTOR_GPUS <=
+    GPUS_PER_NODE; which GPUs it lands on is Slime's placement, unchecked), the judge/teacher server on the head node
     outside Ray, rollout engines where Ray places them. Not supported: an actor over several nodes, a judge
     off the head node (use PRM_URL), per-node CUDA_VISIBLE_DEVICES other than the same list on every node."""
     if s.num_nodes == 1:
@@ -290,7 +291,8 @@ def check_nodes(s: ScriptSettings) -> None:
                           f"{s.gpus_per_node} with NUM_NODES > 1")
     if s.actor_gpus > s.gpus_per_node:
         raise LaunchError(f"ACTOR_GPUS={s.actor_gpus} does not fit on one node of GPUS_PER_NODE={s.gpus_per_node}: "
-                          "the actor runs on one node (--actor-num-nodes 1); a multi-node actor is not supported yet")
+                          "Slime is given --actor-num-nodes 1 --actor-num-gpus-per-node ACTOR_GPUS; a multi-node actor is not "
+                          "supported yet")
     if s.prm_gpus >= s.gpus_per_node:
         raise LaunchError(f"PRM_GPUS={s.prm_gpus} must leave Ray at least one GPU on the head node "
                           f"(GPUS_PER_NODE={s.gpus_per_node}); or run the judge elsewhere (PRM_URL)")

@@ -150,7 +150,8 @@ def check_extra(extra: Sequence[str]) -> None:
 def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -> Commands:
     lora = s.variant.lora
     hooks = s.mode.slime
-    # the actor always on one node (upstream's _2nodes script too); with NUM_NODES > 1 Ray places it on a whole node
+    # --actor-num-nodes 1 always (upstream's _2nodes script too); with NUM_NODES > 1 which GPUs the actor gets is
+    # Slime's placement (its placement group sorts the GPUs by node address and GPU id), not decided here
     per_node = s.gpus_per_node if s.num_nodes > 1 else s.ray_gpus
     cluster = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", str(s.actor_gpus), "--rollout-num-gpus",
                str(s.rollout_gpus), "--num-gpus-per-node", str(per_node), *(["--train-backend", "fsdp"] if lora else [])]

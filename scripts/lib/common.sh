@@ -45,8 +45,8 @@
 #   ROTARY_BASE [5000000] CONTEXT_LENGTH [32768] MODEL_ARGS_FILE [] LORA_RANK [16] LORA_ALPHA [32]
 #   LORA_TARGET_MODULES [q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]   *_lora scripts only
 #   USE_WANDB [1] WANDB_PROJECT [openclaw_rl] WANDB_KEY / WANDB_API_KEY []
-#   NUM_NODES [v] GPUS_PER_NODE [NUM_GPUS/NUM_NODES] NODE_RANK [0]   several nodes, one Ray cluster: node 0 runs the
-#                                judge, the Ray head and the job; the others only join (actor on one node; launch/script.py)
+#   NUM_NODES [v] GPUS_PER_NODE [v] NODE_RANK [0]  (NUM_NODES > 1: NUM_GPUS [NUM_NODES x GPUS_PER_NODE])   several nodes, one Ray cluster: node 0 runs the
+#                                judge, the Ray head and the job; the others only join (--actor-num-nodes 1; launch/script.py)
 #   OPENCLAW_TOPK_K [v] OPENCLAW_TOPK_ADV_DIFF_CLIP [1.0]   the top-K of opd_topk / topk_select, topk_select's clip
 #   MASTER_ADDR [127.0.0.1] RAY_PORT [6379] RAY_DASHBOARD_PORT [8265] RAY_TEMP_DIR [/tmp/openclaw_rl_ray_<port>]
 #   RUN_DIR [results/<run>] OPENCLAW_CONFIG [configs/openclaw_<mode>.yaml] PYTHON [python3]
