@@ -530,6 +530,7 @@ def test_a_slime_that_does_not_import_is_reported(launch, tmp_path):
 STUB_RAY = """#!/usr/bin/env bash
 if [[ $1 == start ]]; then
   echo "$$ $CUDA_VISIBLE_DEVICES $*" > "$STUB_DIR/ray.start"
+  [[ -z ${STUB_RAY_START_RC:-} ]] || exit "${STUB_RAY_START_RC}"  # a worker's ray start that returns
   exec sleep 300
 elif [[ $1 == job ]]; then
   printf '%s\\n' "$@" > "$STUB_DIR/submit.args"
@@ -625,6 +626,17 @@ def test_a_judge_that_dies_at_startup_is_reported_and_ray_is_stopped(stubbed):
     ray_pid = int((stubbed.stub_dir / "ray.start").read_text().split()[0])
     assert not alive(ray_pid)
     assert not (stubbed.stub_dir / "submit.args").exists(), "training must not start without a judge"
+
+
+def test_a_worker_node_only_joins_the_heads_ray_cluster(stubbed):
+    """NODE_RANK=1 of the two-node script: `ray start --address` with all its GPUs; no judge, no job."""
+    run = stubbed("topk_select_2nodes", NODE_RANK="1", MASTER_ADDR="10.0.0.1", STUB_RAY_START_RC="0")
+    assert run.rc == 0, run.err
+    stubs = stubbed.stub_dir
+    _, gpus, *ray_cmd = (stubs / "ray.start").read_text().split()
+    assert gpus == "0,1,2,3,4,5,6,7" and ray_cmd[:4] == ["start", "--block", "--address", ray_cmd[3]]
+    assert ray_cmd[3].startswith("10.0.0.1:") and ray_cmd[ray_cmd.index("--num-gpus") + 1] == "8"
+    assert not (stubs / "judge.start").exists() and not (stubs / "submit.args").exists()
 
 
 def test_a_failed_job_returns_its_status(stubbed):
