@@ -52,7 +52,8 @@ class LocalDefaults:
 
 @dataclass(frozen=True, slots=True)
 class LaunchVariant:
-    """One Slime launch script, ``scripts/run_qwen3_4b_openclaw_<name>.sh``, and its defaults (upstream's
+    """One Slime launch script, ``scripts/<script>`` (``run_qwen3_4b_openclaw_<name>.sh``; for Qwen3.5
+    ``run_qwen35_4b_openclaw_<name without qwen35_>.sh``), and its defaults (upstream's
     per-script values; every one can be overridden by the environment variable named in the comment).
     ``python -m openclaw_rl.launch plan <name>`` turns this entry, the environment and the mode's
     ``SlimeHooks`` into the checked ``ray job submit`` command line (``openclaw_rl/launch/``)."""

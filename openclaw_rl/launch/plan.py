@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     c = sub.add_parser("plan", help="resolve and check a launch script's settings; print shell assignments")
     c.add_argument("variant", help="the script's variant (rl, rl_lora, opd, ...: modes.LaunchVariant)")
     c.add_argument("--script", help="the script's file name (messages, run config header; default "
-                   "run_qwen3_4b_openclaw_<variant>.sh)")
+                   "the variant's LaunchVariant.script)")
     c.add_argument("--repo-root", default=str(Path(__file__).resolve().parents[2]),
                    help="this repository, as the script sees it (default: the one this module is in)")
     c.add_argument("--cwd", default=os.getcwd(), help="where the script was started (relative paths; default: here)")
