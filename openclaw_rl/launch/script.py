@@ -220,6 +220,7 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
     ray_start_timeout = uint("RAY_START_TIMEOUT", 180, 1)
     return ScriptSettings(
         mode=mode, variant=v, script=script, repo_root=repo_root, python=get("PYTHON", "python3"),
+        num_nodes=num_nodes, gpus_per_node=gpus_per_node, node_rank=node_rank,
         num_gpus=num_gpus, actor_gpus=actor_gpus, rollout_gpus=rollout_gpus, prm_gpus=prm_gpus, tp=tp,
         prm_tp=prm_tp, train_tp=train_tp, prm_url=prm_url, slime_dir=slime_dir,
         megatron_dir=absolute(megatron_dir) if megatron_dir else "", hf_ckpt=hf_ckpt,
@@ -238,8 +239,7 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
         ray_start_timeout=ray_start_timeout, judge_startup_timeout=judge_startup_timeout,
         use_wandb=switch(env, "USE_WANDB", True), wandb_project=get("WANDB_PROJECT", "openclaw_rl"),
         wandb_key_set=bool(get("WANDB_KEY") or get("WANDB_API_KEY")), user_pythonpath=get("PYTHONPATH"),
-        cuda_visible_devices=get("CUDA_VISIBLE_DEVICES"), num_nodes=num_nodes, gpus_per_node=gpus_per_node,
-        node_rank=node_rank)
+        cuda_visible_devices=get("CUDA_VISIBLE_DEVICES"))
 
 
 def check_split(s: ScriptSettings, console: Console) -> None:
