@@ -67,7 +67,13 @@ def combine_loss_function(
     logits: torch.Tensor,
     sum_of_sample_mean: Callable[[torch.Tensor], torch.Tensor],
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Slime custom loss for ``combine``: the shared PPO loss on the combined advantages."""
+    """Slime custom loss for ``combine``: the shared PPO loss on the combined advantages, or with
+    ``openclaw_combine_loss: topk_select`` (the run config) the top-K select loss
+    (``openclaw_combine.topk_select``), so the embedded trainer and a Slime run configured either way agree."""
+    if (getattr(args, PREFIX + "combine_loss", None) or "ppo") == "topk_select":
+        from openclaw_combine.topk_select import topk_select_loss_function
+
+        return topk_select_loss_function(args, batch, logits, sum_of_sample_mean)
     w_rl, w_opd = combine_weights(args)
     use_rollout = bool(getattr(args, "use_rollout_logprobs", False))
     key = "rollout_log_probs" if use_rollout else "log_probs"

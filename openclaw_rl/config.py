@@ -135,12 +135,18 @@ class OPDSettings:
 
 HINT_SELECTIONS = ("longest", "shortest", "sequence_optimal", "token_optimal")  # OPDSettings.hint_selection
 DISTILL_SUBSETS = ("teacher", "overlap")  # OPDSettings.distill_subset (openclaw_opd.loss reads the same list)
+COMBINE_LOSSES = ("ppo", "topk_select")  # CombineSettings.loss
 
 
 @dataclass
 class CombineSettings:
     w_rl: float = 1.0  # weight of the GRPO advantage
     w_opd: float = 1.0  # weight of the teacher−student advantage
+    # ppo: one PPO loss on w_opd*(teacher - old) + w_rl*A_grpo (openclaw_combine/loss.py); topk_select:
+    # w_rl*GRPO + w_opd*PPO surrogate over the teacher's top-K ids (openclaw_combine/topk_select.py, upstream
+    # PR #109), which needs openclaw_opd_distill_topk > 0
+    loss: str = "ppo"
+    topk_adv_diff_clip: float = 1.0  # topk_select: |teacher - old| clip per id, 0 = none (OPENCLAW_TOPK_ADV_DIFF_CLIP)
 
 
 def _mode_sections() -> dict[str, Any]:
@@ -222,6 +228,14 @@ class Settings:
         if self.opd.max_hint_candidates < 1:
             raise ValueError("openclaw_opd_max_hint_candidates (OPENCLAW_TOPK_MAX_CAND): expected >= 1, got "
                              f"{self.opd.max_hint_candidates}")
+        if self.combine.loss not in COMBINE_LOSSES:
+            raise ValueError(f"openclaw_combine_loss: {self.combine.loss!r} is not one of {', '.join(COMBINE_LOSSES)}")
+        if self.mode == "combine" and self.combine.loss == "topk_select" and self.opd.distill_topk < 1:
+            raise ValueError("openclaw_combine_loss: topk_select trains on the teacher's top-K: set "
+                             "openclaw_opd_distill_topk (--distill-topk) to K >= 1 (upstream: 4)")
+        if not 0 <= self.combine.topk_adv_diff_clip < float("inf"):
+            raise ValueError("openclaw_combine_topk_adv_diff_clip (OPENCLAW_TOPK_ADV_DIFF_CLIP): expected a number "
+                             f">= 0 (0: no clip), got {self.combine.topk_adv_diff_clip}")
         t = p.rollout_temperature
         if t is not None and not 0 <= t < float("inf"):
             raise ValueError(f"openclaw_proxy_rollout_temperature (ROLLOUT_TEMPERATURE): expected a number >= 0, got {t}")
@@ -284,7 +298,8 @@ ENV_FALLBACKS = {
     "PRM_API_KEY": "judge_api_key",  # bearer key of an external judge (scripts/run_*.sh PRM_URL=...)
     "OPENCLAW_STREAM_INTERVAL": "proxy_stream_interval",
     "OPENCLAW_TOPK_HINT_SELECTION": "opd_hint_selection", "OPENCLAW_TOPK_MAX_CAND": "opd_max_hint_candidates",
-    "OPENCLAW_TOPK_SUBSET_MODE": "opd_distill_subset",
+    "OPENCLAW_TOPK_SUBSET_MODE": "opd_distill_subset", "OPENCLAW_TOPK_ADV_DIFF_CLIP": "combine_topk_adv_diff_clip",
+    "OPENCLAW_TOPK_K": "opd_distill_topk", "OPENCLAW_COMBINE_LOSS": "combine_loss",
     "TEACHER_URL": "opd_teacher_url", "TEACHER_MODEL_PATH": "opd_teacher_tokenizer",
     "TEACHER_API_KEY": "opd_teacher_api_key",  # bearer key of a separate teacher server
 }

@@ -29,7 +29,7 @@ class SlimeHooks:
     rollout: str  # --rollout-function-path; its module also holds `generate` and `reward_func` (eval path)
     custom_loss: str | None = None  # --loss-type custom_loss --custom-loss-function-path
     custom_advantage: str | None = None  # --custom-advantage-function-path (THUDM/slime's token-level OPD)
-    topk_loss: str | None = None  # the custom loss instead, when openclaw_opd_distill_topk > 0
+    topk_loss: str | None = None  # the custom loss instead: opd with openclaw_opd_distill_topk > 0, combine's topk_select
 
     @property
     def generate(self) -> str:  # --custom-generate-function-path
@@ -52,7 +52,8 @@ class LocalDefaults:
 
 @dataclass(frozen=True, slots=True)
 class LaunchVariant:
-    """One Slime launch script, ``scripts/run_qwen3_4b_openclaw_<name>.sh``, and its defaults (upstream's
+    """One Slime launch script, ``scripts/<script>`` (``run_qwen3_4b_openclaw_<name>.sh``; for Qwen3.5
+    ``run_qwen35_4b_openclaw_<name without qwen35_>.sh``), and its defaults (upstream's
     per-script values; every one can be overridden by the environment variable named in the comment).
     ``python -m openclaw_rl.launch plan <name>`` turns this entry, the environment and the mode's
     ``SlimeHooks`` into the checked ``ray job submit`` command line (``openclaw_rl/launch/``)."""
@@ -77,20 +78,50 @@ class LaunchVariant:
     save_interval: int = 100  # SAVE_INTERVAL
     eval_mode: bool = False  # OPENCLAW_EVAL_MODE (modes with a teacher)
     teacher_concurrency: int = 3  # OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY (modes with a teacher)
-    distill_topk: int = 0  # openclaw_opd_distill_topk (modes with a teacher)
+    distill_topk: int = 0  # openclaw_opd_distill_topk (modes with a teacher; OPENCLAW_TOPK_K)
+    combine_loss: str = ""  # openclaw_combine_loss (mode combine; empty: the setting's default, ppo)
+    hint_selection: str = ""  # openclaw_opd_hint_selection (OPENCLAW_TOPK_HINT_SELECTION; empty: its default)
+    num_nodes: int = 1  # NUM_NODES: nodes joined into the one Ray cluster (launch/script.py says what is supported)
+    model: str = "qwen3-4b"  # a key of LAUNCH_MODELS: the policy the script trains (its shape: launch/slime_args.py)
+
+    @property
+    def base_name(self) -> str:  # the name without the model's prefix ("qwen35_rl" -> "rl")
+        return self.name.removeprefix(LAUNCH_MODELS[self.model])
+
+    @property
+    def script(self) -> str:  # scripts/<this>
+        return f"run_{self.model.replace('.', '').replace('-', '_')}_openclaw_{self.base_name}.sh"
 
     @property
     def run_name(self) -> str:
-        return "qwen3-4b-openclaw-" + self.name.replace("_", "-")
+        return f"{self.model.replace('.', '')}-openclaw-" + self.base_name.replace("_", "-")
 
 
-ALGORITHMS = ("grpo", "opd_token", "opd_topk", "none")  # LaunchVariant.algorithm
+# The models a launch script can train, by the prefix of their variants' names (upstream's script names:
+# run_qwen3_4b_openclaw_rl.sh, run_qwen35_4b_openclaw_rl.sh). A variant of "qwen3.5-4b" is named "qwen35_<base>".
+LAUNCH_MODELS = {"qwen3-4b": "", "qwen3.5-4b": "qwen35_"}
+_QWEN35 = dict(model="qwen3.5-4b")
+
+
+# "topk_select": GRPO plus the mode's top-K loss (combine's openclaw_combine.topk_select) and the top-K transport
+ALGORITHMS = ("grpo", "opd_token", "opd_topk", "topk_select", "none")  # LaunchVariant.algorithm
 
 # Upstream's LoRA scripts: 4 GPUs (2 FSDP actors, 1 rollout engine, 1 judge), a checkpoint every step
 _LORA = dict(lora=True, num_gpus=4, actor_gpus=2, rollout_gpus=1, prm_gpus=1, tp=1, save_interval=1)
 # Upstream's token-level OPD and combine scripts: one judge vote, long judge outputs, PRM eval votes on,
 # one teacher call at a time
 _TEACHER = dict(prm_m=1, prm_max_new_tokens=8192, mem_fraction="0.8", eval_mode=True, teacher_concurrency=1)
+
+# Upstream's run_qwen3_4b_openclaw_topk_select.sh (f48ac35): 3 judge votes, PRM eval votes, K=4, three
+# candidate hints picked by sequence_optimal, one teacher call at a time. Upstream's 8 GPUs are 4 actor + 2
+# rollout + 1 judge + 1 in-trainer teacher; here the 2 non-Ray GPUs hold one SGLang server at TP 2 that
+# answers both the judge votes and the teacher log-probs (or set TEACHER_URL for a teacher apart).
+_TOPK_SELECT = dict(prm_m=3, prm_max_new_tokens=8192, mem_fraction="0.8", eval_mode=True, teacher_concurrency=1,
+                    distill_topk=4, combine_loss="topk_select", hint_selection="sequence_optimal")
+# ...and its _2nodes script: 2 x 8 GPUs, 8 actor (--actor-num-nodes 1, TP 8 in upstream; TRAIN_TP here) + 4 rollout + 2 judge +
+# 2 teacher; here 8 actor + 4 rollout + 4 judge/teacher GPUs (judge server on the head node: see launch/script.py)
+_TOPK_SELECT_2NODES = {**_TOPK_SELECT, "num_nodes": 2, "num_gpus": 16, "actor_gpus": 8, "rollout_gpus": 4,
+                       "prm_gpus": 4}
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +161,8 @@ MODES: dict[str, Mode] = {m.name: m for m in (
         launch=(
             LaunchVariant("rl", "GRPO on the judge's +1/-1 score (Megatron, full parameters)", "grpo"),
             LaunchVariant("rl_lora", "GRPO on the judge's +1/-1 score (FSDP, LoRA adapters)", "grpo", **_LORA),
+            LaunchVariant("qwen35_rl", "GRPO on the judge's +1/-1 score, Qwen3.5-4B (Megatron, full parameters)",
+                          "grpo", **_QWEN35),
         ),
     ),
     Mode(
@@ -168,6 +201,8 @@ MODES: dict[str, Mode] = {m.name: m for m in (
                           lr="1e-6", distill_topk=50),
             LaunchVariant("opd_topk_lora", "(refused)", "none", **_LORA, rollout_batch_size=4, lr="1e-6",
                           distill_topk=50),
+            LaunchVariant("qwen35_opd", "token-level OPD, A = teacher - old, Qwen3.5-4B (Megatron, full parameters)",
+                          "opd_token", **_TEACHER, **_QWEN35),
         ),
     ),
     Mode(
@@ -177,18 +212,29 @@ MODES: dict[str, Mode] = {m.name: m for m in (
         settings="openclaw_rl.config.CombineSettings",
         embedded_loss="openclaw_combine.loss.combine_loss_function",
         slime=SlimeHooks(rollout="openclaw_combine.rollout.generate_rollout_openclaw_combine",
-                         custom_loss="openclaw_combine.loss.combine_loss_function"),
+                         custom_loss="openclaw_combine.loss.combine_loss_function",
+                         topk_loss="openclaw_combine.topk_select.topk_select_loss_function"),
         needs_teacher=True,
         local=LocalDefaults(batch_size=8, interactions=400),
         cli_flags=(
             ("--w-rl", "combine_w_rl", {"type": float, "help": "combine: weight of the RL advantage"}),
             ("--w-opd", "combine_w_opd", {"type": float, "help": "combine: weight of the OPD advantage"}),
+            ("--combine-loss", "combine_loss", {
+                "choices": ["ppo", "topk_select"],
+                "help": "combine: ppo (one PPO loss on the mixed advantage) or topk_select (GRPO + a PPO surrogate "
+                        "over the teacher's top-K ids; needs --distill-topk)"}),
         ),
         launch=(
             LaunchVariant("combine", "PPO on w_opd*(teacher - old) + w_rl*r (Megatron, full parameters)", "grpo",
                           **_TEACHER),
             LaunchVariant("combine_lora", "FALLBACK: the RL half of combine only, A = w_rl*r with w_opd = 0 (FSDP, "
                           "LoRA adapters)", "grpo", **_LORA, prm_m=1, eval_mode=True, teacher_concurrency=1),
+            LaunchVariant("topk_select", "w_rl*GRPO + w_opd*PPO surrogate over the teacher's top-K ids, upstream's "
+                          "recommended method (Megatron, full parameters)", "topk_select", **_TOPK_SELECT),
+            LaunchVariant("qwen35_combine", "PPO on w_opd*(teacher - old) + w_rl*r, Qwen3.5-4B (Megatron, full "
+                          "parameters)", "grpo", **_TEACHER, **_QWEN35),
+            LaunchVariant("topk_select_2nodes", "w_rl*GRPO + w_opd*PPO surrogate over the teacher's top-K "
+                          "ids on two nodes (Megatron, full parameters)", "topk_select", **_TOPK_SELECT_2NODES),
         ),
     ),
 )}
@@ -242,6 +288,9 @@ def check_registry(modes: dict[str, Mode] | None = None) -> None:
                 raise ValueError(f"mode {m.name!r}: flag {flag} is taken or sets another mode's key {setting!r}")
             flags.add(flag)
         for v in m.launch:
+            if v.model not in LAUNCH_MODELS or not v.name.startswith(LAUNCH_MODELS[v.model]):
+                raise ValueError(f"mode {m.name!r}: launch variant {v.name!r}: model {v.model!r} must be one of "
+                                 f"{list(LAUNCH_MODELS)} and the name start with its prefix")
             if v.name in variants or v.algorithm not in ALGORITHMS:
                 raise ValueError(f"mode {m.name!r}: launch variant {v.name!r} is taken or has an unknown algorithm "
                                  f"{v.algorithm!r} (one of {ALGORITHMS})")

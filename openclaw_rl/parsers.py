@@ -189,9 +189,45 @@ class NamedArgsToolParser(_ToolMarkup):
         return end, value
 
 
+class XmlParamsToolParser(TaggedJsonToolParser):
+    """``<tool_call>\n<function=name>\n<parameter=key>\nvalue\n</parameter>…</function>\n</tool_call>``
+    (Qwen3.5, Qwen3-Coder; SGLang's ``qwen3_coder``). A value that is a JSON object or list (the template's
+    ``tojson`` of a mapping or sequence) is decoded; every other value stays a string: without the tool's
+    schema "42" may be a string as well as a number (SGLang converts by the request's schema)."""
+
+    _FUNCTION = re.compile(r"\s*<function=([^>\n]+)>(.*?)</function>\s*", re.DOTALL)
+    _PARAMETER = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.DOTALL)
+
+    def match(self, block: str, final: bool) -> tuple[int, list[dict[str, Any]] | None] | None:
+        end = block.find(self.end_tag, len(self.start_tag))
+        if end < 0:
+            return (len(block), None) if final else None  # unterminated at the end: shown as text
+        body = block[len(self.start_tag):end]
+        fn = self._FUNCTION.fullmatch(body)
+        call = None
+        if fn and _NAME.fullmatch(fn.group(1).strip()):
+            params = fn.group(2)
+            args = {m.group(1).strip(): self._value(m.group(2)) for m in self._PARAMETER.finditer(params)}
+            if not self._PARAMETER.sub("", params).strip():  # nothing but parameters inside the function
+                call = openai_call(fn.group(1).strip(), args)
+        return end + len(self.end_tag), None if call is None else [call]
+
+    @staticmethod
+    def _value(text: str) -> Any:
+        if text[:1] in ("{", "["):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError:
+                pass
+        return text
+
+
 def _tool_parser(fmt: ChatFormat | None) -> ToolParser:
     if fmt is None:
         return NoTools()
+    if fmt.tool_style == "xml_params":
+        assert fmt.tool_end is not None
+        return XmlParamsToolParser(fmt.tool_start, fmt.tool_end)
     if fmt.tool_style == "named_args":
         assert fmt.tool_args is not None
         return NamedArgsToolParser(fmt.tool_start, fmt.tool_args)
@@ -210,7 +246,7 @@ def _reasoning_parser(fmt: ChatFormat | None) -> ReasoningParser:
 REASONING_PARSERS: dict[str, str | None] = {"qwen3": "qwen", "deepseek-r1": "qwen", "mistral": "mistral",
                                             "none": None, "auto": "auto"}
 TOOL_PARSERS: dict[str, str | None] = {"qwen25": "qwen", "qwen": "qwen", "hermes": "qwen", "mistral": "mistral",
-                                       "none": None, "auto": "auto"}
+                                       "qwen3_coder": "qwen35", "none": None, "auto": "auto"}
 
 
 @dataclass(slots=True)

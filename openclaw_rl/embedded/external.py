@@ -145,6 +145,7 @@ class ExternalStack:
                              kl_coef=cfg.kl_coef, distill_topk=settings.opd.distill_topk,
                              distill_subset=settings.opd.distill_subset,
                              w_rl=settings.combine.w_rl, w_opd=settings.combine.w_opd,
+                             combine_loss=settings.combine.loss, topk_adv_diff_clip=settings.combine.topk_adv_diff_clip,
                              rollout_temperature=1.0 if temperature is None else temperature,
                              save_every=cfg.save_every, ckpt_dir=str(self.out / "checkpoints") if cfg.save_every else "",
                              metrics_path=self.metrics_path, tensorboard_dir=str(self.out / "tensorboard"),

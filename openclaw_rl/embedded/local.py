@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from openclaw_rl.config import DISTILL_SUBSETS, HINT_SELECTIONS
+from openclaw_rl.config import COMBINE_LOSSES, DISTILL_SUBSETS, HINT_SELECTIONS
 from openclaw_rl.embedded.interrupts import name_of, sigterm_as_ctrl_c, while_starting
 from openclaw_rl.embedded.metric_sinks import add_wandb_flag, wandb_config
 from openclaw_rl.modes import MODES
@@ -51,6 +51,7 @@ class LocalConfig:
     distill_topk: int = 0
     hint_selection: str = "longest"  # opd/combine: which candidate hint's teacher signal a sample keeps
     distill_subset: str = "teacher"  # opd top-K: which ids the loss compares
+    combine_loss: str = "ppo"  # combine: ppo, or topk_select (upstream's recommended method; K defaults to 4)
     teacher_url: str = ""  # opd/combine: a teacher server instead of the embedded frozen copy
     max_steps: int = 0  # 0 = until the simulation ends (or Ctrl-C without --simulate)
     judge_votes: int = 1  # the rule judge is deterministic: one vote is as good as m
@@ -224,7 +225,7 @@ class LocalStack:
             "proxy_max_new_tokens": cfg.max_new_tokens, "proxy_served_model_name": "tiny",
             "proxy_rollout_temperature": 1.0, "opd_distill_topk": cfg.distill_topk, "proxy_session_ttl_s": cfg.session_ttl_s,
             "opd_hint_selection": cfg.hint_selection, "opd_distill_subset": cfg.distill_subset,
-            "opd_teacher_url": cfg.teacher_url,
+            "opd_teacher_url": cfg.teacher_url, "combine_loss": cfg.combine_loss,
         }, env={})
         self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
         self.metrics_path = str(self.out / "metrics.jsonl")
@@ -232,7 +233,7 @@ class LocalStack:
         trainer_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
         tcfg = TrainerConfig(mode=cfg.mode, rollout_batch_size=cfg.rollout_batch_size, lr=cfg.lr, kl_coef=cfg.kl_coef,
                              center_rewards=cfg.center_rewards, distill_topk=cfg.distill_topk, save_every=cfg.save_every,
-                             distill_subset=cfg.distill_subset,
+                             distill_subset=cfg.distill_subset, combine_loss=cfg.combine_loss,
                              ckpt_dir=str(self.out / "checkpoints"), metrics_path=self.metrics_path,
                              tensorboard_dir=str(self.out / "tensorboard"), seed=cfg.seed,
                              wandb=wandb_config(cfg.wandb_project, "local", str(self.out)))
@@ -482,6 +483,7 @@ def _print_step(step: int, m: dict[str, float], sim: dict[str, Any], bar: Any = 
 
 # Tuned on this task (seed 0, 2 CPU cores; README.md has the learning curves), one entry per registered mode.
 MODE_DEFAULTS: dict[str, dict[str, float]] = {name: asdict(m.local) for name, m in MODES.items()}
+TOPK_SELECT_K = 4  # upstream's run_qwen3_4b_openclaw_topk_select.sh (OPENCLAW_TOPK_K)
 
 
 def register_local_command(sub: Any) -> None:
@@ -506,6 +508,10 @@ def register_local_command(sub: Any) -> None:
     p.add_argument("--hint-selection", choices=HINT_SELECTIONS, default="longest",
                    help="opd/combine: which candidate hint's teacher signal a sample keeps (the rule judge gives one "
                         "hint per turn, so every rule picks it; see openclaw_opd/selection.py)")
+    p.add_argument("--combine-loss", choices=COMBINE_LOSSES, default="ppo",
+                   help="combine: ppo (one PPO loss on the mixed advantage), or topk_select (GRPO + a PPO surrogate "
+                        "over the teacher's top-K ids, upstream's recommended method; --distill-topk defaults to "
+                        f"{TOPK_SELECT_K} then)")
     p.add_argument("--max-steps", type=int, default=0)
     p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (resumes from the latest)")
     p.add_argument("--preset", default="h128", help="tiny model size: h64, h128, h256")
@@ -574,13 +580,18 @@ def wants_openclaw_model(ns: Any) -> bool:
 def local_config(ns: Any) -> LocalConfig:
     """The command line's `LocalConfig`: flags left unset take the mode's tuned defaults."""
     defaults = MODE_DEFAULTS[ns.mode]
+    combine_loss = getattr(ns, "combine_loss", "ppo") if ns.mode == "combine" else "ppo"
+    if getattr(ns, "combine_loss", "ppo") != "ppo" and ns.mode != "combine":
+        raise SystemExit("--combine-loss is a setting of --mode combine")
+    topk = ns.distill_topk or (TOPK_SELECT_K if combine_loss == "topk_select" else 0)
+    suffix = "-topk_select" if combine_loss == "topk_select" else ""
     return LocalConfig(
         mode=ns.mode, preset=ns.preset, seed=ns.seed, host=ns.host, port=ns.port,
-        out_dir=ns.out_dir or f"runs/local-{ns.mode}",
+        out_dir=ns.out_dir or f"runs/local-{ns.mode}{suffix}", combine_loss=combine_loss,
         rollout_batch_size=ns.batch_size or int(defaults["batch_size"]),
         lr=ns.lr if ns.lr is not None else defaults["lr"],
         kl_coef=ns.kl_coef if ns.kl_coef is not None else defaults["kl_coef"],
-        center_rewards=ns.center_rewards, distill_topk=ns.distill_topk, max_steps=ns.max_steps,
+        center_rewards=ns.center_rewards, distill_topk=topk, max_steps=ns.max_steps,
         hint_selection=ns.hint_selection, distill_subset=ns.distill_subset, teacher_url=ns.teacher_url,
         save_every=ns.save_every, simulate=ns.simulate, concurrency=ns.concurrency,
         interactions=ns.interactions or int(defaults["interactions"]),

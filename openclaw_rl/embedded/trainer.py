@@ -63,6 +63,8 @@ class TrainerConfig:
     distill_subset: str = "teacher"  # which ids the top-K loss compares (openclaw_opd.loss.distill_subset)
     w_rl: float = 1.0
     w_opd: float = 1.0
+    combine_loss: str = "ppo"  # combine: ppo, or topk_select (openclaw_combine/topk_select.py)
+    topk_adv_diff_clip: float = 1.0  # combine topk_select: |teacher - old| clip per id
     save_every: int = 0  # checkpoint every N steps (0 = never)
     ckpt_dir: str = ""
     metrics_path: str = ""  # JSONL, one line per step
@@ -81,6 +83,8 @@ class TrainerConfig:
                                use_rollout_logprobs=False, distill_topk=self.distill_topk,
                                openclaw_opd_distill_subset=self.distill_subset,
                                openclaw_combine_w_rl=self.w_rl, openclaw_combine_w_opd=self.w_opd,
+                               openclaw_combine_loss=self.combine_loss,
+                               openclaw_combine_topk_adv_diff_clip=self.topk_adv_diff_clip,
                                advantage_estimator="grpo", qkv_format="thd")
 
 

@@ -22,11 +22,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..modes import launch_variant
 from . import refusals, run_config, script, slime_args
 from .script import Console, ScriptSettings
 from .slime_args import Commands
 
 SAFE = re.compile(r"[A-Za-z0-9_./:=,@%+-]+")
+# run-config defaults of a launch model other than Qwen3-4B (upstream's run_qwen35_4b_openclaw_*.sh)
+MODEL_PROXY_DEFAULTS = {"qwen3.5-4b": {"proxy_served_model_name": "qwen3.5-4b", "proxy_tool_parser": "qwen3_coder"}}
 SECRETS = ("SGLANG_API_KEY", "PRM_API_KEY", "TEACHER_API_KEY", "WANDB_API_KEY")  # exported by the script, shown as "<set>" only
 
 
@@ -52,7 +55,19 @@ def proxy_url(s: ScriptSettings) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{s.proxy['port']}/v1"  # an IPv6 address in brackets
 
 
+def worker_text(s: ScriptSettings, c: Commands) -> str:
+    """NODE_RANK > 0: this node only joins the head's Ray cluster (the head runs the judge and the job)."""
+    return "\n".join([
+        f"# {s.variant.run_name}: node {s.node_rank} of NUM_NODES={s.num_nodes}: joins the Ray cluster of the head "
+        f"node {s.master_addr}:{s.ray_port} with its {s.ray_gpus} GPU(s) {s.ray_devices}; the head (NODE_RANK=0) starts "
+        "the judge, the Ray head and the training job",
+        "", f"# --- Ray worker (log: {s.run_dir}/ray.log) ---", f"CUDA_VISIBLE_DEVICES={s.ray_devices} setsid {join(c.ray)}",
+        "", "# --- on exit: stop the process group of the Ray worker (started by this script), nothing else ---"])
+
+
 def plan_text(s: ScriptSettings, c: Commands, config_text: str, env: Mapping[str, str]) -> str:
+    if s.node_rank > 0:
+        return worker_text(s, c)
     if s.prm_url:
         judge = f"external SGLang server {s.prm_url} (not started or stopped by this script)"
     else:
@@ -64,6 +79,9 @@ def plan_text(s: ScriptSettings, c: Commands, config_text: str, env: Mapping[str
         f"# {s.variant.run_name}: mode {s.mode.name}, {s.variant.trains}",
         f"# GPUs: ACTOR_GPUS={s.actor_gpus} + ROLLOUT_GPUS={s.rollout_gpus} (SGLang TP {s.tp}) + PRM_GPUS={s.prm_gpus} "
         f"of NUM_GPUS={s.num_gpus}; Ray gets GPU(s) {s.ray_devices}",
+        *([f"# nodes: NUM_NODES={s.num_nodes} x GPUS_PER_NODE={s.gpus_per_node}; this is the head (NODE_RANK=0): judge "
+           f"and Ray head here (Slime places actor and rollout over the nodes' Ray GPUs); start the others with NODE_RANK=1..{s.num_nodes - 1} "
+           f"MASTER_ADDR={s.master_addr}"] if s.num_nodes > 1 else []),
         *([f"# judge: {s.judge_url}, {judge}", f"# teacher: external SGLang server {env['TEACHER_URL']} (TEACHER_URL; "
            "not started or stopped by this script)"] if env.get("TEACHER_URL") and s.mode.needs_teacher
           else [f"# judge/teacher: {s.judge_url}, {judge}"]),
@@ -105,12 +123,22 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
     v = s.variant
     defaults = {"judge_votes": str(v.prm_m), "judge_max_new_tokens": str(v.prm_max_new_tokens),
                 "opd_eval_mode": str(int(v.eval_mode)), "opd_teacher_concurrency": str(v.teacher_concurrency),
-                "opd_distill_topk": str(v.distill_topk)}
+                "opd_distill_topk": str(v.distill_topk),
+                **({"combine_loss": v.combine_loss} if v.combine_loss else {}),
+                **({"opd_hint_selection": v.hint_selection} if v.hint_selection else {}),
+                **MODEL_PROXY_DEFAULTS.get(v.model, {})}
     config_text, values, warnings = run_config.build(
         s.mode.name, script_name, Path(s.openclaw_config), Path(s.run_dir), s.judge_url, s.prm_model_path,
         defaults, env)
     for w in warnings:
         console.warn(w)
+    # the Slime loss is chosen by the variant's algorithm: a run config naming the other combine loss would
+    # have the proxy and the job disagree on what is trained
+    wanted = values.get("combine_loss")
+    if wanted is not None and (wanted == "topk_select") != (v.algorithm == "topk_select"):
+        other = "run_qwen3_4b_openclaw_topk_select.sh" if wanted == "topk_select" else "run_qwen3_4b_openclaw_combine.sh"
+        raise run_config.LaunchError(f"openclaw_combine_loss is {wanted!r} but {script_name} trains "
+                                     f"{v.combine_loss or 'ppo'}; use {other} (unset OPENCLAW_COMBINE_LOSS)")
     s.proxy = {k.removeprefix("proxy_"): str(values[k]) for k in (
         "proxy_host", "proxy_port", "proxy_served_model_name", "proxy_tool_parser", "proxy_rollout_temperature")}
     script.check_ports(s)
@@ -131,6 +159,7 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
         "OC_JUDGE_URL": s.judge_url, "OC_PROXY_URL": proxy_url(s), "OC_JUDGE_DEVICES": s.judge_devices, "OC_RAY_DEVICES": s.ray_devices,
         "OC_ENV": [f"{k}={val}" for k, val in slime_args.exports(s)],
         "OC_JUDGE_CMD": commands.judge, "OC_RAY_CMD": commands.ray, "OC_TRAIN_CMD": commands.train,
+        "OC_NODE_RANK": str(s.node_rank),
         "OC_PLAN": plan_text(s, commands, config_text, env) if dry_run else "",
     }
 
@@ -151,7 +180,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     c = sub.add_parser("plan", help="resolve and check a launch script's settings; print shell assignments")
     c.add_argument("variant", help="the script's variant (rl, rl_lora, opd, ...: modes.LaunchVariant)")
     c.add_argument("--script", help="the script's file name (messages, run config header; default "
-                   "run_qwen3_4b_openclaw_<variant>.sh)")
+                   "the variant's LaunchVariant.script)")
     c.add_argument("--repo-root", default=str(Path(__file__).resolve().parents[2]),
                    help="this repository, as the script sees it (default: the one this module is in)")
     c.add_argument("--cwd", default=os.getcwd(), help="where the script was started (relative paths; default: here)")
@@ -165,7 +194,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         env = {**env, "PYTHONPATH": ns.user_pythonpath}
     try:
         values = make_plan(ns.variant, env, cwd=ns.cwd, repo_root=ns.repo_root,
-                           script_name=ns.script or f"run_qwen3_4b_openclaw_{ns.variant}.sh",
+                           script_name=ns.script or launch_variant(ns.variant)[1].script,
                            dry_run=ns.dry_run, extra=extra, console=Console(ns.dry_run))
     except ValueError as e:  # LaunchError, or an unknown variant
         print(f"[openclaw-rl] ERROR: {e}", file=sys.stderr)

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from ..config import FALSE_WORDS, TRUE_WORDS
+from ..config import FALSE_WORDS, TRUE_WORDS, is_loopback
 from ..modes import LaunchVariant, Mode, launch_variant
 from .run_config import LaunchError
 
@@ -119,6 +119,9 @@ class ScriptSettings:
     wandb_key_set: bool
     user_pythonpath: str
     cuda_visible_devices: str
+    num_nodes: int = 1  # NUM_NODES: nodes of the one Ray cluster (check_nodes says what is supported)
+    gpus_per_node: int = 0  # GPUS_PER_NODE [NUM_GPUS / NUM_NODES]
+    node_rank: int = 0  # NODE_RANK: 0 = the head (judge, Ray head, job); others only join Ray
     opd_advantage: str = "auto"  # check_slime_features
     ray_devices: str = ""  # assign_devices
     judge_devices: str = ""
@@ -127,7 +130,11 @@ class ScriptSettings:
 
     @property
     def ray_gpus(self) -> int:
-        return self.actor_gpus + self.rollout_gpus
+        """GPUs this node gives Ray: one node, the actor and rollout ones; several, the head keeps the judge's
+        (the judge/teacher server runs on the head, outside Ray) and every other node gives all of its GPUs."""
+        if self.num_nodes == 1:
+            return self.actor_gpus + self.rollout_gpus
+        return self.gpus_per_node - (self.prm_gpus if self.node_rank == 0 else 0)
 
     @property
     def config_path(self) -> str:  # the run config Slime's --custom-config-path names
@@ -178,7 +185,13 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
         return path if not path or path.startswith("/") else f"{cwd}/{path}"
 
     prm_url = get("PRM_URL").rstrip("/")
-    num_gpus, actor_gpus = uint("NUM_GPUS", v.num_gpus, 1), uint("ACTOR_GPUS", v.actor_gpus)
+    num_nodes = uint("NUM_NODES", v.num_nodes, 1)
+    # several nodes: GPUS_PER_NODE [the variant's NUM_GPUS / its nodes] and NUM_GPUS [NUM_NODES x GPUS_PER_NODE],
+    # upstream's _2nodes formula; one node: NUM_GPUS as before (GPUS_PER_NODE unused)
+    gpus_per_node = uint("GPUS_PER_NODE", max(v.num_gpus // v.num_nodes, 1), 1)
+    num_gpus = uint("NUM_GPUS", gpus_per_node * num_nodes if num_nodes > 1 else v.num_gpus, 1)
+    actor_gpus = uint("ACTOR_GPUS", v.actor_gpus)
+    node_rank = uint("NODE_RANK", 0, 0, num_nodes - 1)
     rollout_gpus, prm_gpus = uint("ROLLOUT_GPUS", v.rollout_gpus), uint("PRM_GPUS", 0 if prm_url else v.prm_gpus)
     tp = uint("TP", v.tp, 1)
     prm_tp = uint("PRM_TP", tp, 1)
@@ -188,7 +201,9 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
     megatron_dir = get("MEGATRON_DIR")
     if not megatron_dir and os.path.isdir(f"{slime_dir}/../Megatron-LM"):
         megatron_dir = os.path.normpath(f"{slime_dir}/../Megatron-LM")
-    hf_name = "Qwen3-4B" if v.lora else "Qwen3-4B-Thinking-2507"
+    hf_name = "Qwen3.5-4B" if v.model == "qwen3.5-4b" else "Qwen3-4B" if v.lora else "Qwen3-4B-Thinking-2507"
+    # Qwen3.5's rope theta is 1e7 (Slime's scripts/models/qwen3.5-4B.sh; upstream's rl/opd scripts then pass 5e6)
+    rotary = 10000000 if v.model == "qwen3.5-4b" else 5000000
     hf_ckpt = absolute(get("HF_CKPT", f"{repo_root}/models/{hf_name}"))
     prm_model_path = get("PRM_MODEL_PATH", "" if prm_url else hf_ckpt)  # with PRM_URL: the judge's tokenizer
     context_length = uint("CONTEXT_LENGTH", 32768, 1)
@@ -198,7 +213,7 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
     prm_mem_fraction = number("PRM_MEM_FRACTION", mem_fraction, above=0, at_most=1)
     ints = {name: uint(name, default, 1) for name, default in (
         ("ROLLOUT_BATCH_SIZE", v.rollout_batch_size), ("SAVE_INTERVAL", v.save_interval),
-        ("MAX_TOKENS_PER_GPU", 8192 if v.lora else 32768), ("ROTARY_BASE", 5000000), ("LORA_RANK", 16),
+        ("MAX_TOKENS_PER_GPU", 8192 if v.lora else 32768), ("ROTARY_BASE", rotary), ("LORA_RANK", 16),
         ("LORA_ALPHA", 32))}
     lr, kl_loss_coef = number("LR", v.lr, above=0), number("KL_LOSS_COEF", "0.0", at_least=0)
     ray_port_raw = get("RAY_PORT", 6379)
@@ -206,6 +221,7 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
     ray_start_timeout = uint("RAY_START_TIMEOUT", 180, 1)
     return ScriptSettings(
         mode=mode, variant=v, script=script, repo_root=repo_root, python=get("PYTHON", "python3"),
+        num_nodes=num_nodes, gpus_per_node=gpus_per_node, node_rank=node_rank,
         num_gpus=num_gpus, actor_gpus=actor_gpus, rollout_gpus=rollout_gpus, prm_gpus=prm_gpus, tp=tp,
         prm_tp=prm_tp, train_tp=train_tp, prm_url=prm_url, slime_dir=slime_dir,
         megatron_dir=absolute(megatron_dir) if megatron_dir else "", hf_ckpt=hf_ckpt,
@@ -260,6 +276,30 @@ def check_split(s: ScriptSettings, console: Console) -> None:
     if not s.variant.lora and (s.train_tp < 1 or s.actor_gpus % s.train_tp):
         raise LaunchError(f"ACTOR_GPUS={s.actor_gpus} is not a multiple of the Megatron tensor-parallel size "
                           f"TRAIN_TP={s.train_tp}")
+    check_nodes(s)
+
+
+def check_nodes(s: ScriptSettings) -> None:
+    """NUM_NODES > 1, the minimum upstream's ``*_2nodes.sh`` layout needs: one Ray cluster over the nodes, the
+    actor flags as upstream (``--actor-num-nodes 1 --actor-num-gpus-per-node ACTOR_GPUS``, so ACTOR_GPUS <=
+    GPUS_PER_NODE; which GPUs it lands on is Slime's placement, unchecked), the judge/teacher server on the head node
+    outside Ray, rollout engines where Ray places them. Not supported: an actor over several nodes, a judge
+    off the head node (use PRM_URL), per-node CUDA_VISIBLE_DEVICES other than the same list on every node."""
+    if s.num_nodes == 1:
+        return
+    if s.num_gpus != s.num_nodes * s.gpus_per_node:
+        raise LaunchError(f"NUM_GPUS={s.num_gpus} must be NUM_NODES x GPUS_PER_NODE = {s.num_nodes} x "
+                          f"{s.gpus_per_node} with NUM_NODES > 1")
+    if s.actor_gpus > s.gpus_per_node:
+        raise LaunchError(f"ACTOR_GPUS={s.actor_gpus} does not fit on one node of GPUS_PER_NODE={s.gpus_per_node}: "
+                          "Slime is given --actor-num-nodes 1 --actor-num-gpus-per-node ACTOR_GPUS; a multi-node actor is not "
+                          "supported yet")
+    if s.prm_gpus >= s.gpus_per_node:
+        raise LaunchError(f"PRM_GPUS={s.prm_gpus} must leave Ray at least one GPU on the head node "
+                          f"(GPUS_PER_NODE={s.gpus_per_node}); or run the judge elsewhere (PRM_URL)")
+    if is_loopback(s.master_addr):
+        raise LaunchError(f"NUM_NODES={s.num_nodes} needs MASTER_ADDR set to the head node's address that the other "
+                          f"nodes reach (got {s.master_addr})")
 
 
 def check_ports(s: ScriptSettings) -> None:
@@ -317,8 +357,10 @@ def check_tools(s: ScriptSettings, console: Console, path: str) -> None:
     else:
         listing = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True, check=False).stdout
         count = sum(line.startswith("GPU ") for line in listing.splitlines())
-        if count < s.num_gpus:
-            console.fail(f"NUM_GPUS={s.num_gpus} but nvidia-smi lists {count} GPU(s); lower NUM_GPUS and the split "
+        here = s.num_gpus if s.num_nodes == 1 else s.gpus_per_node
+        if count < here:
+            node = f" ({here} on this node)" if s.num_nodes > 1 else ""
+            console.fail(f"NUM_GPUS={s.num_gpus}{node} but nvidia-smi lists {count} GPU(s); lower NUM_GPUS and the split "
                          "(docs/deployment.md)")
     for tool in ("ray", "curl", "setsid", s.python):
         if shutil.which(tool, path=path) is None:
@@ -327,18 +369,20 @@ def check_tools(s: ScriptSettings, console: Console, path: str) -> None:
 
 def assign_devices(s: ScriptSettings) -> None:
     """The GPUs Ray manages come first (actor, then rollout, in Slime's placement order), the judge's last."""
-    visible = s.cuda_visible_devices.split(",") if s.cuda_visible_devices else [str(i) for i in range(s.num_gpus)]
+    here = s.num_gpus if s.num_nodes == 1 else s.gpus_per_node  # the GPUs of this node
+    visible = s.cuda_visible_devices.split(",") if s.cuda_visible_devices else [str(i) for i in range(here)]
     if visible and visible[-1] == "":  # "0,1," lists two devices, as Bash's read does
         visible.pop()
     if any(d != d.strip() or not d for d in visible) or len(set(visible)) != len(visible):
         raise LaunchError(f"CUDA_VISIBLE_DEVICES={s.cuda_visible_devices} must list distinct devices separated by "
                           "commas, without spaces")
-    need = s.ray_gpus + s.prm_gpus
+    judge_here = s.prm_gpus if s.node_rank == 0 else 0  # several nodes: the judge runs on the head only
+    need = s.ray_gpus + judge_here
     if len(visible) < need:
         raise LaunchError(f"CUDA_VISIBLE_DEVICES={s.cuda_visible_devices} lists {len(visible)} GPU(s) but the split "
                           f"needs {need}")
     s.ray_devices = ",".join(visible[:s.ray_gpus])
-    s.judge_devices = ",".join(visible[s.ray_gpus:need]) if s.prm_gpus > 0 else ""
+    s.judge_devices = ",".join(visible[s.ray_gpus:need]) if judge_here > 0 else ""
 
 
 def check_slime_features(s: ScriptSettings, env: Mapping[str, str], console: Console) -> None:

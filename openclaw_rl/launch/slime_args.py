@@ -27,6 +27,13 @@ QWEN3_4B = [  # Slime's scripts/models/qwen3-4B.sh
     "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "8",
     "--use-rotary-position-embeddings", "--disable-bias-linear", "--normalization", "RMSNorm", "--norm-epsilon",
     "1e-6", "--vocab-size", "151936", "--kv-channels", "128", "--qk-layernorm"]
+QWEN35_4B = [  # Slime's scripts/models/qwen3.5-4B.sh (ngquochuy0101/OpenClaw-RL f48ac35); --rotary-base: ROTARY_BASE
+    "--spec", "slime_plugins.models.qwen3_5", "get_qwen3_5_spec", "--disable-bias-linear", "--qk-layernorm",
+    "--group-query-attention", "--num-attention-heads", "16", "--num-query-groups", "4", "--kv-channels", "256",
+    "--num-layers", "32", "--hidden-size", "2560", "--ffn-hidden-size", "9216", "--use-gated-attention",
+    "--attention-output-gate", "--normalization", "RMSNorm", "--apply-layernorm-1p", "--position-embedding-type",
+    "rope", "--norm-epsilon", "1e-6", "--rotary-percent", "0.25", "--swiglu", "--vocab-size", "248320"]
+MODEL_ARGS = {"qwen3-4b": QWEN3_4B, "qwen3.5-4b": QWEN35_4B}  # by LaunchVariant.model
 GRPO = ["--advantage-estimator", "grpo", "--disable-rewards-normalization", "--entropy-coef", "0.00", "--eps-clip",
         "0.2", "--eps-clip-high", "0.28"]
 
@@ -67,6 +74,9 @@ def algorithm_args(s: ScriptSettings) -> list[str]:
         return ["--loss-type", "custom_loss", "--custom-loss-function-path", str(hooks.topk_loss),
                 "--rollout-data-postprocess-path", TOPK_UNPACK, "--disable-compute-advantages-and-returns",
                 "--disable-rewards-normalization", "--entropy-coef", "0.00"]
+    if algorithm == "topk_select":  # GRPO on the reward + the mode's top-K loss; the teacher's K: the run config
+        return [*GRPO, *kl_args(s), "--loss-type", "custom_loss", "--custom-loss-function-path", str(hooks.topk_loss),
+                "--rollout-data-postprocess-path", TOPK_UNPACK]
     if algorithm == "none":
         return []
     raise LaunchError(f"launch variant {s.variant.name}: unknown algorithm {algorithm!r}")
@@ -78,7 +88,7 @@ def model_args(s: ScriptSettings, cwd: str) -> list[str]:
     if s.variant.lora:
         return []
     if not s.model_args_file:
-        return list(QWEN3_4B)
+        return list(MODEL_ARGS[s.variant.model])
     res = subprocess.run(["bash", "-c", 'set -eu; MODEL_ARGS=(); source "$1"; printf "%s\\0" "${MODEL_ARGS[@]}"',
                           "bash", s.model_args_file], cwd=cwd, capture_output=True, check=False)
     if res.returncode != 0:
@@ -140,8 +150,11 @@ def check_extra(extra: Sequence[str]) -> None:
 def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -> Commands:
     lora = s.variant.lora
     hooks = s.mode.slime
+    # --actor-num-nodes 1 always (upstream's _2nodes script too); with NUM_NODES > 1 which GPUs the actor gets is
+    # Slime's placement (its placement group sorts the GPUs by node address and GPU id), not decided here
+    per_node = s.gpus_per_node if s.num_nodes > 1 else s.ray_gpus
     cluster = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", str(s.actor_gpus), "--rollout-num-gpus",
-               str(s.rollout_gpus), "--num-gpus-per-node", str(s.ray_gpus), *(["--train-backend", "fsdp"] if lora else [])]
+               str(s.rollout_gpus), "--num-gpus-per-node", str(per_node), *(["--train-backend", "fsdp"] if lora else [])]
     # --load = --save: a relaunch resumes the last checkpoint (weights, optimizer, rollout id); with no
     # checkpoint there yet Slime starts from REF_LOAD / the HF checkpoint. The spool keeps every batch
     # trained after that checkpoint until the next one is written (openclaw_rl.slime_hooks.bridge).
@@ -205,6 +218,10 @@ def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -
     ray = ["ray", "start", "--head", "--block", "--node-ip-address", s.master_addr, "--port", str(s.ray_port),
            "--num-gpus", str(s.ray_gpus), "--temp-dir", s.ray_temp_dir, "--dashboard-host", "127.0.0.1",
            "--dashboard-port", str(s.ray_dashboard_port), "--disable-usage-stats"]
+    if s.node_rank > 0:  # another node: it only joins the head's Ray cluster with all its GPUs (common.sh)
+        judge, submit = [], []
+        ray = ["ray", "start", "--block", "--address", f"{s.master_addr}:{s.ray_port}", "--num-gpus", str(s.ray_gpus),
+               "--temp-dir", s.ray_temp_dir, "--disable-usage-stats"]
     submit = ["ray", "job", "submit", "--address", f"http://127.0.0.1:{s.ray_dashboard_port}", "--runtime-env-json",
               runtime_env, "--", s.python, f"{s.slime_dir}/train_async.py"]
     return Commands(judge, ray, submit, groups)

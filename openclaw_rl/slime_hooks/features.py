@@ -62,6 +62,11 @@ NEEDS = {  # variant: features it cannot run without (token-level OPD picks one 
     "rl_lora": ("fsdp_lora",),
     "opd_topk_lora": ("fsdp_lora",),
     "combine_lora": ("fsdp_lora",),
+    "topk_select": ("teacher_log_probs", "custom_loss", "rollout_data_postprocess"),
+    "topk_select_2nodes": ("teacher_log_probs", "custom_loss", "rollout_data_postprocess"),
+    "qwen35_rl": (),
+    "qwen35_opd": ("teacher_log_probs",),
+    "qwen35_combine": ("teacher_log_probs", "custom_loss"),
 }
 
 
@@ -132,7 +137,7 @@ def check_variant(features: SlimeFeatures, variant: str, opd_advantage: str = "a
         raise ValueError(f"unknown variant {variant!r}; expected one of {sorted(NEEDS)}")
     needed = list(NEEDS[variant])
     settings: dict[str, str] = {}
-    if variant == "opd":
+    if variant in ("opd", "qwen35_opd"):  # token-level OPD: estimator or custom advantage hook
         if opd_advantage == "auto":
             opd_advantage = "estimator" if features.has("opd_estimator") else "custom"
         if opd_advantage not in ("estimator", "custom"):

@@ -48,6 +48,9 @@
 #   ROTARY_BASE [5000000] CONTEXT_LENGTH [32768] MODEL_ARGS_FILE [] LORA_RANK [16] LORA_ALPHA [32]
 #   LORA_TARGET_MODULES [q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]   *_lora scripts only
 #   USE_WANDB [1] WANDB_PROJECT [openclaw_rl] WANDB_KEY / WANDB_API_KEY []
+#   NUM_NODES [v] GPUS_PER_NODE [v] NODE_RANK [0]  (NUM_NODES > 1: NUM_GPUS [NUM_NODES x GPUS_PER_NODE])   several nodes, one Ray cluster: node 0 runs the
+#                                judge, the Ray head and the job; the others only join (--actor-num-nodes 1; launch/script.py)
+#   OPENCLAW_TOPK_K [v] OPENCLAW_TOPK_ADV_DIFF_CLIP [1.0]   the top-K of opd_topk / topk_select, topk_select's clip
 #   MASTER_ADDR [127.0.0.1] RAY_PORT [6379] RAY_DASHBOARD_PORT [8265] RAY_TEMP_DIR [/tmp/openclaw_rl_ray_<port>]
 #   RUN_DIR [results/<run>: spool, records, logs, run config; a dry run writes nothing there unless set]
 #   OPENCLAW_CONFIG [configs/openclaw_<mode>.yaml] PYTHON [python3]
@@ -143,8 +146,23 @@ oc_watch_judge() {  # runs in a background subshell: say loudly when the judge d
   oc_warn "the judge server (pid ${pid}) exited: every judge vote now fails and turns score 0. See ${RUN_DIR}/judge.log; stop this run (Ctrl-C) and restart it."
 }
 
+oc_join_ray() {  # NODE_RANK > 0 (NUM_NODES > 1): join the head's Ray cluster and stay until stopped
+  mkdir -p "${RUN_DIR}"
+  trap oc_cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  oc_log "joining the Ray cluster of the head node on GPU(s) ${OC_RAY_DEVICES}: log ${RUN_DIR}/ray.log"
+  CUDA_VISIBLE_DEVICES=${OC_RAY_DEVICES} setsid "${OC_RAY_CMD[@]}" >"${RUN_DIR}/ray.log" 2>&1 &
+  OC_STARTED_GROUPS+=("$!")
+  wait "$!"
+}
+
 oc_launch() {
   local port
+  if [[ ${OC_NODE_RANK:-0} != 0 ]]; then
+    oc_join_ray
+    return
+  fi
   for port in "${RAY_PORT}" "${RAY_DASHBOARD_PORT}" "${PORT}"; do
     if oc_port_in_use "${port}"; then
       oc_die "port ${port} on 127.0.0.1 is already in use (another Ray cluster or proxy?). This script never stops what it did not start: free the port or set RAY_PORT / RAY_DASHBOARD_PORT / PORT"

@@ -33,6 +33,8 @@ def _value(key: str) -> tuple[str, Any]:
         return "token_optimal", "token_optimal"
     if key == "opd_teacher_url":  # a URL (others are refused)
         return "http://teacher:30020", "http://teacher:30020"
+    if key == "combine_loss":  # a loss combine knows (others are refused)
+        return "topk_select", "topk_select"
     if key == "opd_distill_subset":  # a subset the top-K loss knows (others are refused)
         return "overlap", "overlap"
     if isinstance(default, bool):

@@ -72,11 +72,11 @@ def test_cli_config_and_local_defaults_derive_from_the_registry():
 
 def test_each_launch_script_is_a_registered_variant():
     """One script per LaunchVariant, and each script names only its VARIANT (everything else is the entry)."""
-    scripts = {p.name.removeprefix("run_qwen3_4b_openclaw_").removesuffix(".sh"): p.read_text()
-               for p in (REPO / "scripts").glob("run_qwen3_4b_openclaw_*.sh")}
+    scripts = {p.name: p.read_text() for p in (REPO / "scripts").glob("run_qwen3*_4b_openclaw_*.sh")}
     variants = [v for m in MODES.values() for v in m.launch]
-    assert sorted(scripts) == sorted(v.name for v in variants)
-    for name, text in scripts.items():
+    assert sorted(scripts) == sorted(v.script for v in variants)
+    for v in variants:
+        name, text = v.name, scripts[v.script]
         assert re.search(rf"^VARIANT={name}\b", text, re.M), name
         assert "DEF_" not in text and "ALGO_ARGS" not in text, f"{name}: defaults and flags belong in the registry"
 
@@ -89,14 +89,16 @@ def test_the_launch_plan_names_the_registered_hooks(variant, tmp_path):
 
     mode, v = get_launch_variant(variant)
     env = {"SKIP_SLIME_FEATURE_CHECK": "1", "SLIME_DIR": str(tmp_path), "RUN_DIR": str(tmp_path / "run"),
-           "USE_WANDB": "0", "PATH": "", "ALLOW_LORA_FALLBACK": "1"}  # combine_lora runs only as the fallback
+           "USE_WANDB": "0", "PATH": "", "ALLOW_LORA_FALLBACK": "1",  # combine_lora runs only as the fallback
+           **({"MASTER_ADDR": "10.0.0.1"} if v.num_nodes > 1 else {})}  # several nodes: an address they reach
     out = make_plan(variant, env, cwd=str(tmp_path), repo_root=str(REPO), script_name=f"run_{variant}.sh",
                     dry_run=True, extra=(), console=Console(True, io.StringIO()))
     argv = out["OC_TRAIN_CMD"]
     flags = dict(zip(argv, argv[1:]))
     assert (flags["--rollout-function-path"], flags["--custom-generate-function-path"], flags["--custom-rm-path"]) == (
         mode.slime.rollout, mode.slime.generate, mode.slime.reward_func)
-    expected_loss = {"opd_topk": mode.slime.topk_loss, "grpo": None if v.lora else mode.slime.custom_loss}.get(v.algorithm)
+    expected_loss = {"opd_topk": mode.slime.topk_loss, "topk_select": mode.slime.topk_loss,
+                     "grpo": None if v.lora else mode.slime.custom_loss}.get(v.algorithm)
     assert flags.get("--custom-loss-function-path") == expected_loss
     if v.algorithm == "opd_token":
         assert flags["--custom-advantage-function-path"] == mode.slime.custom_advantage  # not inspected: the hook

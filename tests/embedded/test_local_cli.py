@@ -119,3 +119,29 @@ def test_a_run_that_cannot_continue_the_last_sets_its_files_aside(tmp_path):
     other, why = set_aside_earlier_run(out, "tiny-h128-openclaw3-s0-v6")
     assert "another model (tiny-h128-s0-v6)" in why and (other / "checkpoints" / "step-000003").is_dir()
     assert sorted(p.name for p in out.iterdir()) == ["model.json", "previous"]
+
+
+def test_combine_loss_topk_select_reaches_proxy_and_trainer_with_k_4_unless_given():
+    """`local --mode combine --combine-loss topk_select`: the variant of issue #28, K = 4 by default."""
+    import pytest
+
+    from openclaw_rl.config import load_settings
+    from openclaw_rl.embedded.local import TOPK_SELECT_K, local_config
+
+    cfg = local_config(build_parser().parse_args(["local", "--mode", "combine", "--combine-loss", "topk_select"]))
+    assert (cfg.combine_loss, cfg.distill_topk, cfg.out_dir) == ("topk_select", TOPK_SELECT_K,
+                                                                 "runs/local-combine-topk_select")
+    cfg = local_config(build_parser().parse_args(["local", "--mode", "combine", "--combine-loss", "topk_select",
+                                                  "--distill-topk", "2"]))
+    assert cfg.distill_topk == 2
+    assert local_config(build_parser().parse_args(["local", "--mode", "combine"])).distill_topk == 0
+    with pytest.raises(SystemExit):
+        local_config(build_parser().parse_args(["local", "--mode", "rl", "--combine-loss", "topk_select"]))
+    with pytest.raises(ValueError, match="openclaw_opd_distill_topk"):  # the proxy refuses it without K
+        load_settings({"mode": "combine", "combine_loss": "topk_select"}, env={})
+    with pytest.raises(ValueError, match="openclaw_combine_loss"):
+        load_settings({"mode": "combine", "combine_loss": "mean"}, env={})
+    settings = load_settings({"mode": "combine", "combine_loss": "topk_select", "opd_distill_topk": 4}, env={})
+    assert (settings.combine.loss, settings.combine.topk_adv_diff_clip) == ("topk_select", 1.0)
+    serve = build_parser().parse_args(["serve", "--mode", "combine", "--combine-loss", "topk_select"])
+    assert serve.combine_loss == "topk_select"

@@ -18,6 +18,7 @@ import torch.multiprocessing as torch_mp
 from loss_test_support import build_packed_batch, default_args
 
 from openclaw_combine.loss import combine_loss_function
+from openclaw_combine.topk_select import topk_select_loss_function
 from openclaw_opd.loss import topk_distillation_loss_function
 from openclaw_rl.losses import logprobs
 from openclaw_rl.losses.policy_loss import policy_loss_function
@@ -46,6 +47,8 @@ LOSSES = {
     "combine": (combine_loss_function, {"openclaw_combine_w_rl": 0.5, "openclaw_combine_w_opd": 2.0}),
     "topk": (topk_distillation_loss_function, {"entropy_coef": 0.01}),
     "topk_overlap": (topk_distillation_loss_function, {"entropy_coef": 0.01, "openclaw_opd_distill_subset": "overlap"}),
+    "topk_select": (topk_select_loss_function, {"openclaw_combine_w_rl": 0.5, "openclaw_combine_w_opd": 2.0,
+                                                "openclaw_opd_distill_subset": "overlap"}),
 }
 
 

@@ -27,6 +27,9 @@ UPDATE = os.environ.get("OPENCLAW_UPDATE_LAUNCH_GOLDEN") == "1"
 
 NVIDIA_SMI = "#!/usr/bin/env bash\nfor ((i = 0; i < ${STUB_GPUS:-8}; i++)); do echo \"GPU $i: Fake (UUID: GPU-$i)\"; done\n"
 
+# The run config base of the newer cases: a fixed file (written by _env), so that comment edits in configs/
+# change only the older cases' goldens
+FIXED = "<TMP>/fixed-config/openclaw_{}.yaml"
 # name: (variant, script arguments, environment, Slime flavour)
 CASES: dict[str, tuple[str, tuple[str, ...], dict[str, str], str]] = {
     "rl": ("rl", (), {}, "bundled"),
@@ -88,6 +91,22 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict[str, str], str]] = {
     "opd_skip_check": ("opd", (), {"SKIP_SLIME_FEATURE_CHECK": "1"}, "thudm"),
     "combine_weights": ("combine", (), {"OPENCLAW_COMBINE_W_OPD": "0.5", "OPENCLAW_COMBINE_W_RL": "0.25",
                                         "KL_LOSS_COEF": "1e-3"}, "bundled"),
+    "topk_select": ("topk_select", (), {"OPENCLAW_CONFIG": FIXED.format("combine")}, "bundled"),
+    "topk_select_knobs": ("topk_select", (), {"OPENCLAW_CONFIG": FIXED.format("combine"), "OPENCLAW_TOPK_K": "8",
+                                              "OPENCLAW_TOPK_SUBSET_MODE": "overlap", "OPENCLAW_TOPK_ADV_DIFF_CLIP": "2.0",
+                                              "OPENCLAW_TOPK_HINT_SELECTION": "token_optimal"}, "bundled"),
+    "topk_select_student_refused": ("topk_select", (), {"OPENCLAW_TOPK_SUBSET_MODE": "student"}, "bundled"),
+    "topk_select_loss_mismatch": ("topk_select", (), {"OPENCLAW_COMBINE_LOSS": "ppo"}, "bundled"),
+    "combine_topk_select_refused": ("combine", (), {"OPENCLAW_COMBINE_LOSS": "topk_select", "OPENCLAW_TOPK_K": "4"},
+                                    "bundled"),
+    "topk_select_2nodes_head": ("topk_select_2nodes", (), {"OPENCLAW_CONFIG": FIXED.format("combine"),
+                                                           "MASTER_ADDR": "10.0.0.1"}, "bundled"),
+    "topk_select_2nodes_worker": ("topk_select_2nodes", (), {"MASTER_ADDR": "10.0.0.1", "NODE_RANK": "1"}, "bundled"),
+    "topk_select_2nodes_loopback": ("topk_select_2nodes", (), {}, "bundled"),
+    "topk_select_2nodes_actor_too_big": ("topk_select_2nodes", (), {"MASTER_ADDR": "10.0.0.1", "ACTOR_GPUS": "12",
+                                                                    "ROLLOUT_GPUS": "2", "PRM_GPUS": "2"}, "bundled"),
+    **{f"qwen35_{m}": (f"qwen35_{m}", (), {"OPENCLAW_CONFIG": FIXED.format(m), "HF_CKPT": "<TMP>/models/Qwen3.5-4B"},
+                       "bundled") for m in ("rl", "opd", "combine")},
     "rl_lora_options": ("rl_lora", (), {"LORA_RANK": "8", "LORA_ALPHA": "16", "MAX_TOKENS_PER_GPU": "4096",
                                         "TP": "1", "PRM_TP": "1"}, "bundled"),
 }
@@ -97,6 +116,11 @@ def _env(tmp_path: Path, env: dict[str, str], flavour: str) -> dict[str, str]:
     """Fake Slime checkouts, models and tools under ``tmp_path``; the environment of a dry run."""
     models = tmp_path / "models"
     (models / "Qwen3-4B").mkdir(parents=True)
+    (models / "Qwen3.5-4B").mkdir()
+    fixed = tmp_path / "fixed-config"  # the newer cases' run config base: this, not configs/ (whose comments change)
+    fixed.mkdir()
+    for mode in ("rl", "opd", "combine"):
+        (fixed / f"openclaw_{mode}.yaml").write_text(f"# a fixed {mode} config of the launch goldens\n")
     (models / "judge").mkdir()
     (tmp_path / "ref").mkdir()
     slime = fake_slime(tmp_path / f"slime-{flavour}", flavour)

@@ -34,7 +34,9 @@ MODES = {"rl": "rl", "rl_lora": "rl", "opd": "opd", "opd_topk": "opd", "combine"
 
 
 def script(variant: str) -> Path:
-    return SCRIPTS / f"run_qwen3_4b_openclaw_{variant}.sh"
+    from openclaw_rl.modes import launch_variant
+
+    return SCRIPTS / launch_variant(variant)[1].script
 
 
 ALL_SHELL_FILES = [script(v) for v in ALL_VARIANTS] + [COMMON]
@@ -528,6 +530,7 @@ def test_a_slime_that_does_not_import_is_reported(launch, tmp_path):
 STUB_RAY = """#!/usr/bin/env bash
 if [[ $1 == start ]]; then
   echo "$$ $CUDA_VISIBLE_DEVICES $*" > "$STUB_DIR/ray.start"
+  [[ -z ${STUB_RAY_START_RC:-} ]] || exit "${STUB_RAY_START_RC}"  # a worker's ray start that returns
   exec sleep 300
 elif [[ $1 == job ]]; then
   printf '%s\\n' "$@" > "$STUB_DIR/submit.args"
@@ -625,6 +628,17 @@ def test_a_judge_that_dies_at_startup_is_reported_and_ray_is_stopped(stubbed):
     assert not (stubbed.stub_dir / "submit.args").exists(), "training must not start without a judge"
 
 
+def test_a_worker_node_only_joins_the_heads_ray_cluster(stubbed):
+    """NODE_RANK=1 of the two-node script: `ray start --address` with all its GPUs; no judge, no job."""
+    run = stubbed("topk_select_2nodes", NODE_RANK="1", MASTER_ADDR="10.0.0.1", STUB_RAY_START_RC="0")
+    assert run.rc == 0, run.err
+    stubs = stubbed.stub_dir
+    _, gpus, *ray_cmd = (stubs / "ray.start").read_text().split()
+    assert gpus == "0,1,2,3,4,5,6,7" and ray_cmd[:4] == ["start", "--block", "--address", ray_cmd[3]]
+    assert ray_cmd[3].startswith("10.0.0.1:") and ray_cmd[ray_cmd.index("--num-gpus") + 1] == "8"
+    assert not (stubs / "judge.start").exists() and not (stubs / "submit.args").exists()
+
+
 def test_a_failed_job_returns_its_status(stubbed):
     run = stubbed("rl", STUB_JOB_RC="3")
     assert run.rc == 3 and "ended with status 3" in run.err
@@ -661,11 +675,16 @@ SCRIPT_VARIABLES = [
     ("PYTHONPATH", "/extra", "rl", {}),
     ("OPD_ADVANTAGE", "estimator", "opd", {"SKIP_SLIME_FEATURE_CHECK": "1"}),
     ("SKIP_SLIME_FEATURE_CHECK", "1", "rl", {}), ("ALLOW_LORA_FALLBACK", "1", "combine_lora", {}),
+    ("OPENCLAW_TOPK_K", "8", "topk_select", {}), ("OPENCLAW_TOPK_ADV_DIFF_CLIP", "2.0", "topk_select", {}),
+    ("NUM_NODES", "2", "rl", {"MASTER_ADDR": "10.0.0.1"}),
+    ("GPUS_PER_NODE", "10", "topk_select_2nodes", {"MASTER_ADDR": "10.0.0.1"}),
+
 ]
 # Documented variables that change what a real launch does but not the dry-run printout (fixture paths,
 # timeouts of the waits), or whose dry-run effect other tests check with their own files.
 NOT_IN_DRY_RUN = {"SLIME_DIR", "HF_CKPT", "PRM_MODEL_PATH", "RUN_DIR", "MEGATRON_DIR", "MODEL_ARGS_FILE",
-                  "OPENCLAW_CONFIG", "PRM_API_KEY", "JUDGE_STARTUP_TIMEOUT", "RAY_START_TIMEOUT"}
+                  "OPENCLAW_CONFIG", "PRM_API_KEY", "JUDGE_STARTUP_TIMEOUT", "RAY_START_TIMEOUT",
+                  "NODE_RANK"}  # a worker node prints no job: launch-golden/topk_select_2nodes_worker.txt
 
 
 def _documented_script_variables() -> set[str]:
@@ -685,7 +704,8 @@ _CONFIG_VARIABLES = {"PRM_URL", "SGLANG_API_KEY", "OPENCLAW_RECORD_ENABLED", "PR
                      "PRM_MAX_NEW_TOKENS", "PROXY_HOST", "PORT", "ALLOW_INSECURE_BIND", "SERVED_MODEL_NAME",
                      "TOOL_CALL_PARSER", "ROLLOUT_TEMPERATURE", "OPENCLAW_EVAL_MODE",
                      "OPENCLAW_OPD_TEACHER_LP_MAX_CONCURRENCY", "OPENCLAW_COMBINE_W_RL", "OPENCLAW_COMBINE_W_OPD",
-                     "TEACHER_URL", "TEACHER_API_KEY", "OPENCLAW_TOPK_HINT_SELECTION"}
+                     "TEACHER_URL", "TEACHER_API_KEY", "OPENCLAW_TOPK_HINT_SELECTION", "OPENCLAW_TOPK_K",
+                     "OPENCLAW_TOPK_ADV_DIFF_CLIP", "NUM_NODES"}
 _FULL = os.environ.get("OPENCLAW_TEST_FULL") == "1"
 
 
