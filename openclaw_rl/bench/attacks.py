@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import signal
@@ -100,9 +101,9 @@ class Processes:
         return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                 "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], level: str = "WARNING") -> subprocess.Popen:
         """Output goes through a pipe (a file-size limit on the child must not hit its log) to ``name.log``."""
-        proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "--log-level", "WARNING", *args],
+        proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "--log-level", level, *args],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self._env(),
                                 start_new_session=True)
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 (closed by the drain)
@@ -179,7 +180,7 @@ class Processes:
                 "--judge-url", f"http://{HOST}:{self.judge_port}", "--prm-m", "3", "--tokenizer", self.tokenizer_dir,
                 "--port", str(self.proxy_ports[i]), "--spool-dir", str(self.spool), "--session-ttl", "3600",
                 "--api-key", BYSTANDER_KEY, "--api-key", ATTACKER_KEY, *self.cfg.serve_args]
-        proc = self._spawn(f"proxy-{i}", args)
+        proc = self._spawn(f"proxy-{i}", args, "INFO")  # INFO: each dropped turn's line, read by logged_drops
         self.proxies[i] = proc
         wait_healthy(f"http://{HOST}:{self.proxy_ports[i]}/healthz", proc)
 
@@ -205,6 +206,19 @@ class Processes:
     def unmount(self) -> None:
         if self._mounted:
             subprocess.run(["umount", str(self.spool)], capture_output=True)
+
+
+_DROP_LINE = re.compile(r"turn dropped: reason=(\S+) session=(\S+) turn=(\d+)")
+
+
+def logged_drops(workdir: Path) -> list[tuple[str, str, int]]:
+    """(reason, session, turn) of every ``turn dropped`` line in the proxies' logs: a turn acknowledged and
+    then dropped for a reason (a judge that failed, a turn refused as not durable) is counted, not lost."""
+    out = []
+    for log_path in sorted(workdir.glob("proxy-*.log")):
+        for m in _DROP_LINE.finditer(log_path.read_text(errors="replace")):
+            out.append((m.group(1), m.group(2), int(m.group(3))))
+    return out
 
 
 COUNTERS = ("openclaw_turns_dropped_total", "openclaw_slow_clients_total", "openclaw_spool_errors_total",
@@ -389,9 +403,14 @@ def run_attack(tokenizer_dir: str, cfg: AttackConfig, workdir: Path | None = Non
     keys = spool.pop("keys")
     acked_per = Counter(sid for sid, _ in by.acked)
     saved_per = Counter(sid for sid, _ in keys)
+    drops = [d for d in logged_drops(workdir) if d[1] in acked_per]
+    # a `not_durable` drop is a refused turn (503: never acknowledged), so it cannot account for an acknowledged one
+    dropped_per = Counter(sid for reason, sid, _ in drops if reason != "not_durable")
     result.update(
         acknowledged=len(by.acked), saved=len(keys), saved_samples=spool["samples"], saved_pending=spool["pending"],
         acked_missing=sum(max(0, n - saved_per[sid]) for sid, n in acked_per.items()),
+        dropped_logged=len(drops), dropped_reasons=dict(Counter(reason for reason, _, _ in drops)),
+        acked_lost=sum(max(0, n - saved_per[sid] - dropped_per[sid]) for sid, n in acked_per.items()),
         unacked_saved=sum(max(0, n - acked_per[sid]) for sid, n in saved_per.items()),
         duplicates=len(keys) - len(set(keys)), spool_note=spool["note"], rewards=spool["rewards"],
         bystander_ok=by.ok, bystander_failed=sum(by.failed.values()), failures=dict(by.failed),
@@ -413,7 +432,14 @@ async def _drive(procs: Processes, cfg: AttackConfig, urls: list[str], by: Bysta
     if cfg.two_proxies:
         async def second() -> None:
             await asyncio.wait({load, asyncio.ensure_future(third.wait())}, return_when=asyncio.FIRST_COMPLETED)
-            await asyncio.to_thread(procs.start_proxy, 1)
+            try:
+                await asyncio.to_thread(procs.start_proxy, 1)
+            except RuntimeError:  # the spool's lock: the expected outcome since one spool has one writer
+                said = (procs.workdir / "proxy-1.log").read_text(errors="replace").strip().splitlines()
+                events.append(f"second proxy on the same spool refused after {by.ok} acknowledged turns: "
+                              f"exit {procs.proxies[1].returncode if procs.proxies[1] else '?'}, "
+                              f"{said[-1] if said else 'no output'}")
+                return
             urls.append(f"http://{HOST}:{procs.proxy_ports[1]}")
             events.append(f"second proxy up on the same spool after {by.ok} acknowledged turns; odd sessions "
                           "move to it")
@@ -456,7 +482,8 @@ def print_report(r: dict[str, Any]) -> None:
         print(f"  flood sockets       opened {f.get('opened')}, closed by the proxy {f.get('closed_by_proxy')}, "
               f"connects failed {f.get('failed_connects')}, most open at once {f.get('max_open')}")
     print(f"  turns               acknowledged {r['acknowledged']}, saved {r['saved']} ({r['saved_samples']} samples + "
-          f"{r['saved_pending']} pending); acknowledged but missing {r['acked_missing']}; saved but never "
+          f"{r['saved_pending']} pending); acknowledged but missing {r['acked_missing']} (dropped with a logged "
+          f"reason {r['dropped_logged']} {r['dropped_reasons'] or ''}; lost {r['acked_lost']}); saved but never "
           f"acknowledged {r['unacked_saved']}; duplicate (session, turn) {r['duplicates']}{'; ' + r['spool_note'] if r['spool_note'] else ''}")
     print(f"  bystander           ok {r['bystander_ok']} / failed {r['bystander_failed']} {r['failures'] or ''}; "
           f"latency p50 {r['p50_ms']:.0f} ms, max {r['max_ms']:.0f} ms; {r.get('seconds', 0):.1f} s")
