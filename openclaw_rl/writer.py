@@ -245,16 +245,25 @@ class SampleWriter:
                     _resolve(b)
                 continue
             samples = next(written)
-            if b.eval_score is not None:
-                with self._eval_lock:
-                    self._eval_scores.append(b.eval_score)
-            for s in samples:
-                self.metrics.samples.labels(s.kind).inc()
-            if samples and self.on_written:
-                self.on_written(samples)
-            if self._records is not None:
-                self._record(turn, b)
+            try:  # committed already: a failing hook or record file must not stop the rest being settled
+                self._settled(turn, b, samples)
+            except Exception as e:
+                self.metrics.spool_errors.inc()
+                log.exception("after the spool commit of session %s's turn %d", log_safe(turn.session_id), turn.index)
+                self._failed(e)
         return True
+
+    def _settled(self, turn: Turn, outcome: Outcome, samples: list[TrainingSample]) -> None:
+        """What a committed outcome does besides the commit (as ``_write`` and ``_persist`` do it alone)."""
+        if outcome.eval_score is not None:
+            with self._eval_lock:
+                self._eval_scores.append(outcome.eval_score)
+        for s in samples:
+            self.metrics.samples.labels(s.kind).inc()
+        if samples and self.on_written:
+            self.on_written(samples)
+        if self._records is not None:
+            self._record(turn, outcome)
 
     def _save_turn(self, op: str, turn: Turn, done: Future | None) -> None:
         key = (turn.session_key, turn.epoch, turn.index)

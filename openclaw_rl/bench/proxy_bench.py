@@ -2,8 +2,10 @@
 
 The proxy's cost is small next to a model's, so it is measured as a *difference*: every turn goes
 through the proxy (OpenAI messages + a dozen tools, as OpenClaw sends them) and, in the same run,
-straight to the mock's ``/generate`` with the ids the proxy renders (pre-rendered with the same
-tokenizer and template), so only the proxy's own work differs. Mocks and proxy are separate processes
+"direct": ``/generate`` with the ids the proxy renders (pre-rendered with the same tokenizer and
+template), answered with the mock's own bytes by a lean replay server (``replay.py``), so direct is a
+floor, not the mock's own cost; ``proxy_over_direct`` is the throughput ratio. The proxy still talks to
+the mock, so "added" latency (proxy - direct) includes the mock's time too. Mocks and proxy are separate processes
 (``mock.Stack``): the proxy's CPU and RSS come from ``/proc/<pid>`` alone. Configurations: (a) zero-
 latency mock, concurrency 1; (b) the same at concurrency C (throughput); (c) a model-like mock (50 ms
 to the first token, then 100 tokens/s) at C; streaming TTFT at concurrency 1, model-like; then, on a

@@ -39,6 +39,8 @@ class Held:
         self.writer = SampleWriter(spool, ProxyMetrics(), on_written=self._hook)
 
     def _hook(self, samples: list[TrainingSample]) -> None:
+        if samples[0].session_id == "boom":
+            raise RuntimeError("a hook that fails (injected)")
         if not self.held.is_set():
             self.held.set()
             assert self.go.wait(60)  # a hang guard: the test releases it
@@ -106,5 +108,22 @@ def test_a_failing_write_fails_alone_and_the_rest_of_its_group_commits(tmp_path)
     assert list(held.writer.unsaved) == [("s", "e", 3)]  # held and retried, as any failed write
     assert [json.loads(p)["index"] for p in Spool(tmp_path).pending_turns()] == [1, 2, 4, 5]
     assert held.writer.metrics.spool_group_commits._value.get() == 0
+    held.writer.close()
+    spool.close()
+
+
+def test_a_failing_hook_after_the_commit_leaves_the_rest_of_the_group_settled(tmp_path):
+    """Everything after the COMMIT (hooks, record lines) runs per write: one that raises is logged and
+    counted, the writer thread lives on, and the group's other writes are settled."""
+    spool = Spool(tmp_path, exclusive=True)
+    held = Held(spool)
+    held.hold()
+    boom, after = turn(1, "boom"), turn(2)
+    held.writer(boom, outcome(boom))
+    future = held.writer.save_turn(after)
+    held.release()
+    assert future.result(10) is True
+    assert held.writer.metrics.spool_group_commits._value.get() == 1
+    assert held.writer.flush() is None and held.writer._thread.is_alive()
     held.writer.close()
     spool.close()
