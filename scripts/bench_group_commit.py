@@ -65,7 +65,8 @@ def group_counts(text: str) -> tuple[float, float]:
 
 async def one(tokenizer_dir: str, workdir: Path, sync: str, cases: dict[int, list[list[mock.Case]]], reply: int
               ) -> dict[str, object]:
-    stack = mock.Stack(tokenizer_dir, workdir, reply_tokens=reply, judge_votes=3, proxy_args=["--spool-sync", sync])
+    stack = mock.Stack(tokenizer_dir, workdir, reply_tokens=reply, judge_votes=3, proxy_args=["--spool-sync", sync],
+                       replay=False)
     out: dict[str, object] = {"sync": sync}
     async with httpx.AsyncClient(timeout=120, trust_env=False) as http, LoadClient(120.0) as load:
         try:

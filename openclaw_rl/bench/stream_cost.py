@@ -61,7 +61,7 @@ async def measure_mode(tokenizer: Any, tokenizer_dir: str, mode: str, lengths: t
     case = mock.build_workload(tokenizer, sessions=1, turns=1, max_history_tokens=2048, reply_tokens=64)[0][0]
     stack = mock.Stack(tokenizer_dir, workdir, reply_tokens=64, judge_votes=0, incremental=mode == "incremental",
                        proxy_port=proxy_port, profile_proxy=profile, proxy_env=proxy_env,
-                       proxy_args=["--stream-interval", str(stream_interval)])
+                       proxy_args=["--stream-interval", str(stream_interval)], replay=False)
     rows = []
     async with httpx.AsyncClient(timeout=600, trust_env=False) as http:
         try:
