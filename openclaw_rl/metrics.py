@@ -53,6 +53,10 @@ class ProxyMetrics:
                                      registry=r)
         self.batch_fill = Gauge("openclaw_batch_fill", "Samples ready / rollout batch size", registry=r)
         self.spool_errors = Counter("openclaw_spool_errors_total", "Failed spool writes (retried)", registry=r)
+        self.spool_group_commits = Counter("openclaw_spool_group_commits_total",
+                                           "Transactions that committed several queued writes at once", registry=r)
+        self.spool_group_writes = Counter("openclaw_spool_group_writes_total",
+                                          "Writes committed in those group transactions", registry=r)
         self.spool_ok = Gauge("openclaw_spool_ok", "1 while spool writes commit to the file the proxy opened, 0 while "
                               "they fail (full disk, I/O error, file deleted or replaced)", registry=r)
         self.spool_ok.set(1)

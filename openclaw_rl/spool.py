@@ -18,6 +18,10 @@ The writer's commits check that the file is still the one opened (same device an
 deleted or replaced under a running proxy would otherwise take commits into an unlinked file that
 nothing can read back. ``SpoolMissing`` refuses them; ``restore_file`` writes the open database back to
 its path when the file was deleted (never over a file someone put there).
+
+Group commit: ``batch()`` runs several writes (``put``, ``save_turn``, ``save_next_state``) in one
+transaction, one COMMIT and so one fsync, which the writer thread uses for everything queued at once
+(``writer.py``); ``commits`` counts the write transactions committed.
 """
 
 from __future__ import annotations
@@ -143,6 +147,8 @@ class Spool:
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._lock_file: int | None = None
+        self._batch_thread: int | None = None  # the thread inside batch(): its writes join that transaction
+        self.commits = 0  # write transactions committed by this Spool (group commit folds several into one)
         if exclusive:
             self.lock_for_writing()
         try:
@@ -257,6 +263,7 @@ class Spool:
             self._db.execute("BEGIN IMMEDIATE")
             yield
             self._db.execute("COMMIT")
+            self.commits += 1
         except BaseException:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
@@ -265,6 +272,30 @@ class Spool:
             self.check_file()
 
     # --- writing ------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """One transaction for the writes made inside it by this thread (group commit): all of them commit
+        at its end, in one COMMIT (one fsync), or none does when anything inside raises, the COMMIT included."""
+        with self._arrived:
+            with self._transaction(check=True):
+                self._batch_thread = threading.get_ident()
+                try:
+                    yield
+                finally:
+                    self._batch_thread = None
+            self._arrived.notify_all()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[None]:
+        """A write's own transaction, or the enclosing ``batch()``'s when this thread is inside one."""
+        if self._batch_thread == threading.get_ident():
+            yield
+            return
+        with self._arrived:
+            with self._transaction(check=True):
+                yield
+            self._arrived.notify_all()
 
     def live_bytes(self) -> int:
         """Bytes of the samples not yet acknowledged by the trainer: what the cap limits. Kept in the
@@ -284,27 +315,25 @@ class Spool:
         for s in samples:
             s.sample_id = s.sample_id or uuid.uuid4().hex
             rows.append((s.sample_id, s.session_id, s.turn, s.kind, time.time(), s.to_json()))
-        with self._arrived:
-            with self._transaction(check=True):
-                live = self._db.execute("SELECT value FROM spool_stats WHERE name='live_bytes'").fetchone()[0]
-                if rows and live >= self.max_bytes:
-                    raise SpoolFull(f"spool {self.path} holds {live} bytes of unacknowledged samples, at its cap of "
-                                    f"{self.max_bytes} bytes")
-                added = 0
-                for row in rows:
-                    if self._db.execute("INSERT OR IGNORE INTO samples(sample_id, session_id, turn, kind, created,"
-                                        " payload) VALUES (?,?,?,?,?,?)", row).rowcount:
-                        added += len(row[5].encode())
-                if added:
-                    self._db.execute("UPDATE spool_stats SET value = value + ? WHERE name='live_bytes'", (added,))
-                self._db.executemany("DELETE FROM pending_turns WHERE session_key=? AND epoch=? AND turn=?", keys)
-                self._db.executemany("DELETE FROM pending_next_states WHERE session_key=? AND epoch=? AND turn=?",
-                                     keys)
-            self._arrived.notify_all()
+        with self._write():
+            live = self._db.execute("SELECT value FROM spool_stats WHERE name='live_bytes'").fetchone()[0]
+            if rows and live >= self.max_bytes:
+                raise SpoolFull(f"spool {self.path} holds {live} bytes of unacknowledged samples, at its cap of "
+                                f"{self.max_bytes} bytes")
+            added = 0
+            for row in rows:
+                if self._db.execute("INSERT OR IGNORE INTO samples(sample_id, session_id, turn, kind, created,"
+                                    " payload) VALUES (?,?,?,?,?,?)", row).rowcount:
+                    added += len(row[5].encode())
+            if added:
+                self._db.execute("UPDATE spool_stats SET value = value + ? WHERE name='live_bytes'", (added,))
+            self._db.executemany("DELETE FROM pending_turns WHERE session_key=? AND epoch=? AND turn=?", keys)
+            self._db.executemany("DELETE FROM pending_next_states WHERE session_key=? AND epoch=? AND turn=?",
+                                 keys)
 
     def save_turn(self, key: TurnKey, payload: str) -> None:
         """Persist (or update) a turn that waits for its next state or its judgement."""
-        with self._lock, self._transaction(check=True):
+        with self._write():
             self._db.execute("INSERT OR REPLACE INTO pending_turns(session_key, epoch, turn, payload) VALUES (?,?,?,?)",
                              (*key, payload))
             self._db.execute("DELETE FROM pending_next_states WHERE session_key=? AND epoch=? AND turn=?", key)
@@ -313,7 +342,7 @@ class Spool:
         """Add a persisted waiting turn's next state (JSON) in a row of its own, without rewriting its
         record, which holds the prompt's ids and, with records on, the conversation twice (~125 KB at ~8K
         tokens: ~1 ms of CPU to rewrite). False when the turn has no record, so the caller saves it whole."""
-        with self._lock, self._transaction(check=True):
+        with self._write():
             if self._db.execute("SELECT 1 FROM pending_turns WHERE session_key=? AND epoch=? AND turn=?",
                                 key).fetchone() is None:
                 return False

@@ -15,6 +15,15 @@ states failed to commit and the samples of the overflow above, is retried every 
 (``RETRY_S``, with a check that the spool file is still the one opened) and on every later write, so it
 lands as soon as the disk has room again; until then ``health()`` (``/healthz``) says what is wrong.
 Record files are append-only and never truncated (upstream truncated them at every weight sync).
+
+Group commit: the thread takes everything queued (up to ``MAX_GROUP`` writes) and, while nothing is held
+in memory, commits it in one transaction (``Spool.batch``): one fsync for many concurrent turns, so
+``synchronous=FULL`` costs little throughput. Nothing of a group counts until its COMMIT returned: the
+futures, the in-memory state, the metrics and the record lines are settled after it, in queue order. When
+anything in the group fails (a full spool, a full disk, SQLITE_FULL at COMMIT), the group is rolled back
+and its writes run again one by one through the path above, which attributes the error to the write that
+causes it (every spool write is idempotent: sample ids are fixed before the first try, waiting rows are
+replaced). Per-session turn order is the queue's order either way.
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ from .turns import Turn
 
 log = logging.getLogger(__name__)
 
+_WRITES = ("turn", "next_state", "outcome")  # queued items that write the spool (the rest are control)
+MAX_GROUP = 256  # writes committed together at most (bounds one transaction's size and the time it holds the lock)
 RETRY_S = 1.0  # how often the idle writer checks the spool file and retries what it holds in memory
 
 
@@ -150,31 +161,109 @@ class SampleWriter:
     # --- thread ----------------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        later: tuple[str, Any, Any] | None = None  # a control item met while gathering a group: next
+        nxt = one = None
         while True:
-            try:
-                item = self._queue.get(timeout=max(0.0, self._next_check - time.monotonic()))
-            except queue.Empty:  # idle: check the file; the trainer may have acknowledged a batch since
-                item = ("retry", None, None)
+            if later is not None:
+                item, later = later, None
+            else:
+                try:
+                    item = self._queue.get(timeout=max(0.0, self._next_check - time.monotonic()))
+                except queue.Empty:  # idle: check the file; the trainer may have acknowledged a batch since
+                    item = ("retry", None, None)
             if item is None:
                 return
-            op, a, b = item
-            try:
-                if op == "flush":
-                    a.set()
-                elif op == "retry":
-                    self._retry()
-                elif op in ("turn", "next_state"):
-                    self._save_turn(op, a, b)
-                else:
-                    self._write(a, b)
+            if item[0] in _WRITES:
+                group = [item]
+                while len(group) < MAX_GROUP:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None or nxt[0] not in _WRITES:
+                        later = nxt
+                        break
+                    group.append(nxt)
+                if len(group) > 1 and self._commit_group(group):
+                    if time.monotonic() >= self._next_check:
+                        self._retry()
+                    item = group = nxt = None  # type: ignore[assignment]
+                    continue
+                for one in group[:-1]:
+                    self._one(*one)
+                item = group[-1]
+                group = None  # type: ignore[assignment]
+            self._one(*item)
+            item = nxt = one = None  # a finished turn must not stay referenced while the thread waits
+
+    def _one(self, op: str, a: Any, b: Any) -> None:
+        """One queued item in its own transaction (the path every failure takes)."""
+        try:
+            if op == "flush":
+                a.set()
+            elif op == "retry":
+                self._retry()
+            elif op in ("turn", "next_state"):
+                self._save_turn(op, a, b)
+            else:
+                self._write(a, b)
+        except Exception as e:
+            self.metrics.spool_errors.inc()
+            log.exception("spool write (%s) for session %s failed", op,
+                          log_safe(getattr(a, "session_id", "?")))
+            self._failed(e)
+        if time.monotonic() >= self._next_check and op != "retry":
+            self._retry()
+
+    def _commit_group(self, group: list[tuple[str, Any, Any]]) -> bool:
+        """Commit several queued writes in one transaction and settle them after its COMMIT, in order.
+        Only while nothing is held in memory (held turns and the overflow take the one-by-one path, which
+        owns that state); False, with nothing changed in memory, when the group was not committed."""
+        if self.unsaved or self.overflow or self._overflow_settled or self.problem is not None:
+            return False
+        puts: list[list[TrainingSample]] = []
+        try:
+            with self.spool.batch():
+                for op, turn, b in group:
+                    key = (turn.session_key, turn.epoch, turn.index)
+                    if op == "outcome":
+                        samples = list(b.samples)
+                        self.spool.put(samples, settled=key)
+                        puts.append(samples)
+                    elif op == "turn" or not self.spool.save_next_state(key, codec.dumps_str(turn.next_state)):
+                        self.spool.save_turn(key, codec.dumps_str(turn.to_record()))
+        except Exception as e:
+            log.warning("a group commit of %d writes failed (%s): writing each alone", len(group),
+                        " ".join(str(e).split())[:200])
+            return False
+        self.metrics.spool_group_commits.inc()
+        self.metrics.spool_group_writes.inc(len(group))
+        written = iter(puts)
+        for op, turn, b in group:
+            if op != "outcome":
+                if b is not None:
+                    _resolve(b)
+                continue
+            samples = next(written)
+            try:  # committed already: a failing hook or record file must not stop the rest being settled
+                self._settled(turn, b, samples)
             except Exception as e:
                 self.metrics.spool_errors.inc()
-                log.exception("spool write (%s) for session %s failed", op,
-                              log_safe(getattr(a, "session_id", "?")))
+                log.exception("after the spool commit of session %s's turn %d", log_safe(turn.session_id), turn.index)
                 self._failed(e)
-            if time.monotonic() >= self._next_check and op != "retry":
-                self._retry()
-            item = a = b = None  # a finished turn must not stay referenced while the thread waits
+        return True
+
+    def _settled(self, turn: Turn, outcome: Outcome, samples: list[TrainingSample]) -> None:
+        """What a committed outcome does besides the commit (as ``_write`` and ``_persist`` do it alone)."""
+        if outcome.eval_score is not None:
+            with self._eval_lock:
+                self._eval_scores.append(outcome.eval_score)
+        for s in samples:
+            self.metrics.samples.labels(s.kind).inc()
+        if samples and self.on_written:
+            self.on_written(samples)
+        if self._records is not None:
+            self._record(turn, outcome)
 
     def _save_turn(self, op: str, turn: Turn, done: Future | None) -> None:
         key = (turn.session_key, turn.epoch, turn.index)

@@ -3,7 +3,8 @@
 Upstream's ``OpenClawAPIServer`` runs unmodified from a Gen-Verse/OpenClaw-RL checkout (``upstream.py``,
 with the Slime stub), this proxy runs as ``openclaw-rl serve``, both with the judge on (m = 3) and
 records on, in front of the same policy and judge mocks. The
-same turns are sent to each and directly to the mock (``/generate`` with the ids this proxy renders),
+same turns are sent to each and directly to the mock's answers (``/generate`` with the ids this proxy
+renders, answered with the mock's bytes by the lean replay server, ``replay.py``: the floor),
 interleaved batch by batch, so load changes hit all three alike. Configurations: concurrency 1 and
 16 × ~1K and ~8K-token histories × 64- and 1,024-token replies × not streamed, streamed in the mode the
 launch scripts run SGLang in (``--incremental-streaming-output``) and streamed in SGLang's default
@@ -29,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from openclaw_rl.bench import mock
+from openclaw_rl.bench import mock, replay
 from openclaw_rl.bench.loadclient import LoadClient, LoadClientError
 from openclaw_rl.servers import free_port
 
@@ -91,7 +92,7 @@ class Compare:
         self.errors: dict[str, int] = {}
 
     def url_pid(self, target: str) -> tuple[str, int | None]:
-        return {"direct": (self.stack.policy_url, None), "ours": (self.stack.proxy_url, self.stack.proxy_pid),
+        return {"direct": (self.stack.direct_url, None), "ours": (self.stack.proxy_url, self.stack.proxy_pid),
                 "upstream": (self.upstream_url, self.upstream_pid)}[target]
 
     async def turn(self, load: LoadClient, target: str, cfg: CompareConfig, case: mock.Case, sid: str,
@@ -166,7 +167,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def ratios(s: dict[str, dict[str, Any]], cfg: CompareConfig) -> dict[str, Any]:
     d, o, u = s["direct"], s["ours"], s["upstream"]
     out = {"cpu_ours_over_upstream": _ratio(o["cpu_ms_per_turn"], u["cpu_ms_per_turn"]),
-           "throughput_ours_over_upstream": _ratio(o["turns_per_s"], u["turns_per_s"])}
+           "throughput_ours_over_upstream": _ratio(o["turns_per_s"], u["turns_per_s"]),
+           "throughput_ours_over_direct": _ratio(o["turns_per_s"], d["turns_per_s"]),
+           "throughput_upstream_over_direct": _ratio(u["turns_per_s"], d["turns_per_s"])}
     for key in ("p50_ms", "ttfb_p50_ms"):
         if d[key] is not None and o[key] is not None and u[key] is not None:
             added_o, added_u = o[key] - d[key], u[key] - d[key]
@@ -176,7 +179,8 @@ def ratios(s: dict[str, dict[str, Any]], cfg: CompareConfig) -> dict[str, Any]:
 
 
 async def _run(checkout: str, tokenizer_dir: str, workdir: Path, configs: list[CompareConfig], reps: int,
-               proxy_port: int | None, profile: str = "", stream_interval: int = 0) -> dict[str, Any]:
+               proxy_port: int | None, profile: str = "", stream_interval: int = 0,
+               pace: tuple[float, float] = (0.0, 0.0)) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -185,7 +189,8 @@ async def _run(checkout: str, tokenizer_dir: str, workdir: Path, configs: list[C
                        profile_proxy=profile)
     upstream_port = free_port(mock.HOST)
     upstream_url = f"http://{mock.HOST}:{upstream_port}"
-    results: dict[str, Any] = {"configs": [], "load_average_start": os.getloadavg(), "stream_interval": stream_interval}
+    results: dict[str, Any] = {"configs": [], "load_average_start": os.getloadavg(), "stream_interval": stream_interval,
+                               "ttft_ms": pace[0], "tokens_per_s": pace[1]}
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx.AsyncClient(timeout=300, limits=limits, trust_env=False) as http, LoadClient(300.0) as load:
         try:
@@ -206,10 +211,17 @@ async def _run(checkout: str, tokenizer_dir: str, workdir: Path, configs: list[C
                 await asyncio.sleep(0.2)
             cmp = Compare(stack, up.pid, upstream_url, stream_interval)
             for i, cfg in enumerate(configs):
-                await http.post(f"{stack.policy_url}/bench/latency",
-                                json={"reply_tokens": cfg.reply, "incremental": not cfg.cumulative})
+                for url in (stack.policy_url, stack.direct_url):  # the replay forgets the mock's older answers
+                    await http.post(f"{url}/bench/latency",
+                                    json={"reply_tokens": cfg.reply, "incremental": not cfg.cumulative,
+                                          "ttft_ms": 0.0, "tokens_per_s": 0.0})  # primed unpaced
                 n = 8 if cfg.concurrency == 1 else 32
                 warm = sessions_at(tokenizer, sessions=2, history=cfg.history, reply=cfg.reply, seed=10_000 + i)
+                runs = [sessions_at(tokenizer, sessions=n, history=cfg.history, reply=cfg.reply, seed=i * 100 + rep)
+                        for rep in range(reps)]
+                await _prime(load, cmp, cfg, [*warm, *(s for sessions in runs for s in sessions)])
+                for url in (stack.policy_url, stack.direct_url):  # --stream-ttft-ms / --stream-tokens-per-s
+                    await http.post(f"{url}/bench/latency", json={"ttft_ms": pace[0], "tokens_per_s": pace[1]})
                 for target in TARGETS:  # warm-up: template compile, pools, first calls of this shape
                     await cmp.batch(load, target, CompareConfig(1, cfg.history, cfg.stream, cfg.reply), warm,
                                     f"warm{i}")
@@ -217,8 +229,7 @@ async def _run(checkout: str, tokenizer_dir: str, workdir: Path, configs: list[C
                     stack.profile_reset()  # a yappi profile (--profile-proxy X.pstat) leaves out start-up
                 per: dict[str, list[dict[str, Any]]] = {t: [] for t in TARGETS}
                 for rep in range(reps):
-                    sessions = sessions_at(tokenizer, sessions=n, history=cfg.history, reply=cfg.reply,
-                                           seed=i * 100 + rep)
+                    sessions = runs[rep]
                     order = TARGETS if rep % 2 == 0 else TARGETS[::-1]
                     for target in order:
                         per[target].append(await cmp.batch(load, target, cfg, sessions, f"{target}{i}r{rep}"))
@@ -235,6 +246,12 @@ async def _run(checkout: str, tokenizer_dir: str, workdir: Path, configs: list[C
     return results
 
 
+async def _prime(load: LoadClient, cmp: Compare, cfg: CompareConfig, sessions: list[list[mock.Case]]) -> None:
+    """The direct replay server learns the mock's answer to each direct body before any is timed."""
+    await replay.prime(load, cmp.stack.direct_url, [mock.generate_body(case, cfg.reply, cfg.stream, cmp.stream_interval)
+                                                    for session in sessions for case in session])
+
+
 def format_row(row: dict[str, Any]) -> str:
     s, r = row["summary"], row["ratios"]
     parts = [f"{row['config']:<34}"]
@@ -245,7 +262,9 @@ def format_row(row: dict[str, Any]) -> str:
                  f"{s['direct']['turns_per_s']} t/s")
     added = r.get("added_p50_ms", {})
     parts.append(f"RATIOS cpu {r['cpu_ours_over_upstream']}, added p50 {added.get('ratio')} "
-                 f"({added.get('ours')} vs {added.get('upstream')} ms), throughput x{r['throughput_ours_over_upstream']}")
+                 f"({added.get('ours')} vs {added.get('upstream')} ms), throughput ours/upstream "
+                 f"x{r['throughput_ours_over_upstream']}, ours/direct x{r['throughput_ours_over_direct']}, "
+                 f"upstream/direct x{r['throughput_upstream_over_direct']}")
     if row["stream"]:
         t = r.get("added_ttfb_p50_ms", {})
         parts.append(f"added ttfb {t.get('ratio')} ({t.get('ours')} vs {t.get('upstream')} ms)")
@@ -255,7 +274,7 @@ def format_row(row: dict[str, Any]) -> str:
 
 def run_compare(checkout: str, tokenizer_dir: str, *, quick: bool = False, reps: int = 2,
                 proxy_port: int | None = None, out: str = "", only: str = "", profile: str = "",
-                stream_interval: int = 0) -> dict[str, Any]:
+                stream_interval: int = 0, pace: tuple[float, float] = (0.0, 0.0)) -> dict[str, Any]:
     if not (Path(checkout) / "openclaw-rl" / "openclaw_api_server.py").is_file():
         raise SystemExit(f"{checkout} is not a Gen-Verse/OpenClaw-RL checkout (no openclaw-rl/openclaw_api_server.py)")
     with tempfile.TemporaryDirectory(prefix="openclaw-compare-") as tmp:
@@ -267,7 +286,7 @@ def run_compare(checkout: str, tokenizer_dir: str, *, quick: bool = False, reps:
             if len(configs) != len(wanted):
                 raise SystemExit(f"unknown configurations in {only!r}; known: {[c.name for c in all_configs()]}")
         results = asyncio.run(_run(os.path.abspath(checkout), tokenizer_dir, Path(tmp), configs, reps, proxy_port,
-                                   profile, stream_interval))
+                                   profile, stream_interval, pace))
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(results, indent=2) + "\n")

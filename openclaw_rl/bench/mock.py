@@ -223,15 +223,18 @@ class Stack:
 
     def __init__(self, tokenizer_dir: str, workdir: Path, *, reply_tokens: int, judge_votes: int = 3,
                  profile_proxy: str = "", incremental: bool = False, proxy_port: int | None = None,
-                 proxy_env: dict[str, str] | None = None, proxy_args: list[str] | None = None):
+                 proxy_env: dict[str, str] | None = None, proxy_args: list[str] | None = None, replay: bool = True):
         self.tokenizer_dir, self.workdir, self.reply_tokens = tokenizer_dir, workdir, reply_tokens
         self.judge_votes, self.profile_proxy = judge_votes, profile_proxy
         self.incremental, self.proxy_env, self.proxy_args = incremental, proxy_env or {}, proxy_args or []
         self.procs: list[subprocess.Popen] = []
         self.proxy_pid = 0  # the proxy's process (under py-spy: py-spy's child)
+        self.replay = replay  # start the direct floor's replay server (benches that send direct turns)
+        self.direct: subprocess.Popen | None = None
         self.logs: list[Any] = []
-        ports = [free_port(HOST) for _ in range(2)] + [proxy_port or free_port(HOST)]
-        self.policy_url, self.judge_url, self.proxy_url = (f"http://{HOST}:{p}" for p in ports)
+        ports = [free_port(HOST) for _ in range(2)] + [proxy_port or free_port(HOST), free_port(HOST)]
+        # direct_url: the policy mock's answers replayed by a lean server (replay.py), the bench's floor
+        self.policy_url, self.judge_url, self.proxy_url, self.direct_url = (f"http://{HOST}:{p}" for p in ports)
 
     def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         root = str(Path(__file__).resolve().parents[2])  # importable from any working directory
@@ -253,6 +256,10 @@ class Stack:
                                "--reply-tokens", str(self.reply_tokens), *extra])
         self.proxy = self._spawn("proxy", self._proxy_args(), self.proxy_env)
         urls = [f"{url}/health" for _, url, _ in mocks] + [f"{self.proxy_url}/healthz"]
+        if self.replay:
+            self.direct = self._spawn("direct", [sys.executable, "-m", "openclaw_rl.bench.replay", "--port",
+                                                 _port(self.direct_url), "--upstream", self.policy_url])
+            urls.append(f"{self.direct_url}/health")
         await self._wait_healthy(http, list(zip(self.procs, urls)), timeout_s)
         self.proxy_pid = self.proxy.pid
         if self.profile_proxy.endswith(".folded"):  # measure the proxy, not py-spy around it
@@ -321,8 +328,9 @@ class Stack:
 
     def cpu(self) -> dict[str, float]:
         """CPU seconds so far of each process, and of this one (the load generator): is the box saturated?"""
-        names = ("policy_mock", "judge_mock", "proxy") if self.judge_votes else ("policy_mock", "proxy")
-        return {**{n: cpu_seconds(p.pid) for n, p in zip(names, self.procs)}, "bench_client": time.process_time()}
+        procs = {"policy_mock": self.procs[0], **({"judge_mock": self.procs[1]} if self.judge_votes else {}),
+                 "proxy": self.proxy, **({"direct_replay": self.direct} if self.direct else {})}
+        return {**{n: cpu_seconds(p.pid) for n, p in procs.items()}, "bench_client": time.process_time()}
 
     def stop(self) -> None:
         self._stop(self.procs)

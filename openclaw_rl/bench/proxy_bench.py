@@ -2,8 +2,10 @@
 
 The proxy's cost is small next to a model's, so it is measured as a *difference*: every turn goes
 through the proxy (OpenAI messages + a dozen tools, as OpenClaw sends them) and, in the same run,
-straight to the mock's ``/generate`` with the ids the proxy renders (pre-rendered with the same
-tokenizer and template), so only the proxy's own work differs. Mocks and proxy are separate processes
+"direct": ``/generate`` with the ids the proxy renders (pre-rendered with the same tokenizer and
+template), answered with the mock's own bytes by a lean replay server (``replay.py``), so direct is a
+floor, not the mock's own cost; ``proxy_over_direct`` is the throughput ratio. The proxy still talks to
+the mock, so "added" latency (proxy - direct) includes the mock's time too. Mocks and proxy are separate processes
 (``mock.Stack``): the proxy's CPU and RSS come from ``/proc/<pid>`` alone. Configurations: (a) zero-
 latency mock, concurrency 1; (b) the same at concurrency C (throughput); (c) a model-like mock (50 ms
 to the first token, then 100 tokens/s) at C; streaming TTFT at concurrency 1, model-like; then, on a
@@ -31,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from openclaw_rl.bench import mock
+from openclaw_rl.bench import mock, replay
 from openclaw_rl.bench.loadclient import LoadClient, LoadClientError
 from openclaw_rl.bench.mock import Case, Stack
 from openclaw_rl.bench.stream_cost import MODES as STREAM_MODES
@@ -56,7 +58,8 @@ TARGETS = (  # metric, op, bound, meaning
     ("idle_session_net_kb", "<=", 64.0, "RSS per idle session beyond its token ids"),
 )
 _PER_CONFIG = ("added_p50_ms", "added_p95_ms", "added_p99_ms", "proxy_p50_ms", "proxy_p99_ms", "direct_p50_ms",
-               "direct_p99_ms", "turns_per_s", "direct_turns_per_s", "cpu_ms_per_turn", "turns", "errors")
+               "direct_p99_ms", "turns_per_s", "direct_turns_per_s", "proxy_over_direct", "cpu_ms_per_turn", "turns",
+               "errors")
 METRIC_KEYS = (*(f"{c}_{k}" for c in "abc" for k in _PER_CONFIG),
                *(f"stream_ttft_{k}" for k in _PER_CONFIG[:7]), "stream_pairs",
                *(f"cpu_ms_per_turn_{b}" for b, _, _ in BUCKETS), *(f"history_tokens_{b}" for b, _, _ in BUCKETS),
@@ -114,7 +117,7 @@ class Bench:
         """Through the proxy when ``sid`` is given (OpenAI body), else straight to the mock (token ids)."""
         n, stack = self.cfg.reply_tokens, self.stack
         if sid is None:
-            return f"{stack.policy_url}/generate", mock.generate_body(case, n, stream), JSON
+            return f"{stack.direct_url}/generate", mock.generate_body(case, n, stream), JSON
         headers = {**JSON, "X-Session-Id": sid, **({"X-Session-Done": "1"} if done else {})}
         return f"{stack.proxy_url}/v1/chat/completions", mock.chat_body(case, n, stream), headers
 
@@ -225,6 +228,8 @@ class Bench:
             return
         m[f"{tag}_turns_per_s"] = round(len(prox) / proxy_wall, 2) if proxy_wall else None
         m[f"{tag}_direct_turns_per_s"] = round(len(dire) / direct_wall, 2) if direct_wall else None
+        direct_tps = m[f"{tag}_direct_turns_per_s"]
+        m[f"{tag}_proxy_over_direct"] = round(m[f"{tag}_turns_per_s"] / direct_tps, 4) if direct_tps else None
         m[f"{tag}_cpu_ms_per_turn"] = ms(cpu_s / len(prox)) if prox else None
         m[f"{tag}_turns"], m[f"{tag}_errors"] = len(prox), self.cfg.sessions * self.cfg.turns - len(prox)
 
@@ -276,6 +281,10 @@ class Bench:
             self.stack = self.new_stack()
             try:
                 await self.stack.start(http)
+                k = max(1, math.ceil(c.stream_pairs / c.turns))  # the streaming phase's sessions
+                await replay.prime(load, self.stack.direct_url,
+                                   [*(mock.generate_body(x, c.reply_tokens, False) for s in cases for x in s),
+                                    *(mock.generate_body(x, c.reply_tokens, True) for s in cases[:k] for x in s)])
                 for phases in ((("a", (0, 0)), ("b", (0, 0)), ("c", real), ("stream", real)), (("memory", (0, 0)),)):
                     if phases[0][0] == "memory":  # a fresh proxy (its heap untouched), the same mocks
                         await self.stack.restart_proxy(http)
@@ -291,7 +300,7 @@ class Bench:
 
     async def phase(self, http: httpx.AsyncClient, cases: list[list[Case]], tag: str, ttft_ms: float,
                     rate: float) -> None:
-        for url in (self.stack.policy_url, self.stack.judge_url):
+        for url in (self.stack.policy_url, self.stack.judge_url, self.stack.direct_url):  # direct: paced alike
             await http.post(f"{url}/bench/latency", json={"ttft_ms": ttft_ms, "tokens_per_s": rate})
         await self.stack.settle()
         started, cpu0 = time.perf_counter(), self.stack.cpu()
@@ -317,6 +326,8 @@ def print_report(results: dict[str, Any]) -> None:
                      *(str(m.get(f"{tag}_{k}", "-")) for k in ("proxy_p50_ms", "direct_p50_ms", "turns_per_s",
                                                               "direct_turns_per_s", "cpu_ms_per_turn"))))
     print("\n".join(row[0].ljust(w[0]) + "".join(v.rjust(n) for v, n in zip(row[1:], w[1:])) for row in rows))
+    print("throughput proxy / direct (turns/s; direct = the same bytes from a lean replay server): "
+          + ", ".join(f"{t} {m.get(f'{t}_proxy_over_direct')}" for t in "abc"))
     print("CPU ms/turn by history: " + ", ".join(f"{b}: {m[f'cpu_ms_per_turn_{b}']} (~{m[f'history_tokens_{b}']} tok)"
                                                  for b, _, _ in BUCKETS)
           + f"; fit: {m['cpu_ms_per_1k_history_tokens']} ms per 1K history tokens")
@@ -396,6 +407,12 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=None, help="the proxy's port on 127.0.0.1 (default: a free one)")
     p.add_argument("--stream-cost", action="store_true",
                    help="only measure CPU per streamed turn at 64-8,192-token replies in both SGLang stream modes")
+    p.add_argument("--stream-ttft-ms", type=float, default=0.0,
+                   help="paced streams (--stream-cost, --compare-upstream): the policy mock's and the direct replay's "
+                        "delay to the first token; 0 with no rate: instant")
+    p.add_argument("--stream-tokens-per-s", type=float, default=0.0,
+                   help="paced streams: tokens per second after the first (0: instant); a zero-latency stream "
+                        "understates what streaming costs the proxy")
     p.add_argument("--stream-lengths", default="64,512,2048,8192", help="reply lengths for --stream-cost")
     p.add_argument("--stream-scale", type=float, default=1.0, help="turns per length x this (--stream-cost)")
     p.add_argument("--stream-modes", type=_stream_modes, default=STREAM_MODES,
@@ -441,7 +458,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         results = run_compare(ns.compare_upstream, ns.tokenizer, quick=ns.quick, reps=ns.compare_reps,
                               proxy_port=ns.port, out=ns.out, only=ns.compare_configs,
                               profile=ns.profile_proxy and os.path.abspath(ns.profile_proxy),
-                              stream_interval=ns.stream_interval)
+                              stream_interval=ns.stream_interval, pace=(ns.stream_ttft_ms, ns.stream_tokens_per_s))
         print(f"stream interval asked of SGLang on streamed turns: {ns.stream_interval}")
         print(f"load average at start {results['load_average_start']}, end {results['load_average_end']}; "
               f"errors {results.get('errors')}")
@@ -453,7 +470,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         results = run_stream_cost(ns.tokenizer, lengths=lengths, scale=0.25 if ns.quick else ns.stream_scale,
                                   proxy_port=ns.port, modes=ns.stream_modes, proxy_env=dict(ns.proxy_env),
                                   profile=ns.profile_proxy and os.path.abspath(ns.profile_proxy),
-                                  stream_interval=ns.stream_interval)
+                                  stream_interval=ns.stream_interval,
+                                  pace=(ns.stream_ttft_ms, ns.stream_tokens_per_s))
         results["load_average"] = os.getloadavg()
         print_stream_cost(results)
         print(f"load average: {results['load_average']}")

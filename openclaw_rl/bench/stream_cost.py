@@ -56,11 +56,12 @@ async def _stream_turn(http: httpx.AsyncClient, url: str, case: mock.Case, lengt
 
 async def measure_mode(tokenizer: Any, tokenizer_dir: str, mode: str, lengths: tuple[int, ...], scale: float,
                        workdir: Path, proxy_port: int | None = None, profile: str = "",
-                       proxy_env: dict[str, str] | None = None, stream_interval: int = 0) -> list[dict[str, Any]]:
+                       proxy_env: dict[str, str] | None = None, stream_interval: int = 0,
+                       pace: tuple[float, float] = (0.0, 0.0)) -> list[dict[str, Any]]:
     case = mock.build_workload(tokenizer, sessions=1, turns=1, max_history_tokens=2048, reply_tokens=64)[0][0]
     stack = mock.Stack(tokenizer_dir, workdir, reply_tokens=64, judge_votes=0, incremental=mode == "incremental",
                        proxy_port=proxy_port, profile_proxy=profile, proxy_env=proxy_env,
-                       proxy_args=["--stream-interval", str(stream_interval)])
+                       proxy_args=["--stream-interval", str(stream_interval)], replay=False)
     rows = []
     async with httpx.AsyncClient(timeout=600, trust_env=False) as http:
         try:
@@ -69,7 +70,8 @@ async def measure_mode(tokenizer: Any, tokenizer_dir: str, mode: str, lengths: t
             for length in lengths:
                 # the scripted reply is length - 1 byte tokens, then eos: ``length`` tokens in all, within
                 # the proxy's default cap of 8,192 new tokens
-                await http.post(f"{stack.policy_url}/bench/latency", json={"reply_tokens": length - 1})
+                await http.post(f"{stack.policy_url}/bench/latency",
+                                json={"reply_tokens": length - 1, "ttft_ms": pace[0], "tokens_per_s": pace[1]})
                 await _stream_turn(http, stack.proxy_url, case, length, f"warm-{mode}-{length}")
                 await stack.settle()
                 if length == lengths[0]:
@@ -82,7 +84,8 @@ async def measure_mode(tokenizer: Any, tokenizer_dir: str, mode: str, lengths: t
                 await stack.settle()
                 cpu = mock.cpu_seconds_fine(pid) - cpu0
                 tokens = received[0][1]
-                rows.append({"mode": mode, "stream_interval": stream_interval, "reply_tokens": length, "completion_tokens": tokens, "turns": reps,
+                rows.append({"mode": mode, "stream_interval": stream_interval, "ttft_ms": pace[0],
+                             "tokens_per_s": pace[1], "reply_tokens": length, "completion_tokens": tokens, "turns": reps,
                              "proxy_cpu_ms_per_turn": round(cpu / reps * 1e3, 2),
                              "proxy_cpu_us_per_token": round(cpu / reps / tokens * 1e6, 2),
                              "mock_cpu_ms_per_turn": round((mock.cpu_seconds(stack.procs[0].pid) - mock0) / reps * 1e3, 1),
@@ -110,8 +113,10 @@ def _per_mode(path: str, mode: str) -> str:
 
 def run_stream_cost(tokenizer_dir: str, *, lengths: tuple[int, ...] = LENGTHS, modes: tuple[str, ...] = MODES,
                     scale: float = 1.0, proxy_port: int | None = None,
-                    proxy_env: dict[str, str] | None = None, profile: str = "", stream_interval: int = 0
-                    ) -> dict[str, Any]:
+                    proxy_env: dict[str, str] | None = None, profile: str = "", stream_interval: int = 0,
+                    pace: tuple[float, float] = (0.0, 0.0)) -> dict[str, Any]:
+    """``pace``: (ms to the first token, tokens/s) of the policy mock; (0, 0) streams at once, which
+    understates the proxy's cost: a paced stream arrives an event per read, an instant one in a few reads."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -121,18 +126,19 @@ def run_stream_cost(tokenizer_dir: str, *, lengths: tuple[int, ...] = LENGTHS, m
             rows += asyncio.run(measure_mode(tokenizer, tokenizer_dir, mode, lengths, scale,
                                              Path(tempfile.mkdtemp(dir=tmp)), proxy_port,
                                              profile=_per_mode(profile, mode), proxy_env=proxy_env,
-                                             stream_interval=stream_interval))
+                                             stream_interval=stream_interval, pace=pace))
     ratios = {}
     for mode in modes:
         per = {r["reply_tokens"]: r["proxy_cpu_us_per_token"] for r in rows if r["mode"] == mode}
         if 512 in per and 8192 in per:
             ratios[mode] = round(per[8192] / per[512], 3)
     return {"rows": rows, "per_token_ratio_8192_over_512": ratios, "proxy_env": proxy_env or {},
-            "stream_interval": stream_interval}
+            "stream_interval": stream_interval, "ttft_ms": pace[0], "tokens_per_s": pace[1]}
 
 
 def print_stream_cost(results: dict[str, Any]) -> None:
-    print(f"stream interval asked of SGLang: {results.get('stream_interval')} tokens per event (0: one per token)")
+    print(f"stream interval asked of SGLang: {results.get('stream_interval')} tokens per event (0: one per token); "
+          f"pace: {results.get('ttft_ms', 0)} ms to the first token, {results.get('tokens_per_s', 0) or 'unpaced'} tokens/s")
     cols = ("mode", "reply_tokens", "turns", "proxy_cpu_ms_per_turn", "proxy_cpu_us_per_token", "mock_cpu_ms_per_turn",
             "wall_ms_per_turn", "complete")
     print("  ".join(f"{c:>22}" for c in cols))
