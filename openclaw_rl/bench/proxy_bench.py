@@ -3,9 +3,9 @@
 The proxy's cost is small next to a model's, so it is measured as a *difference*: every turn goes
 through the proxy (OpenAI messages + a dozen tools, as OpenClaw sends them) and, in the same run,
 "direct": ``/generate`` with the ids the proxy renders (pre-rendered with the same tokenizer and
-template), answered with the mock's own bytes by a lean replay server (``replay.py``), so direct is a
-floor, not the mock's own cost; ``proxy_over_direct`` is the throughput ratio. The proxy still talks to
-the mock, so "added" latency (proxy - direct) includes the mock's time too. Mocks and proxy are separate processes
+template) sent to the mock the proxy talks to, so "added" latency (proxy - direct) is the proxy's own;
+"floor" (c=16): the same bytes from a lean replay server (``replay.py``), with nothing in between, so
+``b_proxy_over_floor`` is how much of the fastest possible throughput the proxy keeps. Mocks and proxy are separate processes
 (``mock.Stack``): the proxy's CPU and RSS come from ``/proc/<pid>`` alone. Configurations: (a) zero-
 latency mock, concurrency 1; (b) the same at concurrency C (throughput); (c) a model-like mock (50 ms
 to the first token, then 100 tokens/s) at C; streaming TTFT at concurrency 1, model-like; then, on a
@@ -61,7 +61,7 @@ _PER_CONFIG = ("added_p50_ms", "added_p95_ms", "added_p99_ms", "proxy_p50_ms", "
                "direct_p99_ms", "turns_per_s", "direct_turns_per_s", "proxy_over_direct", "cpu_ms_per_turn", "turns",
                "errors")
 METRIC_KEYS = (*(f"{c}_{k}" for c in "abc" for k in _PER_CONFIG),
-               *(f"stream_ttft_{k}" for k in _PER_CONFIG[:7]), "stream_pairs",
+               *(f"stream_ttft_{k}" for k in _PER_CONFIG[:7]), "stream_pairs", "b_floor_turns_per_s", "b_proxy_over_floor",
                *(f"cpu_ms_per_turn_{b}" for b, _, _ in BUCKETS), *(f"history_tokens_{b}" for b, _, _ in BUCKETS),
                "cpu_growth_8k_over_2k", "cpu_ms_per_1k_history_tokens", "rss_baseline_kb", "idle_sessions",
                "idle_session_kb", "idle_session_net_kb", "live_sessions", "live_session_kb", "live_session_net_kb")
@@ -113,17 +113,19 @@ class Bench:
         self.http: httpx.AsyncClient
         self.load: LoadClient
 
-    def _request(self, case: Case, sid: str | None, done: bool, stream: bool) -> tuple[str, bytes, dict[str, str]]:
-        """Through the proxy when ``sid`` is given (OpenAI body), else straight to the mock (token ids)."""
+    def _request(self, case: Case, sid: str | None, done: bool, stream: bool,
+                 floor: bool = False) -> tuple[str, bytes, dict[str, str]]:
+        """Through the proxy when ``sid`` is given (OpenAI body), else straight to the mock the proxy talks to
+        (token ids: "added" latency is the proxy's own), or with ``floor`` to the replay of its bytes."""
         n, stack = self.cfg.reply_tokens, self.stack
         if sid is None:
-            return f"{stack.direct_url}/generate", mock.generate_body(case, n, stream), JSON
+            return f"{stack.direct_url if floor else stack.policy_url}/generate", mock.generate_body(case, n, stream), JSON
         headers = {**JSON, "X-Session-Id": sid, **({"X-Session-Done": "1"} if done else {})}
         return f"{stack.proxy_url}/v1/chat/completions", mock.chat_body(case, n, stream), headers
 
-    async def post(self, case: Case, sid: str | None, done: bool = False) -> float | None:
+    async def post(self, case: Case, sid: str | None, done: bool = False, floor: bool = False) -> float | None:
         """One non-streaming turn; seconds, or None (counted) when it failed."""
-        url, body, headers = self._request(case, sid, done, False)
+        url, body, headers = self._request(case, sid, done, False, floor)
         start = time.perf_counter()
         try:
             raw = await self.load.post(url, body, headers)
@@ -191,16 +193,17 @@ class Bench:
             if len(set(xs)) > 1 else None
         self.details["cpu_points_tokens_ms"] = [(h, round(x * 1e3, 3)) for h, x in points]
 
-    async def drive(self, cases: list[list[Case]], tag: str | None
+    async def drive(self, cases: list[list[Case]], tag: str | None, floor: bool = False
                     ) -> tuple[dict[tuple[int, int], float], float]:
-        """C workers, each running whole sessions turn after turn, as C users would; direct if no tag."""
+        """C workers, each running whole sessions turn after turn, as C users would; direct if no tag (to
+        the replay server with ``floor``)."""
         lat: dict[tuple[int, int], float] = {}
         queue = iter(range(len(cases)))
 
         async def worker() -> None:
             for s in queue:
                 for t, case in enumerate(cases[s]):
-                    dt = await self.post(case, f"{tag}-{s}" if tag else None, t == len(cases[s]) - 1)
+                    dt = await self.post(case, f"{tag}-{s}" if tag else None, t == len(cases[s]) - 1, floor)
                     lat.update({(s, t): dt} if dt is not None else {})
 
         start = time.perf_counter()
@@ -217,6 +220,12 @@ class Bench:
         added = [proxy[k] - direct[k] for k in proxy if k in direct]
         self._summarise(tag, added, list(proxy.values()), list(direct.values()), proxy_wall, direct_wall,
                         mock.cpu_seconds(self.pid) - cpu0)
+        if tag == "b":  # the floor: the same bytes from the lean replay server, with nothing in between
+            floor, floor_wall = await self.drive(cases, None, floor=True)
+            m = self.metrics
+            m["b_floor_turns_per_s"] = round(len(floor) / floor_wall, 2) if floor_wall else None
+            m["b_proxy_over_floor"] = round(m["b_turns_per_s"] / m["b_floor_turns_per_s"], 4) \
+                if m["b_floor_turns_per_s"] and m["b_turns_per_s"] else None
 
     def _summarise(self, tag: str, added: list[float], prox: list[float], dire: list[float], proxy_wall: float,
                    direct_wall: float, cpu_s: float) -> None:
@@ -326,8 +335,9 @@ def print_report(results: dict[str, Any]) -> None:
                      *(str(m.get(f"{tag}_{k}", "-")) for k in ("proxy_p50_ms", "direct_p50_ms", "turns_per_s",
                                                               "direct_turns_per_s", "cpu_ms_per_turn"))))
     print("\n".join(row[0].ljust(w[0]) + "".join(v.rjust(n) for v, n in zip(row[1:], w[1:])) for row in rows))
-    print("throughput proxy / direct (turns/s; direct = the same bytes from a lean replay server): "
-          + ", ".join(f"{t} {m.get(f'{t}_proxy_over_direct')}" for t in "abc"))
+    print("throughput proxy / direct-to-mock: " + ", ".join(f"{t} {m.get(f'{t}_proxy_over_direct')}" for t in "abc")
+          + f"; proxy / floor at c=16 (the same bytes from a lean replay server, {m.get('b_floor_turns_per_s')} "
+          f"turns/s): {m.get('b_proxy_over_floor')}")
     print("CPU ms/turn by history: " + ", ".join(f"{b}: {m[f'cpu_ms_per_turn_{b}']} (~{m[f'history_tokens_{b}']} tok)"
                                                  for b, _, _ in BUCKETS)
           + f"; fit: {m['cpu_ms_per_1k_history_tokens']} ms per 1K history tokens")
