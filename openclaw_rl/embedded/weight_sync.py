@@ -85,6 +85,9 @@ def write_checkpoint(model: torch.nn.Module, out: Path) -> Path:
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     base.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+    # A run restarted on the same out dir (after a kill, without a checkpoint to resume from) numbers its
+    # steps from 1 again: the killed run's `step-N` is in the way, and rename() cannot replace a directory.
+    shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
 
