@@ -37,6 +37,7 @@ import httpx
 import torch
 
 from ..errors import CommandError
+from .write_failure import writing
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,8 @@ def write_checkpoint(model: torch.nn.Module, out: Path) -> Path:
     base, state = full_state_dict(model)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    base.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+    with writing("the weights to sync", out, partial=tmp):
+        base.save_pretrained(tmp, state_dict=state, safe_serialization=True)
     # A run restarted on the same out dir (after a kill, without a checkpoint to resume from) numbers its
     # steps from 1 again: the killed run's `step-N` is in the way, and rename() cannot replace a directory.
     shutil.rmtree(out, ignore_errors=True)
