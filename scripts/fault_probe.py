@@ -68,7 +68,7 @@ def start(args: list[str], log: Path, ulimit_kb: int = 0) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     cmd = CLI + args
     if ulimit_kb:
-        cmd = ["bash", "-c", f"ulimit -f {ulimit_kb}; exec \"$@\"", "bash", *cmd]
+        cmd = ["bash", "-c", f"ulimit -S -f {ulimit_kb}; exec \"$@\"", "bash", *cmd]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
                             start_new_session=True)
     STARTED.append(proc)
@@ -313,6 +313,20 @@ def probe_fsize(out: Path, command: str, limit_kb: int) -> dict[str, Any]:
             time.sleep(1)
         result["healthz_when_stopped_waiting"] = health
         result["exited_by_itself"] = proc.poll()
+        if proc.poll() is None and health and health.get("ok") is False:
+            # "space returns": lift the file-size limit of the running process, then wait for a step
+            import resource
+
+            resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            s0 = steps(run / "metrics.jsonl")
+            try:
+                wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).json().get("ok") is True,
+                         proc, 60, "healthz ok after the limit was lifted")
+                result["healthz_ok_again"] = True
+                wait_for(lambda: steps(run / "metrics.jsonl") > s0, proc, 180, "a step after the limit was lifted")
+                result["step_after_space_returned"] = True
+            except RuntimeError as exc:
+                result["after_space_returned"] = str(exc)
         if proc.poll() is None:
             result["sigterm_rc"] = stop(proc, signal.SIGTERM)
         else:
