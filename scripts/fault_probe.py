@@ -42,6 +42,7 @@ from openclaw_rl.spool import Spool, SpoolLocked  # noqa: E402
 CLI = [sys.executable, "-m", "openclaw_rl.cli"]
 STARTED: list[subprocess.Popen] = []
 DROP = re.compile(r"turn dropped: reason=(\S+) session=(\S+) turn=(\d+)")
+REFUSED = re.compile(r"refusing sample \S+ \(session (\S+) turn (\d+)\)")  # stale: consumed, not trained
 
 
 def model_dir() -> Path:
@@ -146,7 +147,9 @@ def spool_contents(spool_dir: Path) -> dict[str, Any]:
 
 
 def drops(log: Path) -> set[tuple[str, int]]:
-    return {(m[2], int(m[3])) for m in DROP.finditer(log.read_text(errors="replace"))}
+    text = log.read_text(errors="replace")
+    return ({(m[2], int(m[3])) for m in DROP.finditer(text)}
+            | {(m[1], int(m[2])) for m in REFUSED.finditer(text)})
 
 
 def trained_samples(metrics: Path) -> int:
