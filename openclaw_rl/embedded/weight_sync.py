@@ -100,6 +100,7 @@ class ServerUnreachable(WeightSyncError):
 
 UNREACHABLE_WAIT_S = 300.0  # a sync waits this long for a policy server that is down (restarting) before
 # it gives up and stops the run; real SGLang takes ~25 s to start, a large model minutes
+RETRY_S = 1.0  # between its attempts
 
 
 class SGLangWeightSync:
@@ -172,7 +173,7 @@ class SGLangWeightSync:
                 if not waited:  # one line per outage
                     log.warning("%s: the %s weights wait for it (up to %.0f s)", exc, version, wait_s)
                 waited = True
-                time.sleep(1.0)
+                time.sleep(RETRY_S)
 
     def load(self, model_path: str | Path, version: str) -> None:
         """Ask the server to load ``model_path`` as ``version``, its generation paused meanwhile; raise
