@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .hf_policy import PolicyLoadConfig
 from .interrupts import name_of, sigterm_as_ctrl_c, while_starting
 from .metric_sinks import add_wandb_flag, wandb_config
+from .write_failure import WriteFailed
 
 if TYPE_CHECKING:
     from openclaw_rl.runtime import ProxyRuntime
@@ -193,6 +194,7 @@ def run_train(cfg: ExternalConfig, *, echo: bool = True) -> TrainReport:
         sim_thread = threading.Thread(target=_simulate, args=(stack, cfg, sim), daemon=True)
         sim_thread.start()
     pool = ThreadPoolExecutor(1, thread_name_prefix="collect")
+    failed: WriteFailed | None = None
     try:
         pending: Future = pool.submit(stack.runtime.collect, cfg.rollout_batch_size, stop=stack.stop_event)
         current = pending.result()
@@ -220,6 +222,8 @@ def run_train(cfg: ExternalConfig, *, echo: bool = True) -> TrainReport:
                 break
     except KeyboardInterrupt as exc:
         print(f"\ninterrupted ({name_of(exc)}): untrained samples stay in the spool for the next run", flush=True)
+    except WriteFailed as exc:  # a full disk: stop as on SIGTERM, then `openclaw-rl` prints the one line
+        failed = exc
     finally:
         stack.stop_event.set()
         stack.guard.stop()
@@ -235,7 +239,12 @@ def run_train(cfg: ExternalConfig, *, echo: bool = True) -> TrainReport:
     report.interactions = len(result_sim.interactions) if result_sim is not None else 0
     report.restores = stack.weights.restores
     report.seconds = time.monotonic() - started
-    (stack.out / "report.json").write_text(json.dumps(asdict(report), indent=2))
+    try:
+        (stack.out / "report.json").write_text(json.dumps(asdict(report), indent=2))
+    except OSError as exc:
+        log.warning("report.json not written: %s", exc)
+    if failed is not None:
+        raise failed
     return report
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from openclaw_rl.config import COMBINE_LOSSES, DISTILL_SUBSETS, HINT_SELECTIONS
 from openclaw_rl.embedded.interrupts import name_of, sigterm_as_ctrl_c, while_starting
 from openclaw_rl.embedded.metric_sinks import add_wandb_flag, wandb_config
+from openclaw_rl.embedded.write_failure import WriteFailed
 from openclaw_rl.modes import MODES
 from openclaw_rl.spool import Spool
 
@@ -351,6 +352,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
     bar = make_progress(progress)
     unlogged: dict[str, float] | None = None  # a trained step whose metrics line waits for the weight sync
     drops_seen: Counter[str] = Counter()  # dropped turns by reason up to the last step line
+    failed: WriteFailed | None = None
     try:
         report.preferred_prob_before = _preferred_probability(stack, cfg)
         if users is not None:
@@ -385,8 +387,10 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
     except KeyboardInterrupt as exc:
         why = name_of(exc)
         print(f"\ninterrupted ({why}): stopping (untrained samples stay in the spool)", flush=True)
+    except WriteFailed as exc:  # a full disk: stop as on SIGTERM, then `openclaw-rl` prints the one line
+        failed = exc
     finally:
-        if unlogged is not None:  # printed and counted, so logged too
+        if unlogged is not None and failed is None:  # printed and counted, so logged too
             if "perf/sync_ms" in unlogged:  # Ctrl-C came during the ack: synced, its batch maybe acknowledged
                 stack.trainer.log(unlogged)
             else:  # never synced: its batch stays in the spool
@@ -412,11 +416,20 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
         report.baseline_rate, report.final_rate = sim.first_window_rate, sim.last_window_rate
         report.opening_rate_first, report.opening_rate_last = sim.opening_rates()
         report.curve_png = str(stack.out / "learning_curve.png")
-        sim.save_plot(report.curve_png)
+        try:
+            sim.save_plot(report.curve_png)
+        except Exception as exc:  # noqa: BLE001 - a full disk (matplotlib raises its own types): say so, go on
+            log.warning("learning curve not written: %s", exc)
+            report.curve_png = ""
     report.seconds = time.monotonic() - started
     report.report_path = str(stack.out / "report.json")
-    (stack.out / "report.json").write_text(json.dumps(asdict(report), indent=2))
+    try:
+        (stack.out / "report.json").write_text(json.dumps(asdict(report), indent=2))
+    except OSError as exc:
+        log.warning("report.json not written: %s", exc)
     detach_run_log()
+    if failed is not None:
+        raise failed
     return report
 
 

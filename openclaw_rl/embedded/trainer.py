@@ -39,6 +39,7 @@ from openclaw_rl.losses.policy_math import grpo_advantages, make_sum_of_sample_m
 from openclaw_rl.samples import TrainingSample
 
 from .metric_sinks import MetricSinks, WandbConfig
+from .write_failure import writing
 
 log = logging.getLogger(__name__)
 
@@ -342,9 +343,10 @@ class EmbeddedTrainer:
 
     def _log(self, metrics: dict[str, float]) -> None:
         if self.cfg.metrics_path:
-            Path(self.cfg.metrics_path).parent.mkdir(parents=True, exist_ok=True)
-            with open(self.cfg.metrics_path, "a") as f:
-                f.write(json.dumps({"step": self.step, "time": time.time(), **metrics}) + "\n")
+            with writing("the step's metrics", self.cfg.metrics_path):
+                Path(self.cfg.metrics_path).parent.mkdir(parents=True, exist_ok=True)
+                with open(self.cfg.metrics_path, "a") as f:
+                    f.write(json.dumps({"step": self.step, "time": time.time(), **metrics}) + "\n")
         self.sinks.write(metrics, self.step)
 
     def close(self) -> None:
@@ -358,11 +360,12 @@ class EmbeddedTrainer:
 
         out = Path(self.cfg.ckpt_dir) / f"step-{self.step:06d}"
         tmp = out.with_name(out.name + ".tmp")
-        self.model.save_pretrained(tmp)
-        if self.tokenizer is not None:
-            self.tokenizer.save_pretrained(tmp)
-            make_tokenizer_config_portable(tmp)
-        torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step}, tmp / "trainer_state.pt")
+        with writing("a checkpoint", out, partial=tmp):
+            self.model.save_pretrained(tmp)
+            if self.tokenizer is not None:
+                self.tokenizer.save_pretrained(tmp)
+                make_tokenizer_config_portable(tmp)
+            torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step}, tmp / "trainer_state.pt")
         tmp.rename(out)
         log.info("checkpoint saved: %s", out)
         return out

@@ -34,6 +34,7 @@ class VersionGuard:
         self.engines, self.gate, self.interval_s = list(engines), gate, interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._down: dict[str, str] = {}  # engine url -> why it is down, as last logged: one line per outage
 
     def check(self) -> list[str]:
         """Each engine's state: "ok", "restored" (it had regressed and has its weights again), "down"
@@ -52,9 +53,13 @@ class VersionGuard:
         try:
             restored = engine.restore_if_regressed(before_restore=lambda: self.gate.hold(HOLD))
         except WeightSyncError as exc:
-            log.warning("policy engine %s not ready (%s): requests wait until it serves %s again", engine.url,
-                        exc, engine.version)
+            if self._down.get(engine.url) != str(exc):  # logged when it goes down, or for a new reason
+                log.warning("policy engine %s not ready (%s): requests wait until it serves %s again", engine.url,
+                            exc, engine.version)
+            self._down[engine.url] = str(exc)
             return "down"
+        if self._down.pop(engine.url, None) is not None and not restored:
+            log.warning("policy engine %s answers again and serves %s", engine.url, engine.version)
         if restored:
             log.warning("policy engine %s serves %s again", engine.url, engine.version)
         return "restored" if restored else "ok"

@@ -37,6 +37,7 @@ import httpx
 import torch
 
 from ..errors import CommandError
+from .write_failure import writing
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +85,22 @@ def write_checkpoint(model: torch.nn.Module, out: Path) -> Path:
     base, state = full_state_dict(model)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    base.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+    with writing("the weights to sync", out, partial=tmp):
+        base.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+    # A run restarted on the same out dir (after a kill, without a checkpoint to resume from) numbers its
+    # steps from 1 again: the killed run's `step-N` is in the way, and rename() cannot replace a directory.
+    shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
+
+
+class ServerUnreachable(WeightSyncError):
+    """The server did not take the connection before the update began (it is down or restarting)."""
+
+
+UNREACHABLE_WAIT_S = 300.0  # a sync waits this long for a policy server that is down (restarting) before
+# it gives up and stops the run; real SGLang takes ~25 s to start, a large model minutes
+RETRY_S = 1.0  # between its attempts
 
 
 class SGLangWeightSync:
@@ -113,12 +127,12 @@ class SGLangWeightSync:
         """The version label the server reports now (``"default"`` until the first update)."""
         return str(self.info("model_info", timeout_s).get("weight_version"))
 
-    def sync(self, model: torch.nn.Module, version: str) -> None:
+    def sync(self, model: torch.nn.Module, version: str, *, wait_s: float = UNREACHABLE_WAIT_S) -> None:
         with self._lock:
             t0 = time.perf_counter()
             target = write_checkpoint(model, self.dir / f"{version}")
             t1 = time.perf_counter()
-            self.load(target, version)
+            self._load_when_up(target, version, wait_s)
             t2 = time.perf_counter()
             if self._current is not None and self._current != target:
                 shutil.rmtree(self._current, ignore_errors=True)
@@ -143,6 +157,23 @@ class SGLangWeightSync:
             self.load(self.loaded, self.version)
             self.restores += 1
             return True
+
+    def _load_when_up(self, target: Path, version: str, wait_s: float) -> None:
+        """``load``, waiting up to `wait_s` for a server that does not take connections (killed, restarting:
+        the version guard holds the proxy's gate meanwhile). Nothing was sent to it, so trying again is safe."""
+        deadline = time.monotonic() + wait_s
+        waited = False
+        while True:
+            try:
+                self.load(target, version)
+                return
+            except ServerUnreachable as exc:
+                if time.monotonic() >= deadline:
+                    raise WeightSyncError(f"{exc}; gave up after waiting {wait_s:.0f} s for it") from None
+                if not waited:  # one line per outage
+                    log.warning("%s: the %s weights wait for it (up to %.0f s)", exc, version, wait_s)
+                waited = True
+                time.sleep(RETRY_S)
 
     def load(self, model_path: str | Path, version: str) -> None:
         """Ask the server to load ``model_path`` as ``version``, its generation paused meanwhile; raise
@@ -182,6 +213,8 @@ class SGLangWeightSync:
         """Pause the server's generation (``retract``); False when it has no such endpoint."""
         try:
             resp = self.http.post(f"{self.url}/pause_generation", json={"mode": "retract"})
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise ServerUnreachable(f"policy server {self.url} unreachable before the weight update: {exc!r}") from exc
         except httpx.HTTPError as exc:
             raise WeightSyncError(f"policy server {self.url} unreachable before the weight update: {exc!r}") from exc
         if resp.status_code in (404, 405):
