@@ -282,3 +282,67 @@ def test_rule_judge_answers_the_extraction_prompt_from_the_users_corrections():
     assert parse_rules(full) == [RULE] and "\\boxed{1}" in short and parse_rules(short) == [RULE]
     full, _ = judge_reply(extraction_prompt(convo[:2] + convo[4:]))
     assert parse_rules(full) == [] and "\\boxed{0}" in full
+
+
+# --- through the proxy ----------------------------------------------------------------------------------
+
+PROXY_RULE = "Answer in French."
+
+
+def _oel_judge_reply(prompt: str) -> str:
+    """Extraction: the rule when the conversation has a "wrong"; anything else: the shared scripted judge."""
+    from support import judge_reply
+
+    if "[EXPERIENCE_START]" in prompt:
+        if "wrong" in prompt.split("## Conversation", 1)[-1]:
+            return f"Learned. [EXPERIENCE_START]\n- {PROXY_RULE}\n- {PROXY_RULE.lower()}\n[EXPERIENCE_END] \\boxed{{1}}"
+        return "Nothing. \\boxed{0}"
+    return judge_reply(prompt)
+
+
+@pytest.fixture
+def oel_judge(tokenizer):
+    """Teacher log-probs that prove what the teacher saw: token t scores -(t % 7 + 1)/10 with the rule in
+    its prompt, -5.0 without."""
+    from support import scripted_server
+
+    def score(prefix, token: int) -> float:
+        seen = PROXY_RULE in tokenizer.decode(list(prefix), skip_special_tokens=False)
+        return -((token % 7) + 1) / 10 if seen else -5.0
+
+    calls: list[str] = []
+
+    def reply(prompt: str) -> str:
+        calls.append(prompt)
+        return _oel_judge_reply(prompt)
+
+    with scripted_server(tokenizer, reply, scorer=score) as server:
+        server.calls = calls
+        yield server
+
+
+def test_oel_through_the_proxy_holds_extracts_once_and_distils_every_turn(policy_server, oel_judge, make_proxy):
+    import httpx
+    from support import on_loop, settle, wait_for_samples
+
+    proxy, url = make_proxy(policy_server.url, oel_judge.url, mode="oel", judge_votes=1, oel_topk=3)
+    convo: list[dict] = []
+    for i, text in enumerate(["hello", "that is wrong", "thanks"]):
+        convo.append({"role": "user", "content": text})
+        headers = {"X-Session-Id": "o", **({"X-Session-Done": "1"} if i == 2 else {})}
+        if i == 2:  # before the session ends: both earlier turns wait, none is judged, nothing is spooled
+            proxy.writer.flush()
+            assert on_loop(proxy, lambda: (proxy.tracker.pending_turns, proxy.tracker.judging)) == (2, 0)
+            assert proxy.spool.depth() == 0 and oel_judge.calls == []
+        r = httpx.post(f"{url}/v1/chat/completions", json={"messages": convo}, headers=headers, timeout=30)
+        assert r.status_code == 200, r.text
+        convo.append(r.json()["choices"][0]["message"])
+    samples = sorted(wait_for_samples(proxy, 3), key=lambda s: s.turn)
+    settle(proxy)
+    assert [(s.kind, s.turn) for s in samples] == [("oel", 1), ("oel", 2), ("oel", 3)]
+    for s in samples:  # the teacher saw the rule and scored the turn's own response ids, in order
+        assert s.teacher_log_probs == [-((t % 7) + 1) / 10 for t in s.response_ids]
+        assert len(s.teacher_topk_indices) == s.response_length and len(s.teacher_topk_log_probs[0]) == 3
+        assert s.metadata["experience"] == f"- {PROXY_RULE}"  # the repeated rule deduplicated
+    assert proxy.tracker.scorer.extractions == 1
+    assert proxy.tracker.scorer.store.get("default").rules == [PROXY_RULE]
