@@ -4,8 +4,8 @@ Stage: mode scorer (``oel``) → **experience** → judge server. When a session
 whole conversation once and answers with concrete do/don't rules between ``[EXPERIENCE_START]`` and
 ``[EXPERIENCE_END]``, then ``\\boxed{1}`` (rules found) or ``\\boxed{0}`` (none). The rules are
 deduplicated (case- and space-insensitive) and capped at ``max_tokens`` policy tokens, whole rules
-only. The teacher sees them as a system-prompt section (a new system message if there is none); the
-student keeps answering from the bare prompt. The prompt text here is this project's own.
+only. The teacher sees them appended to the last user message (upstream also puts them in the last user
+message); the student keeps answering from the bare prompt. The prompt text here is this project's own.
 """
 
 from __future__ import annotations
@@ -103,11 +103,12 @@ def format_experience(rules: Sequence[str]) -> str:
 
 
 def experience_messages(messages: list[dict[str, Any]], experience: str) -> list[dict[str, Any]]:
-    """The teacher's prompt: the experience appended to the system message (a new first one if none)."""
+    """The teacher's prompt: the experience appended to the last user message (as upstream, which puts it
+    in the last user message; here after the user's text, where OPD's hint goes), or a new user message."""
     out = copy.deepcopy(messages)
-    section = (EXPERIENCE_HEADER + experience).strip()
-    if out and out[0].get("role") == "system" and isinstance(out[0].get("content"), str):
-        out[0]["content"] = (out[0]["content"] + EXPERIENCE_HEADER + experience).strip()
-    else:
-        out.insert(0, {"role": "system", "content": section})
+    target = next((m for m in reversed(out) if m.get("role") == "user"), None)
+    if target is None:
+        out.append({"role": "user", "content": (EXPERIENCE_HEADER + experience).strip()})
+        return out
+    target["content"] = (_text(target.get("content")) + EXPERIENCE_HEADER + experience).strip()
     return out

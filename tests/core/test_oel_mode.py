@@ -134,7 +134,7 @@ def test_turns_are_held_until_the_session_ends_then_all_distilled():
             assert s.teacher_log_probs == [-0.25] * s.response_length
             assert len(s.teacher_topk_log_probs) == s.response_length and len(s.teacher_topk_log_probs[0]) == 4
             assert s.metadata["experience"] == f"- {RULE}"
-        # the teacher saw the experience in a system message; the student's prompt ids are untouched
+        # the teacher saw the experience in the user's message; the student's prompt ids are untouched
         assert all(RULE in seen and EXPERIENCE_HEADER.strip()[:20] in seen for seen in renderer.seen)
         assert emitted[0][0].prompt_ids.tolist()[:2] == [1, 2]
         assert scorer._pending == {}
@@ -226,7 +226,7 @@ def test_rules_are_parsed_deduplicated_and_capped_whole():
     words = lambda s: len(s.split())  # noqa: E731
     assert cap_rules(["a b", "c d", "e f"], words, 4) == (["a b"], 2)  # "- a b\n- c d" is 6 words
     msgs = experience_messages([{"role": "user", "content": "q"}], "- Be brief.")
-    assert msgs[0]["role"] == "system" and "Be brief." in msgs[0]["content"] and msgs[1]["content"] == "q"
+    assert len(msgs) == 1 and msgs[0]["content"].startswith("q") and msgs[0]["content"].endswith("- Be brief.")
     prompt = extraction_prompt([{"role": "system", "content": "SYS"}, {"role": "user", "content": "q"}])
     assert "SYS" not in prompt and "### user\nq" in prompt
 

@@ -34,6 +34,9 @@ def samples_for(tokenizer, core, mode="rl", temperature: float = 1.0) -> list[Tr
     samples = []
     for i, (prompt, (ids, lps)) in enumerate(zip(prompts, outs)):
         teacher = {"teacher_log_probs": [lp - 0.5 for lp in lps]} if MODES[mode].needs_teacher else {}
+        if MODES[mode].needs_teacher:  # a top-K row per token too (modes that train the top-K loss need it)
+            teacher.update(teacher_topk_log_probs=[[lp - 0.5, -3.0] for lp in lps],
+                           teacher_topk_indices=[[t, (t + 1) % 50] for t in ids])
         samples.append(TrainingSample(session_id=f"s{i}", turn=1, kind=mode, prompt_ids=prompt, response_ids=ids,
                                       rollout_log_probs=lps, loss_mask=[1] * len(ids), reward=(-1.0) ** i, **teacher))
     return samples
