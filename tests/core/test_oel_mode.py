@@ -346,3 +346,38 @@ def test_oel_through_the_proxy_holds_extracts_once_and_distils_every_turn(policy
         assert s.metadata["experience"] == f"- {PROXY_RULE}"  # the repeated rule deduplicated
     assert proxy.tracker.scorer.extractions == 1
     assert proxy.tracker.scorer.store.get("default").rules == [PROXY_RULE]
+
+
+def test_held_turns_survive_a_restart_and_are_distilled_when_the_session_ends(policy_server, oel_judge, make_proxy,
+                                                                            tmp_path):
+    """Turns held for the session's end are waiting turns in the spool: a proxy stopped mid-session and
+    started again on the same spool holds them again, and the session's end distils all of them."""
+    import httpx
+    from support import wait_for_samples
+
+    spool = str(tmp_path / "shared-spool")
+    convo: list[dict] = []
+
+    def say(url: str, text: str, done: bool = False) -> None:
+        convo.append({"role": "user", "content": text})
+        headers = {"X-Session-Id": "r", **({"X-Session-Done": "1"} if done else {})}
+        r = httpx.post(f"{url}/v1/chat/completions", json={"messages": convo}, headers=headers, timeout=30)
+        assert r.status_code == 200, r.text
+        convo.append(r.json()["choices"][0]["message"])
+
+    proxy, url = make_proxy(policy_server.url, oel_judge.url, mode="oel", judge_votes=1, oel_topk=2, spool_dir=spool)
+    say(url, "hello")
+    say(url, "that is wrong")
+    proxy.writer.flush()
+    waiting = [json.loads(t) for t in proxy.spool.pending_turns()]
+    assert [(t["index"], bool(t.get("next_state"))) for t in waiting] == [(1, True), (2, False)]
+    proxy.server.stop()
+    assert proxy.spool.depth() == 0 and oel_judge.calls == []
+    restarted, url = make_proxy(policy_server.url, oel_judge.url, mode="oel", judge_votes=1, oel_topk=2,
+                                spool_dir=spool)
+    say(url, "thanks", done=True)
+    samples = sorted(wait_for_samples(restarted, 3), key=lambda s: s.turn)
+    assert [(s.session_id, s.turn, s.kind) for s in samples] == [("r", 1, "oel"), ("r", 2, "oel"), ("r", 3, "oel")]
+    assert all(s.teacher_log_probs == [-((t % 7) + 1) / 10 for t in s.response_ids] for s in samples)
+    assert restarted.tracker.scorer.extractions == 1
+    assert restarted.tracker.scorer.store.get("default").rules == [PROXY_RULE]
