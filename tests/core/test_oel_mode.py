@@ -216,6 +216,27 @@ def test_accumulate_merges_the_users_stored_experience_and_single_session_does_n
     assert asyncio.run(run(False)) == [RULE]
 
 
+def test_one_users_experience_never_reaches_another_users_session():
+    """Per API key namespace: with accumulation on, user a's stored rules go into a's next extraction,
+    never into b's, and b's teacher does not see them."""
+    async def run():
+        tracker, emitted, scorer, judge, renderer, *_ = make(accumulate=True)
+        for key in ("a\x1fs1", "b\x1fs1", "a\x1fs2"):
+            if key.startswith("b"):
+                judge.reply = "nothing to learn \\boxed{0}"
+            else:
+                judge.reply = StubJudge().reply
+            t = tracker.begin(turn("hello", key=key), None)
+            tracker.complete(t, gen())
+            tracker.end_session(key)
+            await settle()
+        assert [RULE in p for p in judge.prompts] == [False, False, True]
+        assert [(t.session_key[0], o.drop.value if o.drop else "oel") for t, o in emitted] == \
+            [("a", "oel"), ("b", "no_hint"), ("a", "oel")]
+        assert scorer.store.get("a").rules == [RULE] and scorer.store.get("b") is None
+    asyncio.run(run())
+
+
 # --- experience text ----------------------------------------------------------------------------------
 
 
