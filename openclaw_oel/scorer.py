@@ -44,16 +44,12 @@ from .experience import (
     merge_rules,
     parse_rules,
 )
+from .settings import OELSettings
 from .store import ExperienceStore, store_key
 
+__all__ = ["OELScorer", "OELSettings"]
+
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class OELSettings:
-    topk: int = 50  # teacher top-K per response token (upstream K=50); the loss is top-K + tail reverse KL
-    max_experience_tokens: int = 2048  # the experience's cap in policy tokens (whole rules kept)
-    accumulate: bool = False  # upstream SESSION_EXPERIENCE: merge with the user's stored experience
 
 
 @dataclass(slots=True)

@@ -196,7 +196,7 @@ MODES: dict[str, Mode] = {m.name: m for m in (
         summary="online experiential learning: top-K reverse KL to the teacher given the session's extracted "
                 "experience",
         scorer="openclaw_oel.scorer.OELScorer",
-        settings="openclaw_oel.scorer.OELSettings",
+        settings="openclaw_oel.settings.OELSettings",
         embedded_loss="openclaw_opd.loss.topk_distillation_loss_function",
         slime=SlimeHooks(rollout="openclaw_oel.rollout.generate_rollout_openclaw_oel",
                          custom_loss="openclaw_opd.loss.topk_distillation_loss_function"),
