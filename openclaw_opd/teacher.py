@@ -56,12 +56,15 @@ def rescale(lp: float, topk: list[float], temperature: float) -> float:
 
 
 async def teacher_signal(turn: Turn, hint: str, judge: JudgeClient, renderer: ChatRenderer, top_k: int = 0,
-                         ) -> TeacherSignal:
+                         *, messages: list[dict] | None = None) -> TeacherSignal:
+    """``messages``: the teacher's whole prompt instead of the turn's with ``hint`` appended (OEL's
+    experience-augmented prompt, ``openclaw_oel.experience``)."""
     assert turn.generation is not None and turn.messages is not None
     from openclaw_rl.protocol import Tool
 
     tools = [Tool.model_validate(t) for t in turn.tools] if turn.tools else None
-    _, prompt_ids = renderer.render(enhanced_messages(turn.messages, hint), tools)
+    _, prompt_ids = renderer.render(messages if messages is not None else enhanced_messages(turn.messages, hint),
+                                    tools)
     response_ids = turn.generation.response_ids.tolist()
     rollout = turn.generation.response_logprobs.tolist()
     temperature = turn.sampling_temperature or 1.0

@@ -238,11 +238,17 @@ def _register_dashboard(sub: Any) -> None:
     register_dashboard_command(sub)
 
 
+def _register_experience(sub: Any) -> None:
+    from openclaw_oel.command import register_experience_command
+
+    register_experience_command(sub)
+
+
 # subcommand -> what registers it (mock-sglang and bench come together from the benchmarks)
 _EXTRA_COMMANDS: dict[str, Any] = {"local": _register_local, "train": _register_train, "engine": _register_engine,
                                    "mock-sglang": _register_bench, "bench": _register_bench,
                                    "simulate": _register_simulate, "judge": _register_judge,
-                                   "dashboard": _register_dashboard}
+                                   "dashboard": _register_dashboard, "experience": _register_experience}
 
 
 def _command_of(argv: list[str]) -> str | None:

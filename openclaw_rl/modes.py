@@ -237,6 +237,24 @@ MODES: dict[str, Mode] = {m.name: m for m in (
                           "ids on two nodes (Megatron, full parameters)", "topk_select", **_TOPK_SELECT_2NODES),
         ),
     ),
+    Mode(
+        name="oel",
+        summary="online experiential learning: top-K reverse KL to the teacher given the session's extracted "
+                "experience",
+        scorer="openclaw_oel.scorer.OELScorer",
+        settings="openclaw_oel.settings.OELSettings",
+        embedded_loss="openclaw_opd.loss.topk_distillation_loss_function",
+        slime=SlimeHooks(rollout="openclaw_oel.rollout.generate_rollout_openclaw_oel",
+                         custom_loss="openclaw_opd.loss.topk_distillation_loss_function"),
+        needs_teacher=True,
+        local=LocalDefaults(batch_size=8, interactions=400),
+        cli_flags=(
+            ("--oel-topk", "oel_topk", {"type": int, "help": "oel: teacher top-K per token (50)"}),
+            ("--oel-accumulate", "oel_accumulate", {
+                "action": "store_const", "const": True,
+                "help": "oel: merge each session's experience into the user's stored experience"}),
+        ),
+    ),
 )}
 
 CORE_SECTIONS = ("proxy", "judge", "spool")  # settings sections that are not modes

@@ -65,6 +65,9 @@ class SessionTracker:
         self.on_end = on_end or (lambda key: None)  # e.g. free the session's cached prompt prefix
         self.ttl_s, self.max_sessions = ttl_s, max_sessions
         self.sessions: OrderedDict[str, Session] = OrderedDict()
+        # a scorer that sees a session whole (OEL) holds its turns until the session ends, then is told
+        # which turns it will be asked to judge (``session_closing``) before the judgements start
+        self._holds = bool(getattr(scorer, "holds_until_session_end", False))
         self._tasks: set[asyncio.Task] = set()
         self._owner: dict[int, Session] = {}  # id(turn) → its session, also after the session is closed
         self._lru: dict[str, OrderedDict[str, None]] = {}  # per API key namespace: session keys, LRU first
@@ -163,6 +166,8 @@ class SessionTracker:
             if not session.closing:
                 self.sessions[key] = session
                 self._touch(key)
+            else:
+                self._announce_closing(session)
             for t in ts:
                 self._maybe_judge(session, t)
         if turns:
@@ -183,6 +188,7 @@ class SessionTracker:
         self._untouch(key)
         session.closing = True
         log.debug("session %s closing (%s) with %d open turns", log_safe(key), why, len(session.turns))
+        self._announce_closing(session)
         for turn in list(session.turns.values()):
             self._maybe_judge(session, turn)
         self.metrics.sessions.labels("tracked").set(len(self.sessions))
@@ -224,11 +230,17 @@ class SessionTracker:
         self.sessions[key] = session
         return session
 
+    def _announce_closing(self, session: Session) -> None:
+        hook = getattr(self.scorer, "session_closing", None) if self._holds else None
+        if hook is not None:
+            hook([t for i, t in sorted(session.turns.items()) if t.generation is not None
+                  and i not in session.started and i not in session.judged])
+
     def _maybe_judge(self, session: Session, turn: Turn) -> None:
         if turn.generation is None or turn.index in session.started or turn.index in session.judged:
             return
-        if turn.next_state is None and not session.closing:
-            return
+        if not session.closing and (turn.next_state is None or self._holds):
+            return  # a holding scorer (OEL) judges every turn of a session only once it has ended
         session.started.add(turn.index)
         task = asyncio.get_running_loop().create_task(self._judge(session, turn))
         self._tasks.add(task)

@@ -5,7 +5,8 @@ policy cannot judge, yet RL needs ``\\boxed{}`` votes and OPD needs hints, so th
 prompt the client rendered (PRM or hint, see ``openclaw_rl.judge``), finds its next-state section and
 answers by rules: thanks / moving on / a successful tool result score +1; a correction, redo, rephrase,
 "no, …" or an error scores -1; anything else 0. Hint prompts get ``\\boxed{1}`` and the user's
-instruction as an imperative hint, or ``\\boxed{-1}``. Teacher scoring (``score``) is delegated to a
+instruction as an imperative hint, or ``\\boxed{-1}``. OEL's experience-extraction prompts get the
+user's corrections over the whole conversation as rules (``experience_rules``). Teacher scoring (``score``) is delegated to a
 wrapped core, normally the frozen initial policy, so one server plays both of upstream's PRM roles.
 
 The output is emitted as canonical token ids with log-prob 0 and then eos: judge output is read as
@@ -22,6 +23,8 @@ from typing import Any
 from openclaw_rl.embedded.task import user_text
 from openclaw_rl.engine.model import EngineModel, InputScores, SamplingConfig, TokenStep
 from openclaw_rl.judge import HINT_USER, PRM_USER
+
+EXPERIENCE_START = "[EXPERIENCE_START]"  # OEL's extraction prompt (openclaw_oel.experience) asks for this block
 
 # --- pure rules ----------------------------------------------------------------------------------------
 
@@ -122,8 +125,48 @@ def read_judge_prompt(prompt: str) -> tuple[str, str, str] | None:
     return kind, header.group("role").strip(), body.strip()
 
 
+_CONVERSATION = re.compile(r"## Conversation\n(?P<body>.*)\n## End of conversation", re.DOTALL)
+_ROLE = re.compile(r"^### (?P<role>[a-z]+)\n", re.MULTILINE)
+
+
+def read_extraction_prompt(prompt: str) -> list[tuple[str, str]] | None:
+    """[(role, text)] of the conversation in an OEL experience-extraction prompt, or None if it is not one."""
+    if EXPERIENCE_START not in prompt:
+        return None
+    found = _CONVERSATION.search(prompt)
+    if found is None:
+        return None
+    body = found.group("body")
+    heads = list(_ROLE.finditer(body))
+    return [(h.group("role"), body[h.end():heads[k + 1].start() if k + 1 < len(heads) else len(body)].strip())
+            for k, h in enumerate(heads)]
+
+
+def experience_rules(conversation: list[tuple[str, str]]) -> list[str]:
+    """The user's corrections as imperative rules, first occurrence kept: every user message after the
+    first that scores -1 and carries an instruction ("No, please answer formally." → "Answer formally.")."""
+    rules: list[str] = []
+    users = [text for role, text in conversation if role == "user"]
+    for text in users[1:]:
+        rule = extract_hint(text) if score_next_state(text) < 0 else ""
+        if rule and rule.lower() not in (r.lower() for r in rules):
+            rules.append(rule)
+    return rules
+
+
+def extraction_reply(conversation: list[tuple[str, str]]) -> tuple[str, str]:
+    rules = experience_rules(conversation)
+    if not rules:
+        return "The user made no correction to learn from. \\boxed{0}", "\\boxed{0}"
+    block = f"{EXPERIENCE_START}\n" + "\n".join(f"- {r}" for r in rules) + "\n[EXPERIENCE_END]\n\\boxed{1}"
+    return f"The user corrected the assistant.\n{block}", block
+
+
 def judge_reply(prompt: str) -> tuple[str, str]:
     """(full reply, minimal reply) for a judge prompt; the minimal one fits a small token budget."""
+    conversation = read_extraction_prompt(prompt)
+    if conversation is not None:
+        return extraction_reply(conversation)
     parsed = read_judge_prompt(prompt)
     if parsed is None:
         return "No next state found. \\boxed{0}", "\\boxed{0}"

@@ -34,6 +34,9 @@ def samples_for(tokenizer, core, mode="rl", temperature: float = 1.0) -> list[Tr
     samples = []
     for i, (prompt, (ids, lps)) in enumerate(zip(prompts, outs)):
         teacher = {"teacher_log_probs": [lp - 0.5 for lp in lps]} if MODES[mode].needs_teacher else {}
+        if MODES[mode].needs_teacher:  # a top-K row per token too (modes that train the top-K loss need it)
+            teacher.update(teacher_topk_log_probs=[[lp - 0.5, -3.0] for lp in lps],
+                           teacher_topk_indices=[[t, (t + 1) % 50] for t in ids])
         samples.append(TrainingSample(session_id=f"s{i}", turn=1, kind=mode, prompt_ids=prompt, response_ids=ids,
                                       rollout_log_probs=lps, loss_mask=[1] * len(ids), reward=(-1.0) ** i, **teacher))
     return samples
@@ -61,8 +64,11 @@ def test_a_step_trains_with_the_mode_loss_and_matches_rollout_log_probs(models, 
     before = {k: v.clone() for k, v in model.state_dict().items()}
     result = trainer.train(samples_for(tok, core, mode, temperature=0.7))
     m = result.metrics
-    assert m["train/train_rollout_logprob_abs_diff"] <= 1e-4  # fp32 engine vs trainer recompute
-    assert m["train/ppo_kl"] == 0.0  # the old log-probs are this step's own forward (see the next test)
+    if MODES[mode].embedded_loss.endswith(".topk_distillation_loss_function"):  # no PPO ratio: KL to the teacher
+        assert m["train/kl_loss"] > 0.0 and m["train/teacher_invalid_frac"] == 0.0
+    else:
+        assert m["train/train_rollout_logprob_abs_diff"] <= 1e-4  # fp32 engine vs trainer recompute
+        assert m["train/ppo_kl"] == 0.0  # the old log-probs are this step's own forward (see the next test)
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     trainer.sync()
     assert synced == ["step-1"]
