@@ -196,9 +196,22 @@ class FaultBackend:
             if not body.get("stream"):  # json.dumps, not JSONResponse: NaN must reach the proxy as SGLang would send it
                 return Response(json.dumps(out), media_type="application/json")
 
+            def text_of(k: int) -> str:
+                """A chunk's (cumulative) text: what its ids decode to, as far as it agrees with the final text
+                (SGLang's chunks never carry text of ids not yet sent); without a tokenizer, the whole text."""
+                if self.tokenizer is None or k == len(ids):
+                    return text
+                try:
+                    partial, n = self.tokenizer.decode(ids[:k]), 0
+                except (OverflowError, TypeError, ValueError):  # ids no tokenizer has (the invalid-value tests)
+                    return text
+                while n < min(len(partial), len(text)) and partial[n] == text[n]:
+                    n += 1
+                return text[:n]
+
             async def chunks() -> Any:
                 for k in range(1, len(ids) + 1):
-                    chunk = {**out, "output_ids": ids[:k], "meta_info": {
+                    chunk = {**out, "text": text_of(k), "output_ids": ids[:k], "meta_info": {
                         **out["meta_info"], "finish_reason": out["meta_info"]["finish_reason"] if k == len(ids) else None,
                         "output_token_logprobs": out["meta_info"]["output_token_logprobs"][:k]}}
                     yield f"data: {json.dumps(chunk, allow_nan=True)}\n\n".encode()
