@@ -28,7 +28,7 @@ BODY = {"messages": [{"role": "user", "content": "hello"}]}
 def test_an_oversized_policy_answer_is_a_502_and_a_counted_drop(make_proxy, tokenizer, stream):
     with fault_backend(tokenizer=tokenizer) as backend:
         proxy, url = make_proxy(backend.url, proxy_max_response_bytes=CAP)
-        backend.plan = [{"text": "x" * (2 * CAP), "ids": [65, 66, 2]}, {}]
+        backend.plan = [{"text": "x" * (2 * CAP), "ids": [2]}, {}]  # one event: the oversized one comes first
         r = httpx.post(f"{url}/v1/chat/completions", json={**BODY, "stream": stream}, timeout=30,
                        headers={"X-Session-Id": "s"})
         assert r.status_code == 502, r.text[:300]
