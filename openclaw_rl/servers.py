@@ -37,30 +37,45 @@ def ephemeral_port_range() -> tuple[int, int]:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that is free now, for a server about to be started (racy by nature).
+    """A TCP port on ``host`` that is free now, for a server started elsewhere (racy by nature: another
+    process may bind it first; ``BackgroundServer`` without a port holds its socket instead).
 
     Picked between Ray's worker ports (10002-19999 by default) and the OS's ephemeral range where there
     is room: a port from ``bind(0)`` is one that every outgoing connection (gloo and Ray rendezvous, HTTP
     clients) may take as its source port before the server binds it, which made a proxy under Slime's
     tp=2 check fail with "port in use". There, only another server choosing explicitly can collide.
     """
+    with bind_free_socket(host, reuse_address=False) as sock:
+        return int(sock.getsockname()[1])
+
+
+def bind_free_socket(host: str = "127.0.0.1", reuse_address: bool = True) -> socket.socket:
+    """A TCP socket bound (not yet listening) to a free port of ``host``, chosen as ``free_port`` says.
+
+    A server that listens on this very socket cannot lose its port to anyone between choosing and
+    binding it (a CI run failed so: two test workers' servers picked the same port)."""
     low, _ = ephemeral_port_range()
     first = 20000 if low > 22000 else 1024
-    return first_bindable(host, random.SystemRandom().sample(range(first, low), min(64, max(low - first, 0))))
+    candidates = random.SystemRandom().sample(range(first, low), min(64, max(low - first, 0)))
+    return first_bindable(host, candidates, reuse_address)
 
 
-def first_bindable(host: str, candidates: list[int]) -> int:
-    """The first of ``candidates`` that ``host`` can bind now; else one from the OS (``bind(0)``)."""
+def first_bindable(host: str, candidates: list[int], reuse_address: bool = False) -> socket.socket:
+    """A socket bound to the first of ``candidates`` that ``host`` can bind now; else to one from the OS
+    (``bind(0)``). ``reuse_address`` is uvicorn's own choice for its listeners (SO_REUSEADDR)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     error: OSError | None = None
     for port in [*candidates, 0]:
-        with socket.socket(family, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((host, port))
-            except OSError as e:
-                error = e
-                continue
-            return int(sock.getsockname()[1])
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            if reuse_address:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+        except OSError as e:
+            sock.close()
+            error = e
+            continue
+        return sock
     raise OSError(f"cannot bind any port on {host}: {error}") from error
 
 
@@ -182,7 +197,9 @@ class BackgroundServer:
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int | None = None, log_level: str = "warning",
                  max_header_bytes: int = 64 * 1024, graceful_shutdown_s: float = 5.0):
         self.host = host
-        self.port = port or free_port(host)
+        # Without a port the server holds the socket of the one it chose, so nobody can take it meanwhile
+        self._socket = None if port else bind_free_socket(host)
+        self.port = port or int(self._socket.getsockname()[1])
         self._guard = AnswerRequestsCutByShutdown(app, graceful_shutdown_s)
         config = uvicorn.Config(
             self._guard, host=self.host, port=self.port, log_level=log_level, lifespan="on", access_log=False,
@@ -205,7 +222,12 @@ class BackgroundServer:
     def _run(self) -> None:
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self._server.serve())
+        sockets = None
+        if self._socket is not None:
+            if self._socket.fileno() == -1:  # a restart: the last shutdown closed it
+                self._socket = first_bindable(self.host, [self.port], reuse_address=True)
+            sockets = [self._socket]
+        self.loop.run_until_complete(self._server.serve(sockets=sockets))
 
     def start(self, timeout: float = 30.0) -> BackgroundServer:
         self._thread = threading.Thread(target=self._run, name=f"uvicorn:{self.port}", daemon=True)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import random
 import socket
 
-from openclaw_rl.servers import ephemeral_port_range, first_bindable, free_port
+import pytest
+
+from openclaw_rl.servers import BackgroundServer, ephemeral_port_range, first_bindable, free_port
 
 
 def test_ports_come_from_below_the_ephemeral_range_and_are_bindable():
@@ -31,5 +33,26 @@ def test_a_port_in_use_is_skipped():
         busy = held.getsockname()[1]
         held.listen()
         spare = free_port()
-        assert first_bindable("127.0.0.1", [busy, spare]) == spare
-        assert first_bindable("127.0.0.1", [busy]) not in (busy, 0)  # none left: the OS picks
+        with first_bindable("127.0.0.1", [busy, spare]) as sock:
+            assert sock.getsockname()[1] == spare
+        with first_bindable("127.0.0.1", [busy]) as sock:
+            assert sock.getsockname()[1] not in (busy, 0)  # none left: the OS picks
+
+
+def test_a_background_server_without_a_port_holds_the_one_it_chose():
+    """Between choosing its port and listening on it, nobody else can bind it (a CI run once failed
+    with "address already in use" when two test workers' servers chose the same port)."""
+    async def app(scope, receive, send):  # a minimal ASGI app: lifespan only
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+
+    server = BackgroundServer(app)
+    with socket.socket() as other:
+        with pytest.raises(OSError):
+            other.bind(("127.0.0.1", server.port))
+    with server:
+        assert server.running
+    with server:  # a restart listens on the same port again
+        assert server.running
