@@ -42,6 +42,7 @@ from .errors import (
     BadRequest,
     ClientGone,
     OpenClawError,
+    NotDurable,
     Overloaded,
     PayloadTooLarge,
     RateLimited,
@@ -422,6 +423,10 @@ def make_app(proxy: Proxy) -> Any:
             metrics.backpressure.inc()
             raise Overloaded(f"the spool is full and {len(proxy.writer.overflow)} samples wait in memory; retry "
                              "when the trainer has caught up", headers={"Retry-After": "30"})
+        if proxy.writer.problem is not None:  # refused before the policy spends a generation it cannot save
+            metrics.not_durable.labels("spool_failing").inc()
+            raise NotDurable(f"the proxy cannot save turns to its spool now ({proxy.writer.problem}); retry "
+                             "shortly", headers={"Retry-After": "5"})
         p = proxy.settings.proxy
         body = await read_body(request, p.max_body_bytes, p.body_timeout_s)
         if len(body) > INLINE_PARSE_BYTES:

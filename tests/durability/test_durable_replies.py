@@ -202,10 +202,15 @@ def test_full_disk_refuses_replies_and_saves_what_it_holds_once_space_returns(wi
         # in memory) and is itself refused, as is any other new turn
         second = first + [answer, {"role": "user", "content": "thanks " + BIG}]
         assert_refused(*chat(http, url, "a", second, stream))
-        assert_refused(*chat(http, url, "b", [{"role": "user", "content": "other " + BIG}], stream))
-        assert metric(proxy, "openclaw_replies_not_durable_total", reason="write_failed") == 2
+        # while the spool is failing, a new turn is refused before the policy spends a generation on it
+        tracked = len(proxy.tracker.sessions)
+        status, _, _ = chat(http, url, "b", [{"role": "user", "content": "other " + BIG}], stream)
+        assert status == 503
+        assert len(proxy.tracker.sessions) == tracked  # no session, no turn, no generation for "b"
+        assert metric(proxy, "openclaw_replies_not_durable_total", reason="write_failed") == 1
+        assert metric(proxy, "openclaw_replies_not_durable_total", reason="spool_failing") == 1
         settle(proxy)  # turn 1 judged; turn 2's drop is counted after it, in turn order
-        assert metric(proxy, "openclaw_turns_dropped_total", reason="not_durable") == 2
+        assert metric(proxy, "openclaw_turns_dropped_total", reason="not_durable") == 1
         state = health(http, url)
         assert state["ok"] is False and "database or disk is full" in state["spool"]["error"]
         assert state["spool"]["overflow"] == 1  # turn 1's sample, in memory
