@@ -63,6 +63,38 @@ def extraction_prompt(messages: Sequence[dict[str, Any]], previous: str = "") ->
     return EXTRACT_USER.format(previous=prev, conversation=render_conversation(messages))
 
 
+def fit_conversation(messages: Sequence[dict[str, Any]], fits: Callable[[list[dict[str, Any]]], bool],
+                     ) -> tuple[list[dict[str, Any]], int]:
+    """The longest recent part of ``messages`` whose extraction prompt ``fits`` the judge's context, and
+    how many of the oldest messages were left out. A long session would otherwise overflow the judge's
+    context and fail every extraction call: its latest messages (the corrections that end a session) are
+    kept whole; when even the last one alone is too long, the head of its text is cut (``…`` marks it).
+    ``fits`` is monotone (fewer messages, fewer tokens), so a binary search calls it O(log n) times."""
+    msgs = list(messages)
+    if fits(msgs):
+        return msgs, 0
+    lo, hi = 1, len(msgs)  # invariant: msgs[hi:] fits (the empty tail trivially), msgs[lo - 1:] does not
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(msgs[mid:]):
+            hi = mid
+        else:
+            lo = mid + 1
+    if hi < len(msgs):
+        return msgs[hi:], hi
+    last = dict(msgs[-1])
+    text = _text(last.get("content"))
+    lo, hi = 0, len(text)  # the longest tail of the last message's text that fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits([{**last, "content": "…" + text[len(text) - mid:]}]):
+            lo = mid
+        else:
+            hi = mid - 1
+    last["content"] = "…" + text[len(text) - lo:]
+    return [last], len(msgs) - 1
+
+
 def parse_rules(raw: str) -> list[str]:
     """The rule lines of a judge answer (the last experience block; none without one)."""
     blocks = _BLOCK.findall(raw)

@@ -40,6 +40,7 @@ from .experience import (
     cap_rules,
     experience_messages,
     extraction_prompt,
+    fit_conversation,
     format_experience,
     merge_rules,
     parse_rules,
@@ -103,6 +104,7 @@ class OELScorer:
         self.store = store
         self._pending: dict[tuple[str, str], _Pending] = {}
         self.extractions = 0  # extraction calls made (tests count them)
+        self.trimmed_extractions = 0  # extractions whose conversation was cut to the judge's context
 
     # --- session end ------------------------------------------------------------------------------------
 
@@ -145,7 +147,8 @@ class OELScorer:
             entry = await asyncio.to_thread(self.store.get, skey)
             previous = entry.rules if entry else []
         self.extractions += 1
-        raws = await self.judge_client._votes(EXTRACT_SYSTEM, extraction_prompt(conversation, format_experience(previous)))
+        prompt = await self._fitted_prompt(conversation, format_experience(previous), last.session_key)
+        raws = await self.judge_client._votes(EXTRACT_SYSTEM, prompt)
         answered = [r for r in raws if r is not None]
         if not answered:
             return Experience([], failed=f"all {len(raws)} extraction calls failed")
@@ -157,6 +160,29 @@ class OELScorer:
             except Exception as e:  # the store is a record: its failure must not cost the session's samples
                 log.warning("experience store: saving %s failed: %s", skey, e)
         return Experience(rules, cut=cut, raw=answered[0])
+
+    async def _fitted_prompt(self, conversation: list[dict[str, Any]], previous: str, session: str) -> str:
+        """The extraction prompt of as much of the conversation as the judge's context takes with room for
+        its answer (``min(max_new_tokens, context / 2)`` tokens); the oldest messages go first."""
+        jc = self.judge_client
+        try:
+            await jc.learn_context()
+        except OpenClawError:  # unreachable: the extraction call says so itself
+            pass
+        if not jc.context_length or jc.tokenizer is None:
+            return extraction_prompt(conversation, previous)
+        budget = jc.context_length - min(jc.max_new_tokens, jc.context_length // 2)
+
+        def fits(messages: list[dict[str, Any]]) -> bool:
+            rendered = jc.render(EXTRACT_SYSTEM, extraction_prompt(messages, previous))
+            return len(jc.tokenizer.encode(rendered, add_special_tokens=False)) <= budget
+
+        kept, dropped = await asyncio.to_thread(fit_conversation, conversation, fits)
+        if dropped:
+            self.trimmed_extractions += 1
+            log.info("experience extraction for %s: the %d oldest of %d messages left out to fit the judge's "
+                     "context of %d tokens", session, dropped, len(conversation), jc.context_length)
+        return extraction_prompt(kept, previous)
 
     # --- TurnScorer -------------------------------------------------------------------------------------
 

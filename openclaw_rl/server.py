@@ -41,8 +41,8 @@ from .dashboard.routes import dashboard_router
 from .errors import (
     BadRequest,
     ClientGone,
-    OpenClawError,
     NotDurable,
+    OpenClawError,
     Overloaded,
     PayloadTooLarge,
     RateLimited,

@@ -49,9 +49,8 @@ def test_a_background_server_without_a_port_holds_the_one_it_chose():
             await send({"type": "lifespan.shutdown.complete"})
 
     server = BackgroundServer(app)
-    with socket.socket() as other:
-        with pytest.raises(OSError):
-            other.bind(("127.0.0.1", server.port))
+    with socket.socket() as other, pytest.raises(OSError):
+        other.bind(("127.0.0.1", server.port))
     with server:
         assert server.running
     with server:  # a restart listens on the same port again

@@ -19,6 +19,7 @@ from openclaw_oel.experience import (
     cap_rules,
     experience_messages,
     extraction_prompt,
+    fit_conversation,
     merge_rules,
     parse_rules,
 )
@@ -55,9 +56,19 @@ class StubJudge:
     """Extraction answers ``reply`` (None: the call failed); the teacher scores -0.25 per token, top-K rows."""
 
     enabled = True
+    max_new_tokens = 16
 
-    def __init__(self, reply: str | None = f"[EXPERIENCE_START]\n- {RULE}\n[EXPERIENCE_END] \\boxed{{1}}"):
+    def __init__(self, reply: str | None = f"[EXPERIENCE_START]\n- {RULE}\n[EXPERIENCE_END] \\boxed{{1}}",
+                 context_length: int | None = None):
         self.reply, self.prompts, self.gate = reply, [], None
+        self.context_length = context_length  # None: unknown, the conversation goes in whole
+        self.tokenizer = StubTokenizer() if context_length else None
+
+    async def learn_context(self) -> None:
+        pass
+
+    def render(self, system: str, user: str) -> str:
+        return system + "\n" + user
 
     async def _votes(self, system: str, user: str) -> list[str | None]:
         self.prompts.append(user)
@@ -138,6 +149,37 @@ def test_turns_are_held_until_the_session_ends_then_all_distilled():
         assert all(RULE in seen and EXPERIENCE_HEADER.strip()[:20] in seen for seen in renderer.seen)
         assert emitted[0][0].prompt_ids.tolist()[:2] == [1, 2]
         assert scorer._pending == {}
+    asyncio.run(run())
+
+
+def test_a_long_conversation_is_cut_from_its_oldest_messages_to_fit_the_judges_context():
+    def fits_words(limit):
+        return lambda msgs: len(extraction_prompt(msgs).split()) <= limit
+
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "word " * 20}
+            for i in range(10)]
+    assert fit_conversation(msgs, fits_words(10_000)) == (msgs, 0)
+    kept, dropped = fit_conversation(msgs, fits_words(80))
+    assert kept == msgs[dropped:] and 0 < dropped < 10 and len(extraction_prompt(kept).split()) <= 80
+    assert len(extraction_prompt(msgs[dropped - 1:]).split()) > 80  # as many recent ones as fit
+    # even the last message alone is too long: the head of its text goes, its end stays
+    kept, dropped = fit_conversation(msgs, fits_words(40))
+    assert dropped == 9 and kept[0]["content"].startswith("…") and msgs[9]["content"].endswith(kept[0]["content"][1:])
+
+    async def run():  # through the scorer: the judge's context (in its tokens) bounds the extraction prompt
+        judge = StubJudge(context_length=220)
+        tracker, emitted, scorer, *_ = make(judge)
+        history = [{"role": "user", "content": "first question " + "filler " * 150},
+                   {"role": "assistant", "content": "first answer"}]
+        t1 = tracker.begin(turn("No, please answer formally and politely.", history=history), None)
+        tracker.complete(t1, gen())
+        tracker.end_session("ns\x1fs")
+        await settle()
+        assert scorer.trimmed_extractions == 1 and len(emitted) == 1
+        prompt = judge.prompts[0]
+        assert "formally and politely" in prompt and "first question" not in prompt
+        assert len(judge.render("", prompt).split()) <= 220 - judge.max_new_tokens
+
     asyncio.run(run())
 
 
