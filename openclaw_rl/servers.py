@@ -222,11 +222,7 @@ class BackgroundServer:
     def _run(self) -> None:
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)
-        sockets = None
-        if self._socket is not None:
-            if self._socket.fileno() == -1:  # a restart: the last shutdown closed it
-                self._socket = first_bindable(self.host, [self.port], reuse_address=True)
-            sockets = [self._socket]
+        sockets = [self._socket] if self._socket is not None else None  # one start: shutdown closes it
         self.loop.run_until_complete(self._server.serve(sockets=sockets))
 
     def start(self, timeout: float = 30.0) -> BackgroundServer:
