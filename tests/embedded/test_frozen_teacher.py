@@ -216,3 +216,19 @@ def test_the_scorer_stores_the_hinted_prompt_ids_and_calls_no_teacher(policy_ser
     assert s.teacher_prompt_ids == list(want)  # rendered once from the messages + hint, as ids
     assert HINT in tokenizer.decode(s.teacher_prompt_ids) and HINT not in tokenizer.decode(s.prompt_ids)
     assert next(calls) == 0  # the scorer asked no server for teacher log-probs
+
+
+def test_the_flags_reach_local_and_train(monkeypatch):
+    from openclaw_rl.cli import build_parser, settings_from_cli
+    from openclaw_rl.embedded.local import local_config
+
+    for var in ("OPENCLAW_COMBINE_OPD_TEACHER_SOURCE", "TEACHER_URL"):
+        monkeypatch.delenv(var, raising=False)
+    cfg = local_config(build_parser().parse_args(["local", "--mode", "opd", "--teacher-source", "megatron",
+                                                  "--teacher-checkpoint", "/ckpt"]))
+    assert (cfg.teacher_source, cfg.teacher_checkpoint) == ("trainer", "/ckpt")
+    assert local_config(build_parser().parse_args(["local", "--mode", "opd"])).teacher_source == "server"
+    ns = build_parser().parse_args(["train", "--mode", "combine", "--model", "/m", "--teacher-source", "trainer",
+                                    "--teacher-checkpoint", "/ckpt"])
+    settings = settings_from_cli(ns)
+    assert (settings.opd.teacher_source, settings.opd.teacher_checkpoint) == ("trainer", "/ckpt")
