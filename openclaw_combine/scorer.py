@@ -42,7 +42,7 @@ class CombineScorer:
         return await judge_with_hint(turn, self.judge_client, self.renderer, with_prm=True,
                                      min_hint_chars=self.opd.min_hint_chars, top_k=self.opd.distill_topk,
                                      selection=self.opd.hint_selection, max_candidates=self.opd.max_hint_candidates,
-                                     teacher=self.teacher)
+                                     teacher=self.teacher, teacher_source=self.opd.teacher_source)
 
     def build(self, turn: Turn, judgement: HintedJudgement | None, ledger: Ledger) -> Outcome:
         eval_score = judgement.prm.score if judgement and judgement.prm else 0.0

@@ -20,8 +20,10 @@ the K ids come from one sharded pass (``gather_log_probs``), as the top-K OPD lo
 
 Deviations from upstream (written down in ``docs/differences.md``):
 1) The teacher is an SGLang server (the judge's, or ``openclaw_opd_teacher_url``) that returns its own
-   top-K; upstream's in-trainer teacher (``OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=megatron``, a Megatron teacher
-   on its own GPU) is not built, so upstream's ``student`` subset is refused, and hint selection runs in
+   top-K, or, with ``openclaw_opd_teacher_source: trainer`` in the embedded trainer, a frozen copy there that
+   fills the same top-K fields (``openclaw_rl/embedded/frozen_teacher.py``; upstream's
+   ``OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=megatron`` runs a Megatron teacher on its own GPU). Either way the
+   loss gets the teacher's own top-K, so upstream's ``student`` subset is refused, and hint selection runs in
    the proxy (``openclaw_opd/selection.py``) before the sample is written, not in the loss.
 2) ``l_old`` at the K ids is the current forward's, detached (no old-actor pass over the K ids is
    stored): with one optimiser step per rollout (our scripts' ``--num-steps-per-rollout 1``, the embedded

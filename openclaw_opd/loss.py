@@ -24,7 +24,9 @@ same, ranked on the logits being trained, ties at the K-th value included); the 
 fold into the tail bin on both sides, and a token with no common id contributes 0 (upstream masks it).
 Upstream's ``student`` (the student's top-K, the teacher gathered there) is refused at configuration:
 the teacher here is a server that returns its own top-K only, so its log-probs at student ids outside
-that set are unknown (upstream's teacher runs in the trainer, PR #85).
+that set are unknown (upstream's teacher runs in the trainer, PR #85). ``openclaw_opd_teacher_source: trainer``
+(``openclaw_rl/embedded/frozen_teacher.py``) fills the teacher's own top-K the same way; gathering the teacher
+at the student's ids is not built there either.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from openclaw_rl.scoring import Ledger, Outcome
 from openclaw_rl.turns import DropReason, Turn
 
 from .selection import Selection, hints_to_score, select
-from .teacher import TeacherSignal, teacher_signal
+from .teacher import TeacherSignal, teacher_signal, trainer_signal
 
 
 @dataclass(slots=True)
@@ -50,10 +50,13 @@ class HintedJudgement:
 
 async def judge_with_hint(turn: Turn, judge: JudgeClient, renderer: ChatRenderer, *, with_prm: bool,
                           min_hint_chars: int, top_k: int, selection: str = "longest",
-                          max_candidates: int = 1, teacher: JudgeClient | None = None) -> HintedJudgement | None:
+                          max_candidates: int = 1, teacher: JudgeClient | None = None,
+                          teacher_source: str = "server") -> HintedJudgement | None:
     """Hint votes and (optionally) PRM votes concurrently, then the teacher for each hint to score
     (``selection.hints_to_score``: one, or every candidate under a scored rule) and the rule's choice.
-    ``teacher``: a teacher server apart from the judge (``teacher_server.py``); None: the judge scores."""
+    ``teacher``: a teacher server apart from the judge (``teacher_server.py``); None: the judge scores.
+    ``teacher_source`` trainer: no teacher call, the hint's prompt ids for the trainer's teacher (config
+    refuses the scored rules with it, so there is one candidate)."""
     feedback = PRMJudgement.from_feedback(turn.feedback) if turn.feedback is not None else None
     if turn.next_state is None or not judge.enabled:
         return None if feedback is None else HintedJudgement(None, feedback)
@@ -66,6 +69,10 @@ async def judge_with_hint(turn: Turn, judge: JudgeClient, renderer: ChatRenderer
     candidates = hints_to_score(hints, selection, min_hint_chars, max_candidates)
     result = HintedJudgement(hints, prm, candidates[0] if candidates else "", candidates=candidates)
     if not candidates:
+        return result
+    if teacher_source == "trainer":
+        result.teacher, result.picks = trainer_signal(turn, candidates[0], renderer), [len(turn.generation.response_ids)]
+        result.candidates = candidates[:1]
         return result
     scorer = teacher or judge
     outcomes = await asyncio.gather(*(teacher_signal(turn, h, scorer, renderer, top_k) for h in candidates),
@@ -97,6 +104,9 @@ def distillation_sample(turn: Turn, j: HintedJudgement, kind: str, reward: float
             "eval_score": j.prm.score if j.prm else None}
     if len(j.candidates) > 1:  # a scored selection rule: the hints scored and the tokens taken from each
         meta["hint_candidates"], meta["hint_picks"] = list(j.candidates), list(j.picks)
+    if t.prompt_ids is not None:  # teacher_source trainer: the trainer's frozen teacher scores these ids
+        return TrainingSample.from_turn(turn, kind=kind, reward=reward, loss_mask=list(t.mask), metadata=meta,
+                                        teacher_prompt_ids=list(t.prompt_ids))
     return TrainingSample.from_turn(turn, kind=kind, reward=reward, loss_mask=list(t.mask), metadata=meta,
                                     teacher_log_probs=t.log_probs, teacher_topk_log_probs=t.topk_log_probs,
                                     teacher_topk_indices=t.topk_indices)
@@ -126,7 +136,7 @@ class OPDScorer:
         return await judge_with_hint(turn, self.judge_client, self.renderer, with_prm=self.cfg.eval_mode,
                                      min_hint_chars=self.cfg.min_hint_chars, top_k=self.cfg.distill_topk,
                                      selection=self.cfg.hint_selection, max_candidates=self.cfg.max_hint_candidates,
-                                     teacher=self.teacher)
+                                     teacher=self.teacher, teacher_source=self.cfg.teacher_source)
 
     def build(self, turn: Turn, judgement: HintedJudgement | None, ledger: Ledger) -> Outcome:
         eval_score = None

@@ -10,6 +10,11 @@ Differences from upstream (§5.2, §12):
 4) SGLang's input log-probs are never temperature-scaled while the student's are (logits / T): when
    the turn was sampled at T != 1 the teacher log-probs are rescaled with the teacher's top-K,
    ``lp/T - log(sum_topK exp(lp_i/T) + tail^(1/T))``, exact at T = 1 and a tight bound otherwise.
+
+``openclaw_opd_teacher_source: trainer`` (upstream PR #85's in-trainer teacher): no server call here; the
+signal carries the enhanced prompt's ids (``prompt_ids``) and the trainer's frozen teacher scores
+``prompt_ids + response_ids`` at train time (``openclaw_rl/embedded/frozen_teacher.py``), at the student's
+temperature exactly and with the same numerics as the student's forward.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ class TeacherSignal:
     mask: list[int]  # (R,) 0 where the teacher gave no score
     topk_log_probs: list[list[float]] | None = None  # (R, K), -inf padded
     topk_indices: list[list[int]] | None = None  # (R, K)
+    prompt_ids: list[int] | None = None  # teacher_source trainer: the hinted prompt's ids (log_probs then empty)
 
 
 def enhanced_messages(messages: list[dict], hint: str) -> list[dict]:
@@ -55,16 +61,30 @@ def rescale(lp: float, topk: list[float], temperature: float) -> float:
     return lp / temperature - (top + math.log(sum(math.exp(t - top) for t in terms)))
 
 
-async def teacher_signal(turn: Turn, hint: str, judge: JudgeClient, renderer: ChatRenderer, top_k: int = 0,
-                         *, messages: list[dict] | None = None) -> TeacherSignal:
-    """``messages``: the teacher's whole prompt instead of the turn's with ``hint`` appended (OEL's
-    experience-augmented prompt, ``openclaw_oel.experience``)."""
-    assert turn.generation is not None and turn.messages is not None
+def hinted_prompt_ids(turn: Turn, hint: str, renderer: ChatRenderer, messages: list[dict] | None = None) -> list[int]:
+    """The teacher's prompt ids: the turn's messages with ``hint`` appended (or ``messages``), rendered with the
+    turn's tools by the policy's renderer. The response is never part of it: its sampled ids are appended as ids."""
+    assert turn.messages is not None
     from openclaw_rl.protocol import Tool
 
     tools = [Tool.model_validate(t) for t in turn.tools] if turn.tools else None
     _, prompt_ids = renderer.render(messages if messages is not None else enhanced_messages(turn.messages, hint),
                                     tools)
+    return list(prompt_ids)
+
+
+def trainer_signal(turn: Turn, hint: str, renderer: ChatRenderer) -> TeacherSignal:
+    """teacher_source trainer: the hinted prompt ids for the trainer's frozen teacher; every token scored."""
+    assert turn.generation is not None
+    return TeacherSignal([], [1] * len(turn.generation.response_ids), prompt_ids=hinted_prompt_ids(turn, hint, renderer))
+
+
+async def teacher_signal(turn: Turn, hint: str, judge: JudgeClient, renderer: ChatRenderer, top_k: int = 0,
+                         *, messages: list[dict] | None = None) -> TeacherSignal:
+    """``messages``: the teacher's whole prompt instead of the turn's with ``hint`` appended (OEL's
+    experience-augmented prompt, ``openclaw_oel.experience``)."""
+    assert turn.generation is not None and turn.messages is not None
+    prompt_ids = hinted_prompt_ids(turn, hint, renderer, messages)
     response_ids = turn.generation.response_ids.tolist()
     rollout = turn.generation.response_logprobs.tolist()
     temperature = turn.sampling_temperature or 1.0

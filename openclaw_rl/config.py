@@ -131,11 +131,30 @@ class OPDSettings:
     teacher_url: str = ""  # TEACHER_URL: SGLang /generate for the teacher log-probs only
     teacher_api_key: str = ""  # TEACHER_API_KEY
     teacher_tokenizer: str = ""  # TEACHER_MODEL_PATH: its tokenizer, compared with the policy's at start
+    # where the teacher log-probs are computed (OPENCLAW_COMBINE_OPD_TEACHER_SOURCE, upstream PR #85): server (the
+    # judge's or teacher_url's /generate, stored in the sample) or trainer (the sample stores the hinted prompt ids,
+    # a frozen teacher copy in the trainer scores them; openclaw_rl/embedded/frozen_teacher.py)
+    teacher_source: str = "server"
+    teacher_checkpoint: str = ""  # trainer source: the teacher's checkpoint (empty: the initial policy weights)
 
 
 HINT_SELECTIONS = ("longest", "shortest", "sequence_optimal", "token_optimal")  # OPDSettings.hint_selection
 DISTILL_SUBSETS = ("teacher", "overlap")  # OPDSettings.distill_subset (openclaw_opd.loss reads the same list)
 COMBINE_LOSSES = ("ppo", "topk_select")  # CombineSettings.loss
+TEACHER_SOURCES = ("server", "trainer")  # OPDSettings.teacher_source
+# upstream's spellings of OPENCLAW_COMBINE_OPD_TEACHER_SOURCE (combine_loss.py, prm_teacher_postprocess.py)
+TEACHER_SOURCE_ALIASES = {"inference": "server", "infer": "server", "sglang": "server", "rollout": "server",
+                          "megatron": "trainer", "mcore": "trainer", "ref": "trainer"}
+
+
+def teacher_source_name(value: str) -> str:
+    """``server`` or ``trainer`` from ours or upstream's spelling (case and spaces ignored); raises otherwise."""
+    v = str(value).strip().lower()
+    v = TEACHER_SOURCE_ALIASES.get(v, v)
+    if v not in TEACHER_SOURCES:
+        raise ValueError(f"openclaw_opd_teacher_source (OPENCLAW_COMBINE_OPD_TEACHER_SOURCE): {value!r} is not one of "
+                         f"{', '.join(TEACHER_SOURCES)} (upstream's inference/megatron are accepted too)")
+    return v
 
 
 @dataclass
@@ -225,6 +244,7 @@ class Settings:
         if self.opd.teacher_url and not self.opd.teacher_url.lower().startswith(("http://", "https://")):
             raise ValueError(f"openclaw_opd_teacher_url (TEACHER_URL): expected http(s)://host:port, got "
                              f"{self.opd.teacher_url!r}")
+        self._validate_teacher_source()
         if self.opd.max_hint_candidates < 1:
             raise ValueError("openclaw_opd_max_hint_candidates (OPENCLAW_TOPK_MAX_CAND): expected >= 1, got "
                              f"{self.opd.max_hint_candidates}")
@@ -269,6 +289,25 @@ class Settings:
         return self
 
 
+    def _validate_teacher_source(self) -> None:
+        o = self.opd
+        o.teacher_source = teacher_source_name(o.teacher_source)
+        if o.teacher_source != "trainer":
+            if o.teacher_checkpoint:
+                raise ValueError("openclaw_opd_teacher_checkpoint is the in-trainer teacher's checkpoint: set "
+                                 "openclaw_opd_teacher_source: trainer too (or leave it empty)")
+            return
+        if MODES[self.mode].needs_teacher and self.mode not in ("opd", "combine"):
+            raise ValueError(f"openclaw_opd_teacher_source: trainer is built for modes opd and combine, not {self.mode}")
+        if o.teacher_url:
+            raise ValueError("openclaw_opd_teacher_source: trainer computes the teacher log-probs in the trainer; "
+                             "openclaw_opd_teacher_url (TEACHER_URL) names a teacher server: set one or the other")
+        if o.hint_selection in ("sequence_optimal", "token_optimal"):
+            raise ValueError(f"openclaw_opd_hint_selection: {o.hint_selection} scores every candidate hint with the "
+                             "teacher in the proxy, which teacher_source: trainer does not call; use longest or "
+                             "shortest (or teacher_source: server)")
+
+
 def is_loopback(host: str) -> bool:
     """A loopback address (127.0.0.0/8 in any IPv4 spelling such as ``127.1``, ``::1``, ``::ffff:127.0.0.1``)
     or ``localhost``; a name that merely starts with ``127.`` (``127.example.com``) is a public host and
@@ -302,6 +341,7 @@ ENV_FALLBACKS = {
     "OPENCLAW_TOPK_K": "opd_distill_topk", "OPENCLAW_COMBINE_LOSS": "combine_loss",
     "TEACHER_URL": "opd_teacher_url", "TEACHER_MODEL_PATH": "opd_teacher_tokenizer",
     "TEACHER_API_KEY": "opd_teacher_api_key",  # bearer key of a separate teacher server
+    "OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "opd_teacher_source",  # upstream PR #85 (its values are accepted)
 }
 
 # Slime flags (attributes of Slime's args) → flat keys, lowest precedence

@@ -187,6 +187,12 @@ MODES: dict[str, Mode] = {m.name: m for m in (
                 "type": int, "help": "opd and combine: hints scored by sequence_/token_optimal (3)"}),
             ("--teacher-url", "opd_teacher_url", {
                 "help": "opd and combine: SGLang server for the teacher log-probs (default: the judge's)"}),
+            ("--teacher-source", "opd_teacher_source", {
+                "help": "opd and combine: server (the teacher server's log-probs, stored in the sample) or trainer "
+                        "(the sample stores the hinted prompt ids; a frozen teacher in the trainer scores them: "
+                        "`train` and `local`); upstream's OPENCLAW_COMBINE_OPD_TEACHER_SOURCE values are accepted"}),
+            ("--teacher-checkpoint", "opd_teacher_checkpoint", {
+                "help": "--teacher-source trainer: the teacher's checkpoint (default: the initial policy weights)"}),
             ("--teacher-tokenizer", "opd_teacher_tokenizer", {
                 "help": "the teacher's tokenizer dir, checked against the policy's (default: what its server reports)"}),
             ("--distill-subset", "opd_distill_subset", {

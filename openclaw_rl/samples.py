@@ -33,6 +33,10 @@ class TrainingSample:
     teacher_log_probs: list[float] | None = None  # (R,) OPD teacher log-probs
     teacher_topk_log_probs: list[list[float]] | None = None  # (R, K)
     teacher_topk_indices: list[list[int]] | None = None  # (R, K)
+    # teacher_source trainer: the hinted teacher prompt's exact ids (prompt + hint, rendered once, never the
+    # sampled text re-tokenised); the trainer's frozen teacher scores teacher_prompt_ids + response_ids
+    # and fills the teacher fields above at train time (openclaw_rl/embedded/frozen_teacher.py)
+    teacher_prompt_ids: list[int] | None = None
     response_text: str = ""  # the engine's decoded text, for logs and inspection only (never trained on)
     metadata: dict[str, Any] = field(default_factory=dict)  # judge votes, hint, namespace, exactness …
     sample_id: str = ""  # unique id, assigned by the spool
@@ -49,6 +53,10 @@ class TrainingSample:
                                  f"(session {self.session_id!r} turn {self.turn})")
         if self.teacher_log_probs is not None and any(not math.isfinite(x) for x in self.teacher_log_probs):
             raise ValueError("teacher_log_probs must be finite; mask unscored positions instead")
+        if self.teacher_prompt_ids is not None and (self.teacher_log_probs is not None
+                                                    or self.teacher_topk_log_probs is not None):
+            raise ValueError("a sample carries either teacher log-probs (teacher_source server) or the teacher "
+                             "prompt ids the trainer scores (teacher_source trainer), not both")
 
     @classmethod
     def from_turn(cls, turn: Turn, *, kind: str, reward: float, loss_mask: list[int] | None = None,
@@ -72,6 +80,13 @@ class TrainingSample:
     @property
     def tokens(self) -> list[int]:
         return self.prompt_ids + self.response_ids
+
+    @property
+    def teacher_source(self) -> str | None:
+        """Which teacher signal the sample carries: ``server`` (log-probs), ``trainer`` (prompt ids), None."""
+        if self.teacher_prompt_ids is not None:
+            return "trainer"
+        return "server" if self.teacher_log_probs is not None or self.teacher_topk_log_probs is not None else None
 
     @property
     def response_length(self) -> int:
@@ -98,7 +113,7 @@ class TrainingSample:
                "response_length": self.response_length, "response_text": self.response_text, "loss_mask": self.loss_mask,
                "rollout_log_probs": self.rollout_log_probs, "reward": self.reward, "status": self.status,
                "metadata": self.metadata}
-        for name in ("teacher_log_probs", "teacher_topk_log_probs", "teacher_topk_indices"):
+        for name in ("teacher_log_probs", "teacher_topk_log_probs", "teacher_topk_indices", "teacher_prompt_ids"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value

@@ -147,6 +147,8 @@ class ExternalStack:
                              distill_subset=settings.opd.distill_subset,
                              w_rl=settings.combine.w_rl, w_opd=settings.combine.w_opd,
                              combine_loss=settings.combine.loss, topk_adv_diff_clip=settings.combine.topk_adv_diff_clip,
+                             teacher_source=settings.opd.teacher_source if settings.mode in ("opd", "combine") else "server",
+                             teacher_checkpoint=settings.opd.teacher_checkpoint,
                              rollout_temperature=1.0 if temperature is None else temperature,
                              save_every=cfg.save_every, ckpt_dir=str(self.out / "checkpoints") if cfg.save_every else "",
                              metrics_path=self.metrics_path, tensorboard_dir=str(self.out / "tensorboard"),

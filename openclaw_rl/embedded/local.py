@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from openclaw_rl.config import COMBINE_LOSSES, DISTILL_SUBSETS, HINT_SELECTIONS
+from openclaw_rl.config import COMBINE_LOSSES, DISTILL_SUBSETS, HINT_SELECTIONS, teacher_source_name
 from openclaw_rl.embedded.interrupts import name_of, sigterm_as_ctrl_c, while_starting
 from openclaw_rl.embedded.metric_sinks import add_wandb_flag, wandb_config
 from openclaw_rl.embedded.write_failure import WriteFailed
@@ -54,6 +54,8 @@ class LocalConfig:
     distill_subset: str = "teacher"  # opd top-K: which ids the loss compares
     combine_loss: str = "ppo"  # combine: ppo, or topk_select (upstream's recommended method; K defaults to 4)
     teacher_url: str = ""  # opd/combine: a teacher server instead of the embedded frozen copy
+    teacher_source: str = "server"  # opd/combine: trainer = the teacher runs in the trainer (frozen_teacher.py)
+    teacher_checkpoint: str = ""  # teacher_source trainer: another checkpoint (same tokenizer) as the teacher
     max_steps: int = 0  # 0 = until the simulation ends (or Ctrl-C without --simulate)
     judge_votes: int = 1  # the rule judge is deterministic: one vote is as good as m
     save_every: int = 0
@@ -227,6 +229,7 @@ class LocalStack:
             "proxy_rollout_temperature": 1.0, "opd_distill_topk": cfg.distill_topk, "proxy_session_ttl_s": cfg.session_ttl_s,
             "opd_hint_selection": cfg.hint_selection, "opd_distill_subset": cfg.distill_subset,
             "opd_teacher_url": cfg.teacher_url, "combine_loss": cfg.combine_loss,
+            "opd_teacher_source": cfg.teacher_source, "opd_teacher_checkpoint": cfg.teacher_checkpoint,
         }, env={})
         self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
         self.metrics_path = str(self.out / "metrics.jsonl")
@@ -235,6 +238,8 @@ class LocalStack:
         tcfg = TrainerConfig(mode=cfg.mode, rollout_batch_size=cfg.rollout_batch_size, lr=cfg.lr, kl_coef=cfg.kl_coef,
                              center_rewards=cfg.center_rewards, distill_topk=cfg.distill_topk, save_every=cfg.save_every,
                              distill_subset=cfg.distill_subset, combine_loss=cfg.combine_loss,
+                             teacher_source=settings.opd.teacher_source if cfg.mode in ("opd", "combine") else "server",
+                             teacher_checkpoint=cfg.teacher_checkpoint,
                              ckpt_dir=str(self.out / "checkpoints"), metrics_path=self.metrics_path,
                              tensorboard_dir=str(self.out / "tensorboard"), seed=cfg.seed,
                              wandb=wandb_config(cfg.wandb_project, "local", str(self.out)))
@@ -518,6 +523,12 @@ def register_local_command(sub: Any) -> None:
                    help="opd --distill-topk: compare the teacher's top-K ids, or only those also in the student's")
     p.add_argument("--teacher-url", default="", help="opd/combine: an SGLang server (the policy's tokenizer) for the "
                    "teacher log-probs, instead of the embedded frozen copy of the initial policy")
+    p.add_argument("--teacher-source", default="server", type=teacher_source_name, metavar="{server,trainer}",
+                   help="opd/combine: server (the judge engine's frozen copy scores, the sample stores its log-probs) or "
+                        "trainer (the sample stores the hinted prompt ids; a frozen teacher in the trainer scores them, "
+                        "upstream's OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=megatron)")
+    p.add_argument("--teacher-checkpoint", default="", help="--teacher-source trainer: the teacher's checkpoint "
+                   "(default: the initial policy weights; a different tokenizer is refused)")
     p.add_argument("--hint-selection", choices=HINT_SELECTIONS, default="longest",
                    help="opd/combine: which candidate hint's teacher signal a sample keeps (the rule judge gives one "
                         "hint per turn, so every rule picks it; see openclaw_opd/selection.py)")
@@ -606,6 +617,7 @@ def local_config(ns: Any) -> LocalConfig:
         kl_coef=ns.kl_coef if ns.kl_coef is not None else defaults["kl_coef"],
         center_rewards=ns.center_rewards, distill_topk=topk, max_steps=ns.max_steps,
         hint_selection=ns.hint_selection, distill_subset=ns.distill_subset, teacher_url=ns.teacher_url,
+        teacher_source=getattr(ns, "teacher_source", "server"), teacher_checkpoint=getattr(ns, "teacher_checkpoint", ""),
         save_every=ns.save_every, simulate=ns.simulate, concurrency=ns.concurrency,
         interactions=ns.interactions or int(defaults["interactions"]),
         preferred_style=ns.preferred_style, session_ttl_s=ns.session_ttl, openclaw_model=wants_openclaw_model(ns),

@@ -74,6 +74,9 @@ class TrainerConfig:
     seed: int = 0
     max_staleness: int = -1  # refuse samples sampled more than N steps ago (-1: no bound); see staleness.py
     fidelity_copies: int = 3  # served weight versions kept to score fidelity; 0 saves their memory (large models)
+    # opd/combine: "trainer" holds a frozen teacher that scores samples carrying teacher_prompt_ids (frozen_teacher.py)
+    teacher_source: str = "server"
+    teacher_checkpoint: str = ""  # trainer source: the teacher's checkpoint (empty: the initial policy weights)
 
     def slime_args(self) -> SimpleNamespace:
         """The attributes Slime's ``args`` carries that the loss functions read."""
@@ -246,6 +249,11 @@ class EmbeddedTrainer:
 
         self.tail = not self.separate_old_pass and tail_forward_usable(model)  # last layer on the kept rows only
         self.reference = copy.deepcopy(model).eval() if cfg.kl_coef > 0 else None  # frozen initial weights
+        self.teacher = None  # the in-trainer teacher (teacher_source trainer), built before a resume loads weights
+        if cfg.teacher_source == "trainer":
+            from .frozen_teacher import FrozenTeacher
+
+            self.teacher = FrozenTeacher.build(model, cfg.teacher_checkpoint, tokenizer, initial_copy=self.reference)
         self.sinks = MetricSinks(cfg.tensorboard_dir, cfg.wandb)
         if cfg.ckpt_dir:
             self.resume()
@@ -258,6 +266,9 @@ class EmbeddedTrainer:
         if not samples:  # the whole batch was too stale: no step, the caller still acknowledges it
             return StepResult(self.step, {**stale_metrics, **(rollout_metrics or {})})
         batch = batch_to(build_batch(samples, self.cfg.center_rewards), model_device(self.model))
+        from .frozen_teacher import fill_teacher_fields
+
+        teacher_metrics = fill_teacher_fields(batch, samples, self.teacher, self.args, self.cfg.distill_topk)
         if self.separate_old_pass:  # dropout: the old log-probs are the eval-mode policy's, a pass of their own
             self.model.eval()
             batch["log_probs"] = sequence_logprobs(self.model, batch, self.args, self.tail)
@@ -289,6 +300,7 @@ class EmbeddedTrainer:
         metrics = {f"train/{k}": v / max(len(samples), 1) for k, v in loss_metrics.items()}
         metrics.update(self._fidelity(samples, trained_version, old_log_probs))
         metrics.update(stale_metrics)
+        metrics.update(teacher_metrics)
         metrics.update({"train/grad_norm": float(grad_norm), "perf/train_seconds": time.perf_counter() - t0,
                         "rollout/samples": float(len(samples)), **(rollout_metrics or {})})
         if self.cfg.save_every and self.cfg.ckpt_dir and self.step % self.cfg.save_every == 0:

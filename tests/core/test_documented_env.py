@@ -37,6 +37,8 @@ def _value(key: str) -> tuple[str, Any]:
         return "topk_select", "topk_select"
     if key == "opd_distill_subset":  # a subset the top-K loss knows (others are refused)
         return "overlap", "overlap"
+    if key == "opd_teacher_source":  # upstream's value for the in-trainer teacher (others are refused)
+        return "megatron", "trainer"
     if isinstance(default, bool):
         return ("0", False) if default else ("yes", True)
     if isinstance(default, list):
