@@ -33,6 +33,8 @@ from .run_config import LaunchError
 UINT = re.compile(r"[0-9]+")
 NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+HF_NAMES = {"qwen3.5-4b": "Qwen3.5-4B", "qwen3-1.7b": "Qwen3-1.7B"}  # models/<this>: HF_CKPT's default, by model
+ROTARY_BASES = {"qwen3.5-4b": 10000000, "qwen3-1.7b": 1000000}  # ROTARY_BASE's default, by model (else 5e6)
 
 
 def switch(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -201,9 +203,10 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
     megatron_dir = get("MEGATRON_DIR")
     if not megatron_dir and os.path.isdir(f"{slime_dir}/../Megatron-LM"):
         megatron_dir = os.path.normpath(f"{slime_dir}/../Megatron-LM")
-    hf_name = "Qwen3.5-4B" if v.model == "qwen3.5-4b" else "Qwen3-4B" if v.lora else "Qwen3-4B-Thinking-2507"
-    # Qwen3.5's rope theta is 1e7 (Slime's scripts/models/qwen3.5-4B.sh; upstream's rl/opd scripts then pass 5e6)
-    rotary = 10000000 if v.model == "qwen3.5-4b" else 5000000
+    hf_name = HF_NAMES.get(v.model) or ("Qwen3-4B" if v.lora else "Qwen3-4B-Thinking-2507")
+    # Qwen3.5's rope theta is 1e7 (Slime's scripts/models/qwen3.5-4B.sh; upstream's rl/opd scripts then pass 5e6);
+    # Qwen3-1.7B's 1e6 (Slime's scripts/models/qwen3-1.7B.sh, which upstream's OEL script sources)
+    rotary = ROTARY_BASES.get(v.model, 5000000)
     hf_ckpt = absolute(get("HF_CKPT", f"{repo_root}/models/{hf_name}"))
     prm_model_path = get("PRM_MODEL_PATH", "" if prm_url else hf_ckpt)  # with PRM_URL: the judge's tokenizer
     context_length = uint("CONTEXT_LENGTH", 32768, 1)

@@ -133,7 +133,27 @@ FOLLOW_UPS = {  # the user's next message per session (cycled): the next state t
     "opd": ("that is wrong, answer in french", "wrong again, in french please"),
     "opd_topk": ("that is wrong, answer in french", "wrong again, in french please"),
     "combine": ("thanks, that helps", "that is wrong, answer in french"),
+    "topk_select": ("thanks, that helps", "that is wrong, answer in french"),
+    # OEL: each session ends after its second turn (X-Session-Done); the judge then extracts the experience
+    "qwen3_1.7b_oel_online": ("that is wrong, answer in french", "wrong again, in french please"),
 }
+# The mode whose proxy a launch variant's rollout hook starts (its key in the bridge's runtimes).
+RUNTIME_MODE = {"opd_topk": "opd", "topk_select": "combine", "qwen3_1.7b_oel_online": "oel"}
+
+
+def oel_aware_judge(judge_reply):
+    """The scripted judge, plus OEL's experience extraction: the hint as the one rule when the conversation
+    has a correction (so the hint-aware teacher scorer shows the teacher saw the experience)."""
+    from support import HINT
+
+    def reply(prompt: str) -> str:
+        if "[EXPERIENCE_START]" not in prompt:
+            return judge_reply(prompt)
+        if "wrong" in prompt.split("## Conversation", 1)[-1]:
+            return f"Learned. [EXPERIENCE_START]\n- {HINT}\n[EXPERIENCE_END] \\boxed{{1}}"
+        return "Nothing. \\boxed{0}"
+
+    return reply
 MAX_SESSIONS = 24  # bounded: the batch needs ROLLOUT_BATCH_SIZE judged turns
 
 
@@ -149,8 +169,10 @@ def chat_until_done(url: str, mode: str, done: threading.Event) -> list[str]:
             convo = [{"role": "user", "content": f"question {i}: hello there"}]
             follow_ups.append(FOLLOW_UPS[mode][i % len(FOLLOW_UPS[mode])])
             for next_user in (follow_ups[-1], "ok"):
-                r = client.post(f"{url}/v1/chat/completions", json={"messages": convo},
-                                headers={"X-Session-Id": f"session-{i}"})
+                headers = {"X-Session-Id": f"session-{i}"}
+                if RUNTIME_MODE.get(mode) == "oel" and next_user == "ok":  # OEL distils a session once it ends
+                    headers["X-Session-Done"] = "1"
+                r = client.post(f"{url}/v1/chat/completions", json={"messages": convo}, headers=headers)
                 if r.status_code == 503:  # the gate closed behind a full batch (it was open when we began)
                     return follow_ups
                 r.raise_for_status()
@@ -173,7 +195,7 @@ def rollout_through_slime(args, mode: str, slime_rollout, load_function):
     # Slime's parse_args) says the PRM server is.
     judge_port = int(args.openclaw_judge_url.rsplit(":", 1)[1])
     with scripted_server(tok, policy_reply) as policy, \
-            scripted_server(tok, judge_reply, port=judge_port, scorer=hint_aware_scorer(tok)):
+            scripted_server(tok, oel_aware_judge(judge_reply), port=judge_port, scorer=hint_aware_scorer(tok)):
         # Slime sets these once its SGLang router is up; the router here is the scripted policy engine.
         args.sglang_router_ip, port = policy.url.removeprefix("http://").rsplit(":", 1)
         args.sglang_router_port = int(port)
@@ -216,7 +238,7 @@ def rollout_through_slime(args, mode: str, slime_rollout, load_function):
         worker.start()
         from openclaw_rl.slime_hooks.bridge import _RUNTIMES
 
-        runtime_mode = "opd" if mode == "opd_topk" else mode
+        runtime_mode = RUNTIME_MODE.get(mode, mode)
         for _ in range(1200):  # the proxy starts inside our rollout function, called by Slime
             if done.is_set() or (runtime_mode in _RUNTIMES and _RUNTIMES[runtime_mode].proxy.gate.is_open):
                 break

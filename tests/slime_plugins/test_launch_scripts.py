@@ -26,11 +26,12 @@ from openclaw_rl.config import load_settings, load_yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO_ROOT / "scripts"
 COMMON = SCRIPTS / "lib" / "common.sh"
-RUNNABLE = ["rl", "rl_lora", "opd", "opd_topk", "combine"]
+OEL = "qwen3_1.7b_oel_online"  # scripts/run_qwen3_1.7b_openclaw_oel_online.sh
+RUNNABLE = ["rl", "rl_lora", "opd", "opd_topk", "combine", OEL]
 REFUSED = ["opd_topk_lora", "combine_lora"]
 ALL_VARIANTS = RUNNABLE + REFUSED
 MODES = {"rl": "rl", "rl_lora": "rl", "opd": "opd", "opd_topk": "opd", "combine": "combine",
-         "opd_topk_lora": "opd", "combine_lora": "combine"}
+         "opd_topk_lora": "opd", "combine_lora": "combine", OEL: "oel"}
 
 
 def script(variant: str) -> Path:
@@ -319,7 +320,7 @@ def test_dry_run_prints_a_complete_slime_launch(launch, variant):
         assert cmd.flags["--train-backend"] == "fsdp" and cmd.has("--use-lora")
         assert not cmd.has("--custom-loss-function-path"), "FSDP would ignore it"
     else:
-        assert cmd.flags["--rotary-base"] == "5000000"
+        assert cmd.flags["--rotary-base"] == ("1000000" if variant == OEL else "5000000")  # Qwen3-1.7B: 1e6
         assert not cmd.has("--megatron-to-hf-mode"), "removed from Slime on 2026-08-04; Megatron ignores it silently"
     assert cmd.flags["--load"] == cmd.flags["--save"], "a relaunch must resume the last checkpoint"
     assert cmd.flags["--save-interval"].isdigit()
