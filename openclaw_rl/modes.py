@@ -70,6 +70,7 @@ class LaunchVariant:
     rollout_gpus: int = 2  # ROLLOUT_GPUS
     prm_gpus: int = 2  # PRM_GPUS (the judge/teacher server)
     tp: int = 2  # TP (SGLang rollout engines; PRM_TP defaults to it)
+    train_tp: int = 0  # TRAIN_TP (Megatron; 0: min(ACTOR_GPUS, 4))
     prm_m: int = 3  # PRM_M (judge votes per turn)
     prm_max_new_tokens: int = 4096  # PRM_MAX_NEW_TOKENS
     mem_fraction: str = "0.85"  # MEM_FRACTION_STATIC (verbatim on the command line, like the next ones)
@@ -107,7 +108,7 @@ _QWEN35 = dict(model="qwen3.5-4b")
 # Upstream's openclaw-rl/oel/run_qwen3_1.7b_openclaw_oel_online.sh (ngquochuy0101/OpenClaw-RL 7ec9f19): Qwen3-1.7B,
 # 4 GPUs = 2 actor + 1 rollout + 1 judge/teacher, TP 1, 3 votes, 16 samples a step, a checkpoint every 5 steps
 _OEL_ONLINE = dict(model="qwen3-1.7b", num_gpus=4, actor_gpus=2, rollout_gpus=1, prm_gpus=1, tp=1, prm_m=3,
-                   save_interval=5)
+                   save_interval=5, train_tp=1)  # upstream passes no TP: Megatron TP 1, data parallel 2
 
 
 # "topk_select": GRPO plus the mode's top-K loss (combine's openclaw_combine.topk_select) and the top-K transport

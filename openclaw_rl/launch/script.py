@@ -197,7 +197,7 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
     rollout_gpus, prm_gpus = uint("ROLLOUT_GPUS", v.rollout_gpus), uint("PRM_GPUS", 0 if prm_url else v.prm_gpus)
     tp = uint("TP", v.tp, 1)
     prm_tp = uint("PRM_TP", tp, 1)
-    train_tp = 0 if v.lora else uint("TRAIN_TP", min(actor_gpus, 4), 1)
+    train_tp = 0 if v.lora else uint("TRAIN_TP", v.train_tp or min(actor_gpus, 4), 1)
 
     slime_dir = absolute(get("SLIME_DIR", cwd))
     megatron_dir = get("MEGATRON_DIR")
@@ -331,6 +331,22 @@ def warn_unused(s: ScriptSettings, env: Mapping[str, str], console: Console) -> 
     unused += [n for n in ("OPD_ADVANTAGE",) if env.get(n) and s.variant.algorithm != "opd_token"]
     if unused:
         console.warn(f"{', '.join(unused)} ignored by {s.script} (not used by the {s.variant.name} variant)")
+    if s.mode.name == "oel":
+        for name, instead in UPSTREAM_OEL_VARS.items():
+            if env.get(name):
+                console.warn(f"{name} (upstream's OEL script) is ignored: {instead}")
+
+
+# Upstream's run_qwen3_1.7b_openclaw_oel_online.sh variables and what this repository has instead
+UPSTREAM_OEL_VARS = {
+    "OPENCLAW_OEL_SESSION_EXPERIENCE": "experience is extracted once a session ends (upstream's 2); "
+                                       "openclaw_oel_accumulate: true in OPENCLAW_CONFIG merges it across sessions (0)",
+    "OPENCLAW_OEL_EXPERIENCE_MAX_LENGTH": "set openclaw_oel_max_experience_tokens in OPENCLAW_CONFIG",
+    "OPENCLAW_OEL_EXTRACTION_PROMPT": "one extraction prompt, openclaw_oel/experience.py",
+    "TOPK_SOURCE": "the top-K ids are the teacher's (upstream's default, teacher)",
+    "OPENCLAW_UPDATE_PRM_WEIGHTS": "the teacher stays frozen (upstream's default, 0)",
+    "TRAIN_STEPS": "one optimizer step per rollout; ROLLOUT_BATCH_SIZE sets the samples a step",
+}
 
 
 def check_paths(s: ScriptSettings, console: Console) -> None:

@@ -810,6 +810,14 @@ def test_upstream_variables_the_scripts_do_not_read_are_named(launch):
     assert run.rc == 0 and "HOST=0.0.0.0 is ignored" in run.err and "OPENCLAW_RECORD_FILE is ignored" in run.err
 
 
+def test_upstream_oel_variables_are_named_with_what_replaces_them(launch):
+    run = launch(OEL, OPENCLAW_OEL_SESSION_EXPERIENCE="0", TRAIN_STEPS="10")
+    assert run.rc == 0, run.err
+    assert "OPENCLAW_OEL_SESSION_EXPERIENCE (upstream's OEL script) is ignored" in run.err and "accumulate" in run.err
+    assert "TRAIN_STEPS (upstream's OEL script) is ignored" in run.err
+    assert "(upstream's OEL script)" not in launch("opd", TRAIN_STEPS="10").err  # only the OEL script names them
+
+
 @pytest.mark.parametrize(("env", "says"), [
     ({"ACTOR_GPUS": "3"}, "TRAIN_TP=3 does not divide the model's 32 attention heads and 8 query groups"),
     ({"TP": "3", "ROLLOUT_GPUS": "3", "PRM_TP": "2", "NUM_GPUS": "9"}, "TP=3 cannot split the model's 32 attention heads"),
