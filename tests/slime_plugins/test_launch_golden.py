@@ -109,6 +109,8 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict[str, str], str]] = {
                        "bundled") for m in ("rl", "opd", "combine")},
     "rl_lora_options": ("rl_lora", (), {"LORA_RANK": "8", "LORA_ALPHA": "16", "MAX_TOKENS_PER_GPU": "4096",
                                         "TP": "1", "PRM_TP": "1"}, "bundled"),
+    "topk_select_teacher_in_trainer_refused": ("topk_select", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "megatron"},
+                                               "thudm"),
     # upstream's run_qwen3_1.7b_openclaw_oel_online.sh: 4 GPUs (2 actor + 1 rollout + 1 judge/teacher)
     **{f"qwen3_1.7b_oel_online{suffix}": ("qwen3_1.7b_oel_online", (), {
         "OPENCLAW_CONFIG": FIXED.format("oel"), "HF_CKPT": "<TMP>/models/Qwen3-1.7B", "STUB_GPUS": "4"}, flavour)

@@ -810,6 +810,20 @@ def test_upstream_variables_the_scripts_do_not_read_are_named(launch):
     assert run.rc == 0 and "HOST=0.0.0.0 is ignored" in run.err and "OPENCLAW_RECORD_FILE is ignored" in run.err
 
 
+@pytest.mark.parametrize("variant", ["opd", "combine", "topk_select", OEL])
+def test_a_teacher_inside_the_trainer_is_refused_with_the_reason(launch, variant):
+    """Upstream's OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=megatron (here also 'trainer'): THUDM/slime's built-in
+    Megatron OPD scores the student's own prompt, not the hinted one, so the launch refuses instead of
+    training an unhinted teacher under the variant's name; the server teacher (inference) runs."""
+    for value in ("trainer", "megatron"):
+        run = launch(variant, OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=value)
+        assert run.rc != 0 and "refuses to run" in run.err and "--opd-type megatron" in run.err, run.err
+        assert "student's own tokens" in run.err and "TEACHER_URL" in run.err
+    assert launch(variant, OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="inference").rc == 0
+    bad = launch(variant, OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="gpu")
+    assert bad.rc != 0 and "OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=gpu: one of" in bad.err
+
+
 def test_upstream_oel_variables_are_named_with_what_replaces_them(launch):
     run = launch(OEL, OPENCLAW_OEL_SESSION_EXPERIENCE="0", TRAIN_STEPS="10")
     assert run.rc == 0, run.err
