@@ -92,7 +92,7 @@ def tiny_model_args(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Pa
 
 
 def _run(target: SlimeTarget, variant: str, tp: int, tmp_path: Path, tiny_model_dir: Path, model_args: Path,
-         port: int) -> dict:
+         port: int, extra: tuple[str, ...] = ()) -> dict:
     env = {**os.environ, "DRY_RUN": "1", "SLIME_DIR": target.slime_dir, "MEGATRON_DIR": target.megatron_dir,
            "PYTHON": target.python,
            "PYTHONPATH": str(STUBS), "RUN_DIR": str(tmp_path / "run"), "SAVE_CKPT": str(tmp_path / "ckpt"),
@@ -102,7 +102,7 @@ def _run(target: SlimeTarget, variant: str, tp: int, tmp_path: Path, tiny_model_
            "PORT": str(free_port()), "PRM_PORT": str(free_port()),  # the driver's proxy and scripted judge
            # 1.0: the teacher's log-probs are then not temperature-rescaled, so they can be checked exactly
            "ROLLOUT_TEMPERATURE": "1.0"}
-    dry = subprocess.run(["bash", str(REPO_ROOT / "scripts" / launch_variant(variant)[1].script)], env=env,
+    dry = subprocess.run(["bash", str(REPO_ROOT / "scripts" / launch_variant(variant)[1].script), *extra], env=env,
                          capture_output=True, text=True, timeout=300, check=False)
     assert dry.returncode == 0, dry.stderr
     assert "cannot run" not in dry.stderr and "cannot check the Slime" not in dry.stderr, dry.stderr
@@ -220,3 +220,25 @@ def test_tp2_on_two_gloo_ranks_equals_tp1(results_tp1, tmp_path, tiny_model_dir,
 
 def _fmt(losses: dict[str, float]) -> str:
     return "{" + ", ".join(f"{k} {v:.6g}" for k, v in sorted(losses.items())) + "}"
+
+
+@pytest.mark.parametrize("slime", [p for p in _targets() if p.id == "thudm"])  # the bundled Slime has no --use-opd
+def test_slimes_megatron_opd_teacher_scores_the_students_own_prompt_not_the_hinted_one(tmp_path, tiny_model_dir,
+                                                                                       tiny_model_args, slime):
+    """Why the launch refuses OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=trainer (launch/refusals.py), shown through
+    THUDM/slime's own code: the opd script plus --use-opd --opd-type megatron --opd-teacher-load. Slime swaps
+    the teacher's weights in (a second table here), runs them over the Sample's own tokens, and replaces the
+    hinted teacher log-probs the Sample carried with that result."""
+    teacher_dir = tmp_path / "teacher"
+    teacher_dir.mkdir()
+    got = _run(TARGETS[slime], "opd", 1, tmp_path, tiny_model_dir, tiny_model_args, next(PORTS),
+               extra=("--use-opd", "--opd-type", "megatron", "--opd-teacher-load", str(teacher_dir)))
+    assert got["parsed"]["use_opd"] and got["parsed"]["opd_type"] == "megatron", got["parsed"]
+    assert got["recomputed"] == ["teacher_", "old"], got["recomputed"]  # Slime's teacher pass, then the old policy
+    assert all(c["teacher_is_hinted"] for c in got["rollout"]["checks"]), got["rollout"]  # what the Sample carried
+    report = got["megatron_teacher"]
+    assert report["n"] == 4 and report["vs_own_tokens"] < 1e-5, report  # the teacher on the student's own prompt
+    assert report["vs_sample"] > 0.1 and report["sample_vs_own_tokens"] > 0.1, report  # the hinted one is gone
+    print(f"[slime-cpu] {slime} opd + --use-opd --opd-type megatron TP=1: Slime's teacher_log_probs vs the teacher "
+          f"on Sample.tokens max |diff| {report['vs_own_tokens']:.3g}; vs the hinted teacher the Sample carried "
+          f"{report['vs_sample']:.3g} ({report['n']} samples)")
