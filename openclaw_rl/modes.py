@@ -70,6 +70,7 @@ class LaunchVariant:
     rollout_gpus: int = 2  # ROLLOUT_GPUS
     prm_gpus: int = 2  # PRM_GPUS (the judge/teacher server)
     tp: int = 2  # TP (SGLang rollout engines; PRM_TP defaults to it)
+    train_tp: int = 0  # TRAIN_TP (Megatron; 0: min(ACTOR_GPUS, 4))
     prm_m: int = 3  # PRM_M (judge votes per turn)
     prm_max_new_tokens: int = 4096  # PRM_MAX_NEW_TOKENS
     mem_fraction: str = "0.85"  # MEM_FRACTION_STATIC (verbatim on the command line, like the next ones)
@@ -90,17 +91,24 @@ class LaunchVariant:
 
     @property
     def script(self) -> str:  # scripts/<this>
-        return f"run_{self.model.replace('.', '').replace('-', '_')}_openclaw_{self.base_name}.sh"
+        return f"run_{LAUNCH_SCRIPT_STEMS[self.model]}_openclaw_{self.base_name}.sh"
 
     @property
     def run_name(self) -> str:
-        return f"{self.model.replace('.', '')}-openclaw-" + self.base_name.replace("_", "-")
+        return f"{LAUNCH_SCRIPT_STEMS[self.model].replace('_', '-')}-openclaw-" + self.base_name.replace("_", "-")
 
 
 # The models a launch script can train, by the prefix of their variants' names (upstream's script names:
 # run_qwen3_4b_openclaw_rl.sh, run_qwen35_4b_openclaw_rl.sh). A variant of "qwen3.5-4b" is named "qwen35_<base>".
-LAUNCH_MODELS = {"qwen3-4b": "", "qwen3.5-4b": "qwen35_"}
+LAUNCH_MODELS = {"qwen3-4b": "", "qwen3.5-4b": "qwen35_", "qwen3-1.7b": "qwen3_1.7b_"}
+# The model's part of a script name, as upstream spells it: run_<stem>_openclaw_<base name>.sh (upstream's OEL
+# script is run_qwen3_1.7b_openclaw_oel_online.sh); the run name is the stem with - for _.
+LAUNCH_SCRIPT_STEMS = {"qwen3-4b": "qwen3_4b", "qwen3.5-4b": "qwen35_4b", "qwen3-1.7b": "qwen3_1.7b"}
 _QWEN35 = dict(model="qwen3.5-4b")
+# Upstream's openclaw-rl/oel/run_qwen3_1.7b_openclaw_oel_online.sh (ngquochuy0101/OpenClaw-RL 7ec9f19): Qwen3-1.7B,
+# 4 GPUs = 2 actor + 1 rollout + 1 judge/teacher, TP 1, 3 votes, 16 samples a step, a checkpoint every 5 steps
+_OEL_ONLINE = dict(model="qwen3-1.7b", num_gpus=4, actor_gpus=2, rollout_gpus=1, prm_gpus=1, tp=1, prm_m=3,
+                   save_interval=5, train_tp=1)  # upstream passes no TP: Megatron TP 1, data parallel 2
 
 
 # "topk_select": GRPO plus the mode's top-K loss (combine's openclaw_combine.topk_select) and the top-K transport
@@ -251,7 +259,8 @@ MODES: dict[str, Mode] = {m.name: m for m in (
         settings="openclaw_oel.settings.OELSettings",
         embedded_loss="openclaw_opd.loss.topk_distillation_loss_function",
         slime=SlimeHooks(rollout="openclaw_oel.rollout.generate_rollout_openclaw_oel",
-                         custom_loss="openclaw_opd.loss.topk_distillation_loss_function"),
+                         custom_loss="openclaw_opd.loss.topk_distillation_loss_function",
+                         topk_loss="openclaw_opd.loss.topk_distillation_loss_function"),
         needs_teacher=True,
         local=LocalDefaults(batch_size=8, interactions=400),
         cli_flags=(
@@ -259,6 +268,11 @@ MODES: dict[str, Mode] = {m.name: m for m in (
             ("--oel-accumulate", "oel_accumulate", {
                 "action": "store_const", "const": True,
                 "help": "oel: merge each session's experience into the user's stored experience"}),
+        ),
+        launch=(
+            LaunchVariant("qwen3_1.7b_oel_online", "top-K (K=50) reverse-KL distillation to the teacher given the "
+                          "session's extracted experience, Qwen3-1.7B (Megatron, full parameters)", "opd_topk",
+                          **_OEL_ONLINE),
         ),
     ),
 )}

@@ -10,6 +10,8 @@
 # the same tests then run against that Slime too. Either pair may be '-' '-' to skip it. Slime's Python
 # dependencies that install on CPU (ray, psutil, six, triton, requests) go into a venv under /tmp
 # (CHECK_VENV) that reuses this project's .venv for everything else; nothing is installed in the repository.
+# Each passing test prints its numbers ([slime-cpu] lines: losses, max |loss diff| of TP=2 vs TP=1). A subset:
+# PYTEST_ADDOPTS='-k topk_select' (pytest reads it).
 set -euo pipefail
 if (($# != 2 && $# != 4)); then
   sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p' >&2
@@ -41,4 +43,4 @@ cd "${REPO_ROOT}"
 OPENCLAW_SLIME_DIR="${SLIME_DIR}" OPENCLAW_MEGATRON_DIR="${MEGATRON_DIR}" \
   OPENCLAW_BUNDLED_SLIME_DIR="${BUNDLED_SLIME_DIR}" OPENCLAW_BUNDLED_MEGATRON_DIR="${BUNDLED_MEGATRON_DIR}" \
   OPENCLAW_SLIME_PYTHON="${CHECK_VENV}/bin/python" \
-  RAY_AUTH_MODE=disabled exec "${BASE_PYTHON}" -m pytest tests/slime_plugins/test_slime_cpu.py -v -p no:cacheprovider -rs
+  RAY_AUTH_MODE=disabled exec "${BASE_PYTHON}" -m pytest tests/slime_plugins/test_slime_cpu.py -v -p no:cacheprovider -rsP

@@ -29,7 +29,8 @@ from .slime_args import Commands
 
 SAFE = re.compile(r"[A-Za-z0-9_./:=,@%+-]+")
 # run-config defaults of a launch model other than Qwen3-4B (upstream's run_qwen35_4b_openclaw_*.sh)
-MODEL_PROXY_DEFAULTS = {"qwen3.5-4b": {"proxy_served_model_name": "qwen3.5-4b", "proxy_tool_parser": "qwen3_coder"}}
+MODEL_PROXY_DEFAULTS = {"qwen3.5-4b": {"proxy_served_model_name": "qwen3.5-4b", "proxy_tool_parser": "qwen3_coder"},
+                        "qwen3-1.7b": {"proxy_served_model_name": "qwen3-1.7b"}}
 SECRETS = ("SGLANG_API_KEY", "PRM_API_KEY", "TEACHER_API_KEY", "WANDB_API_KEY")  # exported by the script, shown as "<set>" only
 
 

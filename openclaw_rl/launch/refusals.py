@@ -43,11 +43,37 @@ COMBINE_LORA = """{script} refuses to run by default: it cannot train combine.
 
 REFUSALS = {"opd_topk_lora": TOPK_LORA, "combine_lora": COMBINE_LORA}  # by variant name (modes.LaunchVariant)
 
+# Upstream's OPENCLAW_COMBINE_OPD_TEACHER_SOURCE (PR #85): "inference" (the SGLang teacher, what runs here) or
+# "megatron" (aliases ref, mcore; "trainer" is this repository's name for it): a teacher inside the trainer.
+TEACHER_SOURCE = "OPENCLAW_COMBINE_OPD_TEACHER_SOURCE"
+SERVER_TEACHER = ("", "server", "inference")
+TRAINER_TEACHER = ("trainer", "megatron", "ref", "mcore")
+TEACHER_IN_TRAINER = """{script} refuses to run: {var}={value} asks for the teacher inside the trainer.
+  No Slime this repository runs can score the teacher's prompt there:
+  - THUDM/slime's on-policy distillation (--use-opd --opd-type megatron --opd-teacher-load CKPT) swaps the
+    teacher's weights in and runs them over the student's own tokens (Sample.tokens: the prompt without the
+    hint, and the response; the batch the old policy's log-probs are computed on), and replaces the
+    Sample's teacher_log_probs with that result. The hinted teacher of opd, combine and topk_select (and OEL's teacher
+    given the session's experience) scores the sampled tokens under a different prompt, which that path
+    cannot take, so it would train plain distillation from an unhinted teacher under the same name;
+  - the Slime bundled with OpenClaw-RL has no in-trainer teacher.
+  Upstream's in-trainer teacher runs in its own fork of the bundled Slime (--prm-teacher-load; the rollout
+  ships Sample.teacher_tokens = hinted prompt + response).
+  Here the teacher is an SGLang server: the judge's, or TEACHER_URL (a server apart, on its own GPUs).
+  Unset {var} (or set it to inference)."""
+
 
 def check_variant(variant: str, env: Mapping[str, str], script: str, console: Console) -> dict[str, str]:
     """Refuse a variant that cannot train what it names (the registry's algorithm "none"; a LoRA variant of
     a mode with a teacher, unless ALLOW_LORA_FALLBACK); returns the environment overrides of a fallback."""
     mode, v = launch_variant(variant)
+    source = env.get(TEACHER_SOURCE, "").strip().lower()
+    if source in TRAINER_TEACHER:
+        raise LaunchError(TEACHER_IN_TRAINER.format(script=script, var=TEACHER_SOURCE, value=env[TEACHER_SOURCE]))
+    if source not in SERVER_TEACHER:
+        raise LaunchError(f"{TEACHER_SOURCE}={env[TEACHER_SOURCE]}: one of {', '.join(SERVER_TEACHER[1:])} (the teacher "
+                          f"server, the default) or {', '.join(TRAINER_TEACHER)} (refused: no Slime scores the hinted "
+                          "teacher in the trainer)")
     if v.algorithm == "none":
         raise LaunchError(REFUSALS[variant].format(script=script))
     if not (v.lora and mode.needs_teacher):

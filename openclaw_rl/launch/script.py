@@ -33,6 +33,8 @@ from .run_config import LaunchError
 UINT = re.compile(r"[0-9]+")
 NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+HF_NAMES = {"qwen3.5-4b": "Qwen3.5-4B", "qwen3-1.7b": "Qwen3-1.7B"}  # models/<this>: HF_CKPT's default, by model
+ROTARY_BASES = {"qwen3.5-4b": 10000000, "qwen3-1.7b": 1000000}  # ROTARY_BASE's default, by model (else 5e6)
 
 
 def switch(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -195,15 +197,16 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
     rollout_gpus, prm_gpus = uint("ROLLOUT_GPUS", v.rollout_gpus), uint("PRM_GPUS", 0 if prm_url else v.prm_gpus)
     tp = uint("TP", v.tp, 1)
     prm_tp = uint("PRM_TP", tp, 1)
-    train_tp = 0 if v.lora else uint("TRAIN_TP", min(actor_gpus, 4), 1)
+    train_tp = 0 if v.lora else uint("TRAIN_TP", v.train_tp or min(actor_gpus, 4), 1)
 
     slime_dir = absolute(get("SLIME_DIR", cwd))
     megatron_dir = get("MEGATRON_DIR")
     if not megatron_dir and os.path.isdir(f"{slime_dir}/../Megatron-LM"):
         megatron_dir = os.path.normpath(f"{slime_dir}/../Megatron-LM")
-    hf_name = "Qwen3.5-4B" if v.model == "qwen3.5-4b" else "Qwen3-4B" if v.lora else "Qwen3-4B-Thinking-2507"
-    # Qwen3.5's rope theta is 1e7 (Slime's scripts/models/qwen3.5-4B.sh; upstream's rl/opd scripts then pass 5e6)
-    rotary = 10000000 if v.model == "qwen3.5-4b" else 5000000
+    hf_name = HF_NAMES.get(v.model) or ("Qwen3-4B" if v.lora else "Qwen3-4B-Thinking-2507")
+    # Qwen3.5's rope theta is 1e7 (Slime's scripts/models/qwen3.5-4B.sh; upstream's rl/opd scripts then pass 5e6);
+    # Qwen3-1.7B's 1e6 (Slime's scripts/models/qwen3-1.7B.sh, which upstream's OEL script sources)
+    rotary = ROTARY_BASES.get(v.model, 5000000)
     hf_ckpt = absolute(get("HF_CKPT", f"{repo_root}/models/{hf_name}"))
     prm_model_path = get("PRM_MODEL_PATH", "" if prm_url else hf_ckpt)  # with PRM_URL: the judge's tokenizer
     context_length = uint("CONTEXT_LENGTH", 32768, 1)
@@ -328,6 +331,22 @@ def warn_unused(s: ScriptSettings, env: Mapping[str, str], console: Console) -> 
     unused += [n for n in ("OPD_ADVANTAGE",) if env.get(n) and s.variant.algorithm != "opd_token"]
     if unused:
         console.warn(f"{', '.join(unused)} ignored by {s.script} (not used by the {s.variant.name} variant)")
+    if s.mode.name == "oel":
+        for name, instead in UPSTREAM_OEL_VARS.items():
+            if env.get(name):
+                console.warn(f"{name} (upstream's OEL script) is ignored: {instead}")
+
+
+# Upstream's run_qwen3_1.7b_openclaw_oel_online.sh variables and what this repository has instead
+UPSTREAM_OEL_VARS = {
+    "OPENCLAW_OEL_SESSION_EXPERIENCE": "experience is extracted once a session ends (upstream's 2); "
+                                       "openclaw_oel_accumulate: true in OPENCLAW_CONFIG merges it across sessions (0)",
+    "OPENCLAW_OEL_EXPERIENCE_MAX_LENGTH": "set openclaw_oel_max_experience_tokens in OPENCLAW_CONFIG",
+    "OPENCLAW_OEL_EXTRACTION_PROMPT": "one extraction prompt, openclaw_oel/experience.py",
+    "TOPK_SOURCE": "the top-K ids are the teacher's (upstream's default, teacher)",
+    "OPENCLAW_UPDATE_PRM_WEIGHTS": "the teacher stays frozen (upstream's default, 0)",
+    "TRAIN_STEPS": "one optimizer step per rollout; ROLLOUT_BATCH_SIZE sets the samples a step",
+}
 
 
 def check_paths(s: ScriptSettings, console: Console) -> None:

@@ -33,7 +33,12 @@ QWEN35_4B = [  # Slime's scripts/models/qwen3.5-4B.sh (ngquochuy0101/OpenClaw-RL
     "--num-layers", "32", "--hidden-size", "2560", "--ffn-hidden-size", "9216", "--use-gated-attention",
     "--attention-output-gate", "--normalization", "RMSNorm", "--apply-layernorm-1p", "--position-embedding-type",
     "rope", "--norm-epsilon", "1e-6", "--rotary-percent", "0.25", "--swiglu", "--vocab-size", "248320"]
-MODEL_ARGS = {"qwen3-4b": QWEN3_4B, "qwen3.5-4b": QWEN35_4B}  # by LaunchVariant.model
+QWEN3_1_7B = [  # Slime's scripts/models/qwen3-1.7B.sh (its --rotary-base: ROTARY_BASE)
+    "--swiglu", "--num-layers", "28", "--hidden-size", "2048", "--ffn-hidden-size", "6144",
+    "--num-attention-heads", "16", "--group-query-attention", "--num-query-groups", "8",
+    "--use-rotary-position-embeddings", "--disable-bias-linear", "--normalization", "RMSNorm", "--norm-epsilon",
+    "1e-6", "--vocab-size", "151936", "--kv-channels", "128", "--qk-layernorm"]
+MODEL_ARGS = {"qwen3-4b": QWEN3_4B, "qwen3.5-4b": QWEN35_4B, "qwen3-1.7b": QWEN3_1_7B}  # by LaunchVariant.model
 GRPO = ["--advantage-estimator", "grpo", "--disable-rewards-normalization", "--entropy-coef", "0.00", "--eps-clip",
         "0.2", "--eps-clip-high", "0.28"]
 

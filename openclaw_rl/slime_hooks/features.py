@@ -67,6 +67,7 @@ NEEDS = {  # variant: features it cannot run without (token-level OPD picks one 
     "qwen35_rl": (),
     "qwen35_opd": ("teacher_log_probs",),
     "qwen35_combine": ("teacher_log_probs", "custom_loss"),
+    "qwen3_1.7b_oel_online": ("teacher_log_probs", "custom_loss", "rollout_data_postprocess"),
 }
 
 

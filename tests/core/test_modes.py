@@ -72,12 +72,12 @@ def test_cli_config_and_local_defaults_derive_from_the_registry():
 
 def test_each_launch_script_is_a_registered_variant():
     """One script per LaunchVariant, and each script names only its VARIANT (everything else is the entry)."""
-    scripts = {p.name: p.read_text() for p in (REPO / "scripts").glob("run_qwen3*_4b_openclaw_*.sh")}
+    scripts = {p.name: p.read_text() for p in (REPO / "scripts").glob("run_qwen3*_openclaw_*.sh")}
     variants = [v for m in MODES.values() for v in m.launch]
     assert sorted(scripts) == sorted(v.script for v in variants)
     for v in variants:
         name, text = v.name, scripts[v.script]
-        assert re.search(rf"^VARIANT={name}\b", text, re.M), name
+        assert re.search(rf"^VARIANT={re.escape(name)}(\s|$)", text, re.M), name
         assert "DEF_" not in text and "ALGO_ARGS" not in text, f"{name}: defaults and flags belong in the registry"
 
 

@@ -47,6 +47,7 @@ import torch
 import torch.distributed as dist
 
 VOCAB_SEED = 1234
+TEACHER_SEED = 4321  # the table standing in for THUDM/slime's --opd-teacher-load checkpoint
 
 
 def slime_argv(dry_run_output: str) -> tuple[list[str], dict[str, str]]:
@@ -78,9 +79,9 @@ def parse_slime_args(argv: list[str], env: dict[str, str]):
 class TableModel:
     """``logits[t] = E[token_t, shard]``: deterministic in the tokens, one leaf parameter per rank."""
 
-    def __init__(self, vocab: int, tp: int, rank: int) -> None:
+    def __init__(self, vocab: int, tp: int, rank: int, seed: int = VOCAB_SEED) -> None:
         # The same padded width at every TP (Megatron pads the vocabulary too), so TP=1 and TP=2 see one table.
-        full = torch.randn(vocab, vocab + (-vocab) % 8, generator=torch.Generator().manual_seed(VOCAB_SEED))
+        full = torch.randn(vocab, vocab + (-vocab) % 8, generator=torch.Generator().manual_seed(seed))
         width = full.size(1) // tp
         self.weight = full[:, rank * width : (rank + 1) * width].clone().requires_grad_()
 
@@ -133,7 +134,27 @@ FOLLOW_UPS = {  # the user's next message per session (cycled): the next state t
     "opd": ("that is wrong, answer in french", "wrong again, in french please"),
     "opd_topk": ("that is wrong, answer in french", "wrong again, in french please"),
     "combine": ("thanks, that helps", "that is wrong, answer in french"),
+    "topk_select": ("thanks, that helps", "that is wrong, answer in french"),
+    # OEL: each session ends after its second turn (X-Session-Done); the judge then extracts the experience
+    "qwen3_1.7b_oel_online": ("that is wrong, answer in french", "wrong again, in french please"),
 }
+# The mode whose proxy a launch variant's rollout hook starts (its key in the bridge's runtimes).
+RUNTIME_MODE = {"opd_topk": "opd", "topk_select": "combine", "qwen3_1.7b_oel_online": "oel"}
+
+
+def oel_aware_judge(judge_reply):
+    """The scripted judge, plus OEL's experience extraction: the hint as the one rule when the conversation
+    has a correction (so the hint-aware teacher scorer shows the teacher saw the experience)."""
+    from support import HINT
+
+    def reply(prompt: str) -> str:
+        if "[EXPERIENCE_START]" not in prompt:
+            return judge_reply(prompt)
+        if "wrong" in prompt.split("## Conversation", 1)[-1]:
+            return f"Learned. [EXPERIENCE_START]\n- {HINT}\n[EXPERIENCE_END] \\boxed{{1}}"
+        return "Nothing. \\boxed{0}"
+
+    return reply
 MAX_SESSIONS = 24  # bounded: the batch needs ROLLOUT_BATCH_SIZE judged turns
 
 
@@ -149,8 +170,10 @@ def chat_until_done(url: str, mode: str, done: threading.Event) -> list[str]:
             convo = [{"role": "user", "content": f"question {i}: hello there"}]
             follow_ups.append(FOLLOW_UPS[mode][i % len(FOLLOW_UPS[mode])])
             for next_user in (follow_ups[-1], "ok"):
-                r = client.post(f"{url}/v1/chat/completions", json={"messages": convo},
-                                headers={"X-Session-Id": f"session-{i}"})
+                headers = {"X-Session-Id": f"session-{i}"}
+                if RUNTIME_MODE.get(mode) == "oel" and next_user == "ok":  # OEL distils a session once it ends
+                    headers["X-Session-Done"] = "1"
+                r = client.post(f"{url}/v1/chat/completions", json={"messages": convo}, headers=headers)
                 if r.status_code == 503:  # the gate closed behind a full batch (it was open when we began)
                     return follow_ups
                 r.raise_for_status()
@@ -173,7 +196,7 @@ def rollout_through_slime(args, mode: str, slime_rollout, load_function):
     # Slime's parse_args) says the PRM server is.
     judge_port = int(args.openclaw_judge_url.rsplit(":", 1)[1])
     with scripted_server(tok, policy_reply) as policy, \
-            scripted_server(tok, judge_reply, port=judge_port, scorer=hint_aware_scorer(tok)):
+            scripted_server(tok, oel_aware_judge(judge_reply), port=judge_port, scorer=hint_aware_scorer(tok)):
         # Slime sets these once its SGLang router is up; the router here is the scripted policy engine.
         args.sglang_router_ip, port = policy.url.removeprefix("http://").rsplit(":", 1)
         args.sglang_router_port = int(port)
@@ -216,7 +239,7 @@ def rollout_through_slime(args, mode: str, slime_rollout, load_function):
         worker.start()
         from openclaw_rl.slime_hooks.bridge import _RUNTIMES
 
-        runtime_mode = "opd" if mode == "opd_topk" else mode
+        runtime_mode = RUNTIME_MODE.get(mode, mode)
         for _ in range(1200):  # the proxy starts inside our rollout function, called by Slime
             if done.is_set() or (runtime_mode in _RUNTIMES and _RUNTIMES[runtime_mode].proxy.gate.is_open):
                 break
@@ -257,6 +280,22 @@ def rollout_through_slime(args, mode: str, slime_rollout, load_function):
     return out["refs"], report
 
 
+def megatron_teacher_report(rollout_data: dict, sample_teacher: list, teacher_table: torch.Tensor) -> dict:
+    """What the loss got as teacher log-probs under --use-opd --opd-type megatron, against (a) the teacher table
+    scoring each Sample's own tokens and (b) the hinted teacher log-probs the Sample carried."""
+    def max_diff(a: list, b: list) -> float:
+        return max(float((x.float() - y.float()).abs().max()) for x, y in zip(a, b, strict=True))
+
+    own = []
+    for tokens, r in zip(rollout_data["tokens"], rollout_data["response_lengths"], strict=True):
+        tokens = torch.as_tensor(tokens)
+        logp = torch.log_softmax(teacher_table[tokens[:-1]].float(), dim=-1)[-r:]
+        own.append(logp.gather(-1, tokens[-r:].unsqueeze(-1)).squeeze(-1))
+    slime = rollout_data["teacher_log_probs"]
+    return {"vs_own_tokens": max_diff(slime, own), "vs_sample": max_diff(slime, sample_teacher),
+            "sample_vs_own_tokens": max_diff(sample_teacher, own), "n": len(slime)}
+
+
 def pytest_approx_list(values: list[float]) -> list:
     """Float lists compared at float32 precision (the teacher rides as float32)."""
     import math
@@ -275,7 +314,7 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     result: dict = {"parsed": {k: getattr(args, k, None) for k in (
         "rollout_function_path", "loss_type", "custom_loss_function_path", "custom_advantage_function_path",
         "rollout_data_postprocess_path", "advantage_estimator", "save", "save_interval", "tensor_model_parallel_size",
-        "use_rollout_logprobs", "compute_advantages_and_returns")}}
+        "use_rollout_logprobs", "compute_advantages_and_returns", "use_opd", "opd_type")}}
 
     import slime.ray.rollout as slime_rollout
     import slime.utils.data as slime_data
@@ -309,7 +348,14 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     actor_cls = getattr(slime_actor.MegatronTrainRayActor, "__ray_actor_class__", slime_actor.MegatronTrainRayActor)
     actor = object.__new__(actor_cls)
     actor.args = args
-    actor.weights_backuper = types.SimpleNamespace(backup_tags={"actor"}, backup=lambda tag: None, restore=lambda tag: None)
+    # THUDM/slime's built-in Megatron OPD (--use-opd --opd-type megatron): a second table stands in for the
+    # teacher checkpoint; Slime's own _switch_model swaps it in through the weights backuper.
+    tables = {"actor": model}
+    if getattr(args, "use_opd", False) and args.opd_type == "megatron":
+        tables["teacher"] = TableModel(vocab, tp, parallel_state.get_tensor_model_parallel_rank(), seed=TEACHER_SEED)
+    active = [model]
+    actor.weights_backuper = types.SimpleNamespace(backup_tags=set(tables), backup=lambda tag: None,
+                                                   restore=lambda tag: active.__setitem__(0, tables[tag]))
     actor._active_model_tag = "actor"
     actor.rollout_data_postprocess = (load_function(args.rollout_data_postprocess_path)
                                       if args.rollout_data_postprocess_path else None)
@@ -325,7 +371,7 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
             batch = slime_megatron_data.get_batch(data_iterator[0], ["tokens", "total_lengths", "response_lengths",
                                                                       "loss_masks"], args.data_pad_size_multiplier)
             with torch.no_grad():
-                _, got = get_log_probs_and_entropy(model(batch["tokens"]), args=args, unconcat_tokens=batch["unconcat_tokens"],
+                _, got = get_log_probs_and_entropy(active[0](batch["tokens"]), args=args, unconcat_tokens=batch["unconcat_tokens"],
                                                 total_lengths=batch["total_lengths"],
                                                 response_lengths=batch["response_lengths"])
             out.setdefault(f"{store_prefix}log_probs", []).extend(got["log_probs"])
@@ -357,7 +403,12 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     perf_owner.log_perf_data = lambda *a, **k: None
     seen: dict = {}
     original_get = actor_cls._get_rollout_data
-    actor._get_rollout_data = lambda ref: seen.setdefault("data", original_get(actor, ref))
+    def get_rollout_data(ref):  # also what the Samples carried as teacher log-probs, before Slime's own teacher
+        data = seen.setdefault("data", original_get(actor, ref))
+        seen["sample_teacher"] = [t.detach().clone() for t in data.get("teacher_log_probs", [])]
+        return data
+
+    actor._get_rollout_data = get_rollout_data
     actor.role = "actor"
     actor.model = actor.optimizer = actor.opt_param_scheduler = None  # the table stands in (see train below)
     try:
@@ -374,6 +425,9 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
                   grad_finite=bool(grad is not None and torch.isfinite(grad).all()),
                   rollout_data_keys=sorted(k for k in rollout_data if isinstance(rollout_data[k], list)),
                   teacher_dims=sorted({t.dim() for t in rollout_data.get("teacher_log_probs", [])}))
+    if "teacher" in tables and tp == 1:
+        result["megatron_teacher"] = megatron_teacher_report(rollout_data, seen["sample_teacher"],
+                                                             tables["teacher"].weight.detach())
     if rank == 0:
         Path(result_path).write_text(json.dumps(result, default=str))
     dist.destroy_process_group()

@@ -109,6 +109,12 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict[str, str], str]] = {
                        "bundled") for m in ("rl", "opd", "combine")},
     "rl_lora_options": ("rl_lora", (), {"LORA_RANK": "8", "LORA_ALPHA": "16", "MAX_TOKENS_PER_GPU": "4096",
                                         "TP": "1", "PRM_TP": "1"}, "bundled"),
+    "topk_select_teacher_in_trainer_refused": ("topk_select", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "megatron"},
+                                               "thudm"),
+    # upstream's run_qwen3_1.7b_openclaw_oel_online.sh: 4 GPUs (2 actor + 1 rollout + 1 judge/teacher)
+    **{f"qwen3_1.7b_oel_online{suffix}": ("qwen3_1.7b_oel_online", (), {
+        "OPENCLAW_CONFIG": FIXED.format("oel"), "HF_CKPT": "<TMP>/models/Qwen3-1.7B", "STUB_GPUS": "4"}, flavour)
+       for suffix, flavour in (("", "bundled"), ("_thudm", "thudm"))},
 }
 
 
@@ -117,9 +123,10 @@ def _env(tmp_path: Path, env: dict[str, str], flavour: str) -> dict[str, str]:
     models = tmp_path / "models"
     (models / "Qwen3-4B").mkdir(parents=True)
     (models / "Qwen3.5-4B").mkdir()
+    (models / "Qwen3-1.7B").mkdir()
     fixed = tmp_path / "fixed-config"  # the newer cases' run config base: this, not configs/ (whose comments change)
     fixed.mkdir()
-    for mode in ("rl", "opd", "combine"):
+    for mode in ("rl", "opd", "combine", "oel"):
         (fixed / f"openclaw_{mode}.yaml").write_text(f"# a fixed {mode} config of the launch goldens\n")
     (models / "judge").mkdir()
     (tmp_path / "ref").mkdir()

@@ -26,11 +26,12 @@ from openclaw_rl.config import load_settings, load_yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO_ROOT / "scripts"
 COMMON = SCRIPTS / "lib" / "common.sh"
-RUNNABLE = ["rl", "rl_lora", "opd", "opd_topk", "combine"]
+OEL = "qwen3_1.7b_oel_online"  # scripts/run_qwen3_1.7b_openclaw_oel_online.sh
+RUNNABLE = ["rl", "rl_lora", "opd", "opd_topk", "combine", OEL]
 REFUSED = ["opd_topk_lora", "combine_lora"]
 ALL_VARIANTS = RUNNABLE + REFUSED
 MODES = {"rl": "rl", "rl_lora": "rl", "opd": "opd", "opd_topk": "opd", "combine": "combine",
-         "opd_topk_lora": "opd", "combine_lora": "combine"}
+         "opd_topk_lora": "opd", "combine_lora": "combine", OEL: "oel"}
 
 
 def script(variant: str) -> Path:
@@ -319,7 +320,7 @@ def test_dry_run_prints_a_complete_slime_launch(launch, variant):
         assert cmd.flags["--train-backend"] == "fsdp" and cmd.has("--use-lora")
         assert not cmd.has("--custom-loss-function-path"), "FSDP would ignore it"
     else:
-        assert cmd.flags["--rotary-base"] == "5000000"
+        assert cmd.flags["--rotary-base"] == ("1000000" if variant == OEL else "5000000")  # Qwen3-1.7B: 1e6
         assert not cmd.has("--megatron-to-hf-mode"), "removed from Slime on 2026-08-04; Megatron ignores it silently"
     assert cmd.flags["--load"] == cmd.flags["--save"], "a relaunch must resume the last checkpoint"
     assert cmd.flags["--save-interval"].isdigit()
@@ -807,6 +808,28 @@ def test_values_of_a_users_config_that_the_launch_replaces_are_named(launch, tmp
 def test_upstream_variables_the_scripts_do_not_read_are_named(launch):
     run = launch("rl", HOST="0.0.0.0", OPENCLAW_RECORD_FILE="/tmp/r.jsonl")
     assert run.rc == 0 and "HOST=0.0.0.0 is ignored" in run.err and "OPENCLAW_RECORD_FILE is ignored" in run.err
+
+
+@pytest.mark.parametrize("variant", ["opd", "combine", "topk_select", OEL])
+def test_a_teacher_inside_the_trainer_is_refused_with_the_reason(launch, variant):
+    """Upstream's OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=megatron (here also 'trainer'): THUDM/slime's built-in
+    Megatron OPD scores the student's own prompt, not the hinted one, so the launch refuses instead of
+    training an unhinted teacher under the variant's name; the server teacher (inference) runs."""
+    for value in ("trainer", "megatron"):
+        run = launch(variant, OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=value)
+        assert run.rc != 0 and "refuses to run" in run.err and "--opd-type megatron" in run.err, run.err
+        assert "student's own tokens" in run.err and "TEACHER_URL" in run.err
+    assert launch(variant, OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="inference").rc == 0
+    bad = launch(variant, OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="gpu")
+    assert bad.rc != 0 and "OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=gpu: one of" in bad.err
+
+
+def test_upstream_oel_variables_are_named_with_what_replaces_them(launch):
+    run = launch(OEL, OPENCLAW_OEL_SESSION_EXPERIENCE="0", TRAIN_STEPS="10")
+    assert run.rc == 0, run.err
+    assert "OPENCLAW_OEL_SESSION_EXPERIENCE (upstream's OEL script) is ignored" in run.err and "accumulate" in run.err
+    assert "TRAIN_STEPS (upstream's OEL script) is ignored" in run.err
+    assert "(upstream's OEL script)" not in launch("opd", TRAIN_STEPS="10").err  # only the OEL script names them
 
 
 @pytest.mark.parametrize(("env", "says"), [

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from openclaw_rl.modes import launch_variant
 from openclaw_rl.servers import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -91,7 +92,7 @@ def tiny_model_args(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Pa
 
 
 def _run(target: SlimeTarget, variant: str, tp: int, tmp_path: Path, tiny_model_dir: Path, model_args: Path,
-         port: int) -> dict:
+         port: int, extra: tuple[str, ...] = ()) -> dict:
     env = {**os.environ, "DRY_RUN": "1", "SLIME_DIR": target.slime_dir, "MEGATRON_DIR": target.megatron_dir,
            "PYTHON": target.python,
            "PYTHONPATH": str(STUBS), "RUN_DIR": str(tmp_path / "run"), "SAVE_CKPT": str(tmp_path / "ckpt"),
@@ -101,7 +102,7 @@ def _run(target: SlimeTarget, variant: str, tp: int, tmp_path: Path, tiny_model_
            "PORT": str(free_port()), "PRM_PORT": str(free_port()),  # the driver's proxy and scripted judge
            # 1.0: the teacher's log-probs are then not temperature-rescaled, so they can be checked exactly
            "ROLLOUT_TEMPERATURE": "1.0"}
-    dry = subprocess.run(["bash", str(REPO_ROOT / "scripts" / f"run_qwen3_4b_openclaw_{variant}.sh")], env=env,
+    dry = subprocess.run(["bash", str(REPO_ROOT / "scripts" / launch_variant(variant)[1].script), *extra], env=env,
                          capture_output=True, text=True, timeout=300, check=False)
     assert dry.returncode == 0, dry.stderr
     assert "cannot run" not in dry.stderr and "cannot check the Slime" not in dry.stderr, dry.stderr
@@ -117,17 +118,23 @@ def _run(target: SlimeTarget, variant: str, tp: int, tmp_path: Path, tiny_model_
     return json.loads(result.read_text())
 
 
+OEL = "qwen3_1.7b_oel_online"  # scripts/run_qwen3_1.7b_openclaw_oel_online.sh (mode oel)
 EXPECTED = {  # what Slime itself decides for each script's flags
     "rl": {"loss_type": "policy_loss", "loss_keys": {"pg_loss", "ppo_kl"}},
     "opd": {"loss_type": "policy_loss", "loss_keys": {"pg_loss", "ppo_kl"}},
     "opd_topk": {"loss_type": "custom_loss", "loss_keys": {"kl_loss", "teacher_invalid_frac"}},
     "combine": {"loss_type": "custom_loss", "loss_keys": {"pg_loss", "ppo_kl"}},
+    "topk_select": {"loss_type": "custom_loss", "loss_keys": {"pg_loss", "opd_loss", "distill_subset_size"}},
+    OEL: {"loss_type": "custom_loss", "loss_keys": {"kl_loss", "teacher_invalid_frac"}},
 }
 # Whether Slime recomputes the old log-probs before the loss. THUDM/slime skips it for one step per rollout
 # with its built-in loss and no KL (rl, opd: OPD must not depend on it); the bundled Slime recomputes them
 # unless --use-rollout-logprobs. opd_topk disables advantages, so neither recomputes.
-RECOMPUTED = {"thudm": {"rl": [], "opd": [], "opd_topk": [], "combine": ["old"]},
-              "bundled": {"rl": ["old"], "opd": ["old"], "opd_topk": [], "combine": ["old"]}}
+# topk_select: a custom loss with advantages on, like combine; OEL disables advantages, like opd_topk.
+RECOMPUTED = {"thudm": {"rl": [], "opd": [], "opd_topk": [], "combine": ["old"], "topk_select": ["old"], OEL: []},
+              "bundled": {"rl": ["old"], "opd": ["old"], "opd_topk": [], "combine": ["old"], "topk_select": ["old"],
+                          OEL: []}}
+TOPK = ("opd_topk", "topk_select", OEL)  # the variants whose samples carry the teacher's top-K
 # Token-level OPD's advantage: THUDM/slime's custom advantage hook, the bundled Slime's own OPD estimator.
 OPD_ESTIMATOR = {"thudm": "grpo", "bundled": "on_policy_distillation"}
 PORTS = iter(range(29700, 29900))
@@ -161,9 +168,12 @@ def test_variant_trains_through_slimes_own_code_at_tp1(results_tp1, slime, varia
         assert got["parsed"]["advantage_estimator"] == OPD_ESTIMATOR[slime], got["parsed"]
     assert len(got["losses"]) == 1 and want["loss_keys"] <= set(got["losses"][0]), got["losses"]
     assert got["grad_finite"] and got["grad_abs_sum"] > 1e-6, got["grad_abs_sum"]  # a real gradient, not rounding
+    # the pass line the check prints (scripts/check_slime_cpu.sh runs with -rP): what Slime trained on
+    print(f"[slime-cpu] {slime} {variant} TP=1: loss_type {got['parsed']['loss_type']}, recomputed "
+          f"{got['recomputed']}, losses {_fmt(got['losses'][0])}, |grad| sum {got['grad_abs_sum']:.6g}")
     if variant != "rl":
         assert got["teacher_dims"] == [1], "Slime's rollout metrics must see per-token teacher log-probs"
-    if variant == "opd_topk":  # the bundled Slime forwards the top-K itself; THUDM/slime gets it packed
+    if variant in TOPK:  # the bundled Slime forwards the top-K itself; THUDM/slime gets it packed
         assert ("teacher_topk_log_probs" in got["rollout_data_keys"]) == (slime == "bundled"), got["rollout_data_keys"]
 
 
@@ -175,25 +185,60 @@ def test_slimes_rollout_manager_gets_exact_judged_turns_from_our_rollout_functio
     checks = rollout["checks"]
     assert rollout["n_samples"] == len(checks) == 4, rollout  # ROLLOUT_BATCH_SIZE
     assert all(c["tokens_exact"] and c["log_probs_exact"] for c in checks), checks  # what the policy sampled
+    if variant == OEL:  # every turn of an ended session is distilled: two sessions of two turns each
+        assert sorted(c["turn"] for c in checks) == [1, 1, 2, 2], checks
+        # the teacher scored the sampled tokens with the session's extracted experience in its prompt
+        assert all(c["teacher_is_hinted"] and c["has_topk"] for c in checks), checks
+        return
     assert all(c["turn"] == 1 for c in checks), checks  # the turn the follow-up is the next state of
     for c in checks:
         happy = c["follow_up"].startswith("thanks")
-        if variant in ("rl", "combine"):
+        if variant in ("rl", "combine", "topk_select"):
             assert c["reward"] == (1.0 if happy else -1.0), c  # the judge's vote on the next state
         if variant == "rl":
             assert not (c["teacher_is_hinted"] or c["teacher_is_rollout"]), c
-        elif happy:  # combine without a hint: no distillation signal (teacher = old log-probs)
+        elif happy:  # combine (and topk_select) without a hint: no distillation signal (teacher = old log-probs)
             assert c["teacher_is_rollout"], c
         else:  # the teacher scored the sampled tokens with the judge's hint in its prompt
             assert c["teacher_is_hinted"], c
-        assert c["has_topk"] == (variant == "opd_topk"), c
+        assert c["has_topk"] == (variant in TOPK), c
 
 
-@pytest.mark.parametrize("variant", ["combine", "opd_topk"])
+@pytest.mark.parametrize("variant", ["combine", "opd_topk", "topk_select", OEL])
 @pytest.mark.parametrize("slime", _targets())
 def test_tp2_on_two_gloo_ranks_equals_tp1(results_tp1, tmp_path, tiny_model_dir, tiny_model_args, slime, variant):
     got = _run(TARGETS[slime], variant, 2, tmp_path, tiny_model_dir, tiny_model_args, next(PORTS))
     assert got["tp_group_size"] == 2 and got["parsed"]["tensor_model_parallel_size"] == 2
     assert got["grad_finite"] and got["grad_abs_sum"] > 1e-6, got["grad_abs_sum"]  # a real gradient, not rounding
-    for key, value in results_tp1[slime, variant]["losses"][0].items():
+    tp1 = results_tp1[slime, variant]["losses"][0]
+    for key, value in tp1.items():
         assert got["losses"][0][key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+    diff = max(abs(got["losses"][0][k] - v) for k, v in tp1.items())
+    print(f"[slime-cpu] {slime} {variant} TP=2 (2 gloo ranks): losses {_fmt(got['losses'][0])}, "
+          f"max |loss diff| vs TP=1 {diff:.3g} over {len(tp1)} values, |grad| sum (rank 0) {got['grad_abs_sum']:.6g}")
+
+
+def _fmt(losses: dict[str, float]) -> str:
+    return "{" + ", ".join(f"{k} {v:.6g}" for k, v in sorted(losses.items())) + "}"
+
+
+@pytest.mark.parametrize("slime", [p for p in _targets() if p.id == "thudm"])  # the bundled Slime has no --use-opd
+def test_slimes_megatron_opd_teacher_scores_the_students_own_prompt_not_the_hinted_one(tmp_path, tiny_model_dir,
+                                                                                       tiny_model_args, slime):
+    """Why the launch refuses OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=trainer (launch/refusals.py), shown through
+    THUDM/slime's own code: the opd script plus --use-opd --opd-type megatron --opd-teacher-load. Slime swaps
+    the teacher's weights in (a second table here), runs them over the Sample's own tokens, and replaces the
+    hinted teacher log-probs the Sample carried with that result."""
+    teacher_dir = tmp_path / "teacher"
+    teacher_dir.mkdir()
+    got = _run(TARGETS[slime], "opd", 1, tmp_path, tiny_model_dir, tiny_model_args, next(PORTS),
+               extra=("--use-opd", "--opd-type", "megatron", "--opd-teacher-load", str(teacher_dir)))
+    assert got["parsed"]["use_opd"] and got["parsed"]["opd_type"] == "megatron", got["parsed"]
+    assert got["recomputed"] == ["teacher_", "old"], got["recomputed"]  # Slime's teacher pass, then the old policy
+    assert all(c["teacher_is_hinted"] for c in got["rollout"]["checks"]), got["rollout"]  # what the Sample carried
+    report = got["megatron_teacher"]
+    assert report["n"] == 4 and report["vs_own_tokens"] < 1e-5, report  # the teacher on the student's own prompt
+    assert report["vs_sample"] > 0.1 and report["sample_vs_own_tokens"] > 0.1, report  # the hinted one is gone
+    print(f"[slime-cpu] {slime} opd + --use-opd --opd-type megatron TP=1: Slime's teacher_log_probs vs the teacher "
+          f"on Sample.tokens max |diff| {report['vs_own_tokens']:.3g}; vs the hinted teacher the Sample carried "
+          f"{report['vs_sample']:.3g} ({report['n']} samples)")
