@@ -1,15 +1,18 @@
 """Several nodes on one CPU machine: the launch plan's own ``ray start`` commands make a Ray cluster of several
 nodes (one ``ray start`` per node, each on its own loopback address 127.0.0.k, k >= 2, with its declared GPUs;
-Ray replaces 127.0.0.1 itself by the machine's address), and
-Slime's own placement-group, actor-group and engine-placement code places the plan's actor and rollout engines
-on it (``multinode_driver.py``). Checked: every actor rank and engine lands where the plan's layout says
+Ray replaces 127.0.0.1 itself by the machine's address), and Slime's own placement-group, actor-group and
+engine-placement code places the plan's actor and rollout engines on it (``multinode_driver.py``). Checked: every actor rank and engine lands where the plan's layout says
 (``openclaw_rl.launch.layout``), no Megatron TP group or SGLang engine spans two nodes, rank 0's address is the
 master address, and each engine is given the host of the node it runs on. And, for a layout the plan refuses,
 that Slime's code really gives an engine another node's host.
 
-Heavy (a few Ray nodes, ~40 Ray worker processes): it runs with the Slime CPU check's settings
-(``scripts/check_slime_cpu.sh`` sets them): ``OPENCLAW_SLIME_DIR`` (THUDM/slime) and ``OPENCLAW_SLIME_PYTHON`` (a
-Python with Ray); skipped with the reason otherwise. What it does not do: run ``ray job submit`` (the minimal
+Heavy (a few Ray nodes, ~40 Ray worker processes, minutes): it runs with the Slime CPU check's variables,
+``OPENCLAW_SLIME_DIR`` (THUDM/slime) and ``OPENCLAW_SLIME_PYTHON`` (a Python with Ray: the check's
+``.cache/slime-cpu-venv``), and is skipped with the reason otherwise (Megatron is not needed)::
+
+    OPENCLAW_SLIME_DIR=../slime OPENCLAW_SLIME_PYTHON=.cache/slime-cpu-venv/bin/python \
+        .venv/bin/python -m pytest -n 0 tests/slime_plugins/test_multinode_cpu.py -rs
+ What it does not do: run ``ray job submit`` (the minimal
 ``ray`` package has no dashboard; the driver connects with ``ray.init``), start SGLang or Megatron.
 """
 
@@ -18,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -71,22 +73,30 @@ class Cluster:
         # the simulated nodes share this machine's cores: each declares CPUs for its GPU bundles (Slime asks 1 each)
         extra = ["--num-cpus", str(gpus_per_node + 2)]
         self._start(self.head["OC_RAY_CMD"] + extra, {**ray_env, "CUDA_VISIBLE_DEVICES": self.head["OC_RAY_DEVICES"]}, "head")
-        deadline = time.monotonic() + 180
-        while True:  # the workers need the head's GCS
-            try:
-                socket.create_connection((env["MASTER_ADDR"], int(env["RAY_PORT"])), timeout=2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, (tmp_path / "head.log").read_text()[-3000:]
-                time.sleep(1)
-        for k, ip in enumerate(ips, start=1):
+        for k, ip in enumerate(ips, start=1):  # one at a time: each must register while the machine is loaded
             worker = _plan(tmp_path, {**env, "NODE_IP": ip}, k)
             self._start(worker["OC_RAY_CMD"] + extra, {**ray_env, "CUDA_VISIBLE_DEVICES": worker["OC_RAY_DEVICES"]},
                         f"worker{k}")
 
     def _start(self, cmd: list[str], env: dict[str, str], name: str) -> None:
-        log = open(self.tmp_path / f"{name}.log", "w")  # noqa: SIM115 (closed with the process)
-        self.groups.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        """Start one node and wait for its own "Ray runtime started." line. Ray gives a node 30 s to register
+        with the head (a constant in ray/_private/node.py): on a loaded 2-core machine that can pass, and the
+        node exits saying so; it is then started again, twice at most."""
+        for attempt in range(3):
+            path = self.tmp_path / f"{name}-{attempt}.log"
+            with path.open("w") as log:
+                proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.groups.append(proc)
+            deadline = time.monotonic() + 300
+            while "Ray runtime started." not in path.read_text():
+                if proc.poll() is not None:
+                    break
+                assert time.monotonic() < deadline, path.read_text()[-3000:]
+                time.sleep(1)
+            else:
+                return
+            assert "timed out during startup" in path.read_text(), path.read_text()[-3000:]
+        raise AssertionError(f"{name} did not start in 3 attempts: {path.read_text()[-3000:]}")
 
     def place(self, plan: dict, num_nodes: int) -> dict:
         plan_path, result = self.tmp_path / "plan.json", self.tmp_path / "result.json"
