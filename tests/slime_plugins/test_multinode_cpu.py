@@ -40,7 +40,8 @@ PYTHON = os.environ.get("OPENCLAW_SLIME_PYTHON", "")
 
 def _skip_reason() -> str | None:
     if not (SLIME_DIR and PYTHON):
-        return "set OPENCLAW_SLIME_DIR (THUDM/slime) and OPENCLAW_SLIME_PYTHON (a Python with Ray): scripts/check_slime_cpu.sh does"
+        return ("set OPENCLAW_SLIME_DIR (THUDM/slime) and OPENCLAW_SLIME_PYTHON (a Python with Ray, e.g. the CPU "
+                "check's .cache/slime-cpu-venv): see this module's docstring")
     probe = subprocess.run([PYTHON, "-c", "import ray, slime.ray.placement_group, slime.ray.rollout"],
                            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(STUBS), str(REPO_ROOT), SLIME_DIR])},
                            capture_output=True, text=True, timeout=300, check=False)
