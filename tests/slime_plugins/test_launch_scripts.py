@@ -644,6 +644,19 @@ def test_a_worker_node_only_joins_the_heads_ray_cluster(stubbed):
     assert not (stubs / "judge.start").exists() and not (stubs / "submit.args").exists()
 
 
+def test_an_existing_ray_cluster_is_joined_not_started(stubbed):
+    """RAY_ADDRESS: nothing is started here (no Ray head, no judge: PRM_URL); the job goes to that cluster's
+    dashboard, the key stays in the environment."""
+    run = stubbed("rl", RAY_ADDRESS="http://10.0.0.1:8265", PRM_URL="http://judge:1", NUM_NODES="2",
+                  GPUS_PER_NODE="8", ACTOR_GPUS="8", ROLLOUT_GPUS="8", SGLANG_API_KEY="k3y")
+    assert run.rc == 0, run.err
+    stubs = stubbed.stub_dir
+    assert not (stubs / "ray.start").exists() and not (stubs / "judge.start").exists()
+    submitted = (stubs / "submit.args").read_text().split("\n")
+    assert submitted[submitted.index("--address") + 1] == "http://10.0.0.1:8265" and "k3y" not in "".join(submitted)
+    assert "waiting for Ray cluster at http://10.0.0.1:8265/api/version" in run.err
+
+
 def test_a_failed_job_returns_its_status(stubbed):
     run = stubbed("rl", STUB_JOB_RC="3")
     assert run.rc == 3 and "ended with status 3" in run.err
