@@ -8,8 +8,10 @@
 # (MEGATRON_COMMIT), with docker/patch/latest/megatron*.patch applied, as Slime's image does.
 # BUNDLED_*: optionally, the slime/ and Megatron-LM/ trees shipped in Gen-Verse/OpenClaw-RL, as they are;
 # the same tests then run against that Slime too. Either pair may be '-' '-' to skip it. Slime's Python
-# dependencies that install on CPU (ray, psutil, six, triton, requests) go into a venv under /tmp
-# (CHECK_VENV) that reuses this project's .venv for everything else; nothing is installed in the repository.
+# dependencies that install on CPU (ray, psutil, six, triton, requests) go into a venv of this checkout,
+# CHECK_VENV [.cache/slime-cpu-venv, git-ignored], that reuses this project's .venv (run scripts/setup.sh
+# first) for everything else. OPENCLAW_CHECK_PORTS [29700-29899]: the range the check's servers listen in.
+# Getting the checkouts (the Megatron pin and patches) and what runs: docs/deployment.md (CPU integration check).
 # Each passing test prints its numbers ([slime-cpu] lines: losses, max |loss diff| of TP=2 vs TP=1). A subset:
 # PYTEST_ADDOPTS='-k topk_select' (pytest reads it).
 set -euo pipefail
@@ -29,7 +31,7 @@ for dir in "${MEGATRON_DIR}" "${BUNDLED_MEGATRON_DIR}"; do
 done
 BASE_PYTHON="${REPO_ROOT}/.venv/bin/python"
 [[ -x ${BASE_PYTHON} ]] || { echo "run scripts/setup.sh first (needs ${BASE_PYTHON})" >&2; exit 2; }
-CHECK_VENV=${CHECK_VENV:-/tmp/openclaw_slime_cpu_venv}
+CHECK_VENV=${CHECK_VENV:-${REPO_ROOT}/.cache/slime-cpu-venv}  # this checkout's own (it was one shared /tmp path)
 [[ -x ${CHECK_VENV}/bin/python ]] || "${BASE_PYTHON}" -m venv "${CHECK_VENV}"
 # Rewritten every time: a venv left by another checkout of this repository would point at its .venv.
 site=$("${BASE_PYTHON}" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

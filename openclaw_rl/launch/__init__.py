@@ -7,6 +7,9 @@ and the variant's entry in the mode registry (``modes.LaunchVariant``):
 - ``run_config``: the run config (``$RUN_DIR/openclaw_<mode>.yaml``) through ``config.Settings``;
 - ``script``: the scripts' own variables (GPU split, tensor-parallel sizes, paths, tools, Slime features);
 - ``slime_args``: the judge server, Ray head and ``ray job submit`` command lines with Slime's flags;
+- ``layout``: where Slime's placement group puts the actor ranks and engines over several nodes, and the
+  layouts that cannot work;
+- ``memory``: TP, context parallelism and tokens per GPU for long samples, with the arithmetic;
 - ``plan``: ``python -m openclaw_rl.launch plan <variant>``, which the scripts ``eval``.
 """
 

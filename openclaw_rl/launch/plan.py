@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..config import is_loopback
 from ..modes import launch_variant
 from . import refusals, run_config, script, slime_args
 from .script import Console, ScriptSettings
@@ -66,6 +67,26 @@ def worker_text(s: ScriptSettings, c: Commands) -> str:
         "", "# --- on exit: stop the process group of the Ray worker (started by this script), nothing else ---"])
 
 
+def nodes_text(s: ScriptSettings) -> list[str]:
+    """Several nodes: who starts what, where Slime puts each actor rank and engine, who reaches the proxy."""
+    if s.ray_address:
+        head = (f"# nodes: NUM_NODES={s.num_nodes} x GPUS_PER_NODE={s.gpus_per_node} of the existing Ray cluster "
+                f"{s.ray_address} (RAY_ADDRESS): nothing is started here but the job; the judge is PRM_URL")
+    else:
+        head = (f"# nodes: NUM_NODES={s.num_nodes} x GPUS_PER_NODE={s.gpus_per_node}; this is the head (NODE_RANK=0): judge "
+                f"and Ray head here; start the others with NODE_RANK=1..{s.num_nodes - 1} MASTER_ADDR={s.master_addr} "
+                "(and NODE_IP=<their address> where Ray's guess is wrong)")
+    actor_nodes, per_node = s.actor_nodes
+    out = [head, f"# Slime: --actor-num-nodes {actor_nodes} --actor-num-gpus-per-node {per_node} --rollout-num-gpus "
+           f"{s.rollout_gpus} (the total over all nodes) --num-gpus-per-node {s.gpus_per_node}", *s.layout_lines]
+    if s.num_nodes > 1:
+        reach = (f"reachable from every node and client at <that node>:{s.proxy['port']}" if not is_loopback(s.proxy["host"])
+                 else "on 127.0.0.1 of that node only (PROXY_HOST=0.0.0.0 with SGLANG_API_KEY makes it reachable)")
+        out.append(f"# proxy: inside Slime's RolloutManager, a Ray actor that Ray may place on any node; it binds "
+                   f"{s.proxy['host']}: {reach}; its log names the node. The judge listens on {s.judge_url}")
+    return out
+
+
 def plan_text(s: ScriptSettings, c: Commands, config_text: str, env: Mapping[str, str]) -> str:
     if s.node_rank > 0:
         return worker_text(s, c)
@@ -79,10 +100,10 @@ def plan_text(s: ScriptSettings, c: Commands, config_text: str, env: Mapping[str
     out = [
         f"# {s.variant.run_name}: mode {s.mode.name}, {s.variant.trains}",
         f"# GPUs: ACTOR_GPUS={s.actor_gpus} + ROLLOUT_GPUS={s.rollout_gpus} (SGLang TP {s.tp}) + PRM_GPUS={s.prm_gpus} "
-        f"of NUM_GPUS={s.num_gpus}; Ray gets GPU(s) {s.ray_devices}",
-        *([f"# nodes: NUM_NODES={s.num_nodes} x GPUS_PER_NODE={s.gpus_per_node}; this is the head (NODE_RANK=0): judge "
-           f"and Ray head here (Slime places actor and rollout over the nodes' Ray GPUs); start the others with NODE_RANK=1..{s.num_nodes - 1} "
-           f"MASTER_ADDR={s.master_addr}"] if s.num_nodes > 1 else []),
+        f"of NUM_GPUS={s.num_gpus}; "
+        + (f"Ray gets GPU(s) {s.ray_devices}" if not s.ray_address else "Ray: the existing cluster's GPUs"),
+        *(nodes_text(s) if s.num_nodes > 1 or s.ray_address else []),
+        *s.memory_lines,
         *([f"# judge: {s.judge_url}, {judge}", f"# teacher: external SGLang server {env['TEACHER_URL']} (TEACHER_URL; "
            "not started or stopped by this script)"] if env.get("TEACHER_URL") and s.mode.needs_teacher
           else [f"# judge/teacher: {s.judge_url}, {judge}"]),
@@ -102,9 +123,12 @@ def plan_text(s: ScriptSettings, c: Commands, config_text: str, env: Mapping[str
                 f"CUDA_VISIBLE_DEVICES={s.judge_devices} setsid {join(c.judge)}"]
     else:
         out += ["", f"# --- 1. judge/teacher: external, health-checked at {s.judge_url}/health ---"]
-    out += ["", f"# --- 2. private Ray head (log: {s.run_dir}/ray.log), cwd {s.slime_dir} ---",
-            f"CUDA_VISIBLE_DEVICES={s.ray_devices} setsid {join(c.ray)}",
-            "", "# --- 3. training job ---", train_text(s, c),
+    if s.ray_address:
+        out += ["", f"# --- 2. existing Ray cluster {s.ray_address} (RAY_ADDRESS): not started or stopped by this script ---"]
+    else:
+        out += ["", f"# --- 2. private Ray head (log: {s.run_dir}/ray.log), cwd {s.slime_dir} ---",
+                f"CUDA_VISIBLE_DEVICES={s.ray_devices} setsid {join(c.ray)}"]
+    out += ["", "# --- 3. training job ---", train_text(s, c),
             "", "# --- on exit: stop the process groups of 1 and 2 (started by this script), nothing else ---"]
     return "\n".join(out)
 
@@ -143,6 +167,15 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
     s.proxy = {k.removeprefix("proxy_"): str(values[k]) for k in (
         "proxy_host", "proxy_port", "proxy_served_model_name", "proxy_tool_parser", "proxy_rollout_temperature")}
     script.check_ports(s)
+    secrets_here = [k for k in SECRETS if env.get(k)]
+    if s.ray_address and secrets_here:
+        console.warn(f"RAY_ADDRESS: {', '.join(secrets_here)} set here do not reach the job, which runs on the existing "
+                     "cluster's head in the environment of its `ray start`: export them there. They are never put on the "
+                     "job's command line or in its runtime env (both are visible to anyone who can list Ray's jobs)")
+    if s.num_nodes > 1 and s.node_rank == 0 and is_loopback(s.proxy["host"]):
+        console.warn(f"NUM_NODES={s.num_nodes}: the proxy runs in Slime's RolloutManager, which Ray may place on any node; "
+                     f"PROXY_HOST={s.proxy['host']} is reachable only from that node (PROXY_HOST=0.0.0.0 with "
+                     "SGLANG_API_KEY reaches it from every node)")
     commands = slime_args.build(s, extra, console, cwd)
     if dry_run and s.run_dir_default:  # a look at the plan leaves no file in the repository
         console.log(f"dry run: the run config is printed below, not written to {s.config_path} (a real launch "
@@ -160,7 +193,7 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
         "OC_JUDGE_URL": s.judge_url, "OC_PROXY_URL": proxy_url(s), "OC_JUDGE_DEVICES": s.judge_devices, "OC_RAY_DEVICES": s.ray_devices,
         "OC_ENV": [f"{k}={val}" for k, val in slime_args.exports(s)],
         "OC_JUDGE_CMD": commands.judge, "OC_RAY_CMD": commands.ray, "OC_TRAIN_CMD": commands.train,
-        "OC_NODE_RANK": str(s.node_rank),
+        "OC_NODE_RANK": str(s.node_rank), "OC_RAY_ADDRESS": s.ray_address,
         "OC_PLAN": plan_text(s, commands, config_text, env) if dry_run else "",
     }
 

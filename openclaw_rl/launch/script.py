@@ -122,6 +122,15 @@ class ScriptSettings:
     user_pythonpath: str
     cuda_visible_devices: str
     num_nodes: int = 1  # NUM_NODES: nodes of the one Ray cluster (check_nodes says what is supported)
+    ray_address: str = ""  # RAY_ADDRESS: an existing Ray cluster's dashboard (http://host:8265): joined, not started
+    node_ip: str = ""  # NODE_IP: this node's address for Ray (--node-ip-address; a worker's default: Ray's guess)
+    single_host_nodes: bool = False  # SINGLE_HOST_NODES: several Ray nodes of one machine on loopback addresses
+    train_tp_set: bool = True  # TRAIN_TP given (else chosen with the context parallelism: launch/memory.py)
+    context_parallel: int = 0  # CONTEXT_PARALLEL (0: chosen)
+    max_tokens_set: bool = True  # MAX_TOKENS_PER_GPU given (else chosen)
+    gpu_memory_gb: float = 80.0  # GPU_MEMORY_GB: each actor GPU's memory, for the estimate
+    memory_lines: tuple[str, ...] = ()  # the printed arithmetic (slime_args.build)
+    layout_lines: tuple[str, ...] = ()  # the printed node layout (slime_args.build)
     gpus_per_node: int = 0  # GPUS_PER_NODE [NUM_GPUS / NUM_NODES]
     node_rank: int = 0  # NODE_RANK: 0 = the head (judge, Ray head, job); others only join Ray
     opd_advantage: str = "auto"  # check_slime_features
@@ -137,6 +146,18 @@ class ScriptSettings:
         if self.num_nodes == 1:
             return self.actor_gpus + self.rollout_gpus
         return self.gpus_per_node - (self.prm_gpus if self.node_rank == 0 else 0)
+
+    @property
+    def head_ray_gpus(self) -> int:
+        """The GPUs the head node gives Ray (several nodes; an existing cluster: all of them, the judge is PRM_URL)."""
+        return self.gpus_per_node - (0 if self.ray_address else self.prm_gpus)
+
+    @property
+    def actor_nodes(self) -> tuple[int, int]:
+        """Slime's ``--actor-num-nodes`` and ``--actor-num-gpus-per-node`` (their product is what Slime places)."""
+        if self.num_nodes > 1 and self.actor_gpus > self.gpus_per_node and self.actor_gpus % self.gpus_per_node == 0:
+            return self.actor_gpus // self.gpus_per_node, self.gpus_per_node
+        return 1, self.actor_gpus
 
     @property
     def config_path(self) -> str:  # the run config Slime's --custom-config-path names
@@ -198,6 +219,8 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
     tp = uint("TP", v.tp, 1)
     prm_tp = uint("PRM_TP", tp, 1)
     train_tp = 0 if v.lora else uint("TRAIN_TP", v.train_tp or min(actor_gpus, 4), 1)
+    context_parallel = uint("CONTEXT_PARALLEL", 0, 0, 64)
+    gpu_memory_gb = float(number("GPU_MEMORY_GB", 80, above=0))
 
     slime_dir = absolute(get("SLIME_DIR", cwd))
     megatron_dir = get("MEGATRON_DIR")
@@ -234,7 +257,7 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
         openclaw_config=absolute(get("OPENCLAW_CONFIG", f"{repo_root}/configs/openclaw_{mode.name}.yaml")),
         model_args_file=absolute(get("MODEL_ARGS_FILE")), context_length=context_length, prm_port=prm_port,
         mem_fraction_static=mem_fraction, prm_mem_fraction=prm_mem_fraction,
-        judge_url=prm_url or f"http://127.0.0.1:{prm_port}", rollout_batch_size=ints["ROLLOUT_BATCH_SIZE"], lr=lr,
+        judge_url=prm_url or f"http://{get('MASTER_ADDR', '127.0.0.1') if num_nodes > 1 else '127.0.0.1'}:{prm_port}", rollout_batch_size=ints["ROLLOUT_BATCH_SIZE"], lr=lr,
         save_interval=ints["SAVE_INTERVAL"], max_tokens_per_gpu=ints["MAX_TOKENS_PER_GPU"], kl_loss_coef=kl_loss_coef,
         rotary_base=ints["ROTARY_BASE"], lora_rank=ints["LORA_RANK"], lora_alpha=ints["LORA_ALPHA"],
         lora_target_modules=get("LORA_TARGET_MODULES", LORA_TARGETS), master_addr=get("MASTER_ADDR", "127.0.0.1"),
@@ -243,7 +266,11 @@ def resolve(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str, s
         ray_start_timeout=ray_start_timeout, judge_startup_timeout=judge_startup_timeout,
         use_wandb=switch(env, "USE_WANDB", True), wandb_project=get("WANDB_PROJECT", "openclaw_rl"),
         wandb_key_set=bool(get("WANDB_KEY") or get("WANDB_API_KEY")), user_pythonpath=get("PYTHONPATH"),
-        cuda_visible_devices=get("CUDA_VISIBLE_DEVICES"), run_dir_default=not env.get("RUN_DIR"))
+        cuda_visible_devices=get("CUDA_VISIBLE_DEVICES"), run_dir_default=not env.get("RUN_DIR"),
+        ray_address=get("RAY_ADDRESS").rstrip("/"), node_ip=get("NODE_IP"),
+        single_host_nodes=switch(env, "SINGLE_HOST_NODES", False), train_tp_set=bool(env.get("TRAIN_TP")),
+        context_parallel=context_parallel, max_tokens_set=bool(env.get("MAX_TOKENS_PER_GPU")),
+        gpu_memory_gb=gpu_memory_gb)
 
 
 def check_split(s: ScriptSettings, console: Console) -> None:
@@ -283,26 +310,39 @@ def check_split(s: ScriptSettings, console: Console) -> None:
 
 
 def check_nodes(s: ScriptSettings) -> None:
-    """NUM_NODES > 1, the minimum upstream's ``*_2nodes.sh`` layout needs: one Ray cluster over the nodes, the
-    actor flags as upstream (``--actor-num-nodes 1 --actor-num-gpus-per-node ACTOR_GPUS``, so ACTOR_GPUS <=
-    GPUS_PER_NODE; which GPUs it lands on is Slime's placement, unchecked), the judge/teacher server on the head node
-    outside Ray, rollout engines where Ray places them. Not supported: an actor over several nodes, a judge
-    off the head node (use PRM_URL), per-node CUDA_VISIBLE_DEVICES other than the same list on every node."""
+    """NUM_NODES > 1: one Ray cluster over the nodes, started by this script (node 0: the judge/teacher server
+    outside Ray, the Ray head and the job; the others join with all their GPUs) or an existing one
+    (RAY_ADDRESS; the judge then is PRM_URL). Every Ray GPU is used (Slime's PACK placement group over fewer
+    GPUs than Ray has would choose the nodes itself); where the actor ranks and engines land and whether a TP
+    group spans nodes: ``launch/layout.py`` (checked in ``slime_args.build``, once TRAIN_TP is known)."""
+    if s.ray_address:
+        if not re.fullmatch(r"https?://[^/\s?#]+", s.ray_address):
+            raise LaunchError(f"RAY_ADDRESS must be the existing Ray cluster's dashboard, http://host:8265 (what "
+                              f"`ray job submit --address` takes), got '{s.ray_address}'")
+        if not s.prm_url:
+            raise LaunchError("RAY_ADDRESS joins an existing Ray cluster, whose GPUs this script does not manage: run "
+                              "the judge/teacher as its own SGLang server and set PRM_URL=http://host:port (PRM_GPUS=0)")
+        if s.node_rank:
+            raise LaunchError("RAY_ADDRESS: the cluster is up already, there is no node to join; unset NODE_RANK")
     if s.num_nodes == 1:
         return
     if s.num_gpus != s.num_nodes * s.gpus_per_node:
         raise LaunchError(f"NUM_GPUS={s.num_gpus} must be NUM_NODES x GPUS_PER_NODE = {s.num_nodes} x "
                           f"{s.gpus_per_node} with NUM_NODES > 1")
-    if s.actor_gpus > s.gpus_per_node:
-        raise LaunchError(f"ACTOR_GPUS={s.actor_gpus} does not fit on one node of GPUS_PER_NODE={s.gpus_per_node}: "
-                          "Slime is given --actor-num-nodes 1 --actor-num-gpus-per-node ACTOR_GPUS; a multi-node actor is not "
-                          "supported yet")
     if s.prm_gpus >= s.gpus_per_node:
         raise LaunchError(f"PRM_GPUS={s.prm_gpus} must leave Ray at least one GPU on the head node "
                           f"(GPUS_PER_NODE={s.gpus_per_node}); or run the judge elsewhere (PRM_URL)")
-    if is_loopback(s.master_addr):
+    ray_total = s.num_nodes * s.gpus_per_node - (0 if s.ray_address else s.prm_gpus)
+    if s.actor_gpus + s.rollout_gpus != ray_total:
+        raise LaunchError(
+            f"too few or too many GPUs for the nodes: Ray gets NUM_NODES x GPUS_PER_NODE - PRM_GPUS = {s.num_nodes} x "
+            f"{s.gpus_per_node} - {0 if s.ray_address else s.prm_gpus} = {ray_total} GPUs, but ACTOR_GPUS + "
+            f"ROLLOUT_GPUS = {s.actor_gpus} + {s.rollout_gpus} = {s.actor_gpus + s.rollout_gpus}. ROLLOUT_GPUS is "
+            f"the total over all nodes (not per node): set ROLLOUT_GPUS={ray_total - s.actor_gpus} (Slime's placement "
+            "group must take every Ray GPU, or it chooses the nodes itself)")
+    if is_loopback(s.master_addr) and not s.ray_address and not s.single_host_nodes:
         raise LaunchError(f"NUM_NODES={s.num_nodes} needs MASTER_ADDR set to the head node's address that the other "
-                          f"nodes reach (got {s.master_addr})")
+                          f"nodes reach (got {s.master_addr}; SINGLE_HOST_NODES=1 for Ray nodes of one machine)")
 
 
 def check_ports(s: ScriptSettings) -> None:
@@ -370,7 +410,9 @@ def check_paths(s: ScriptSettings, console: Console) -> None:
 
 def check_tools(s: ScriptSettings, console: Console, path: str) -> None:
     nvidia_smi = shutil.which("nvidia-smi", path=path)
-    if nvidia_smi is None:
+    if s.ray_address:  # an existing cluster: this machine only submits the job
+        pass
+    elif nvidia_smi is None:
         console.fail(f"nvidia-smi not found: this script needs {s.num_gpus} NVIDIA GPU(s). Without GPUs use the "
                      "embedded stack (bash scripts/run_local.sh)")
     else:
@@ -388,6 +430,8 @@ def check_tools(s: ScriptSettings, console: Console, path: str) -> None:
 
 def assign_devices(s: ScriptSettings) -> None:
     """The GPUs Ray manages come first (actor, then rollout, in Slime's placement order), the judge's last."""
+    if s.ray_address:  # an existing cluster: this machine only submits the job
+        return
     here = s.num_gpus if s.num_nodes == 1 else s.gpus_per_node  # the GPUs of this node
     visible = s.cuda_visible_devices.split(",") if s.cuda_visible_devices else [str(i) for i in range(here)]
     if visible and visible[-1] == "":  # "0,1," lists two devices, as Bash's read does

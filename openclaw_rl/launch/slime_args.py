@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import is_loopback
+from . import layout, memory
 from .run_config import LaunchError
 from .script import Console, ScriptSettings
 
@@ -155,11 +156,16 @@ def check_extra(extra: Sequence[str]) -> None:
 def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -> Commands:
     lora = s.variant.lora
     hooks = s.mode.slime
-    # --actor-num-nodes 1 always (upstream's _2nodes script too); with NUM_NODES > 1 which GPUs the actor gets is
-    # Slime's placement (its placement group sorts the GPUs by node address and GPU id), not decided here
+    # Slime places the actor's nodes x GPUs-per-node ranks and the rollout engines itself (launch/layout.py)
     per_node = s.gpus_per_node if s.num_nodes > 1 else s.ray_gpus
-    cluster = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", str(s.actor_gpus), "--rollout-num-gpus",
-               str(s.rollout_gpus), "--num-gpus-per-node", str(per_node), *(["--train-backend", "fsdp"] if lora else [])]
+    actor_nodes, actor_per_node = s.actor_nodes
+    cluster = ["--actor-num-nodes", str(actor_nodes), "--actor-num-gpus-per-node", str(actor_per_node),
+               "--rollout-num-gpus", str(s.rollout_gpus), "--num-gpus-per-node", str(per_node),
+               *(["--train-backend", "fsdp"] if lora else [])]
+    margs = model_args(s, cwd)
+    if not lora:
+        size_for_long_samples(s, margs, console)
+    check_layout(s)
     # --load = --save: a relaunch resumes the last checkpoint (weights, optimizer, rollout id); with no
     # checkpoint there yet Slime starts from REF_LOAD / the HF checkpoint. The spool keeps every batch
     # trained after that checkpoint until the next one is written (openclaw_rl.slime_hooks.bridge).
@@ -175,7 +181,7 @@ def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -
         perf = ["--use-dynamic-batch-size", "--max-tokens-per-gpu", str(s.max_tokens_per_gpu), "--gradient-checkpointing"]
     else:
         perf = ["--tensor-model-parallel-size", str(s.train_tp), "--sequence-parallel", "--pipeline-model-parallel-size",
-                "1", "--context-parallel-size", "1", "--expert-model-parallel-size", "1",
+                "1", "--context-parallel-size", str(s.context_parallel), "--expert-model-parallel-size", "1",
                 "--expert-tensor-parallel-size", "1", "--recompute-granularity", "full", "--recompute-method", "uniform",
                 "--recompute-num-layers", "1", "--use-dynamic-batch-size", "--max-tokens-per-gpu",
                 str(s.max_tokens_per_gpu), "--log-probs-chunk-size", "1024"]
@@ -207,7 +213,6 @@ def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -
     custom = ["--custom-generate-function-path", hooks.generate, "--custom-rm-path", hooks.reward_func]
     # Our settings (openclaw_* keys, incl. the judge URL) reach the proxy through this YAML.
     openclaw = ["--custom-config-path", s.config_path]
-    margs = model_args(s, cwd)
     check_parallel_sizes(s, margs)
     groups = [cluster, margs, ckpt, rollout, optimizer, algorithm_args(s), perf, lora_args, [], sglang,
               misc, wandb, custom, openclaw, list(extra)]
@@ -218,18 +223,71 @@ def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -
                              ensure_ascii=False)
     judge = [] if s.prm_url else [
         s.python, "-m", "sglang.launch_server", "--model-path", s.prm_model_path, "--tp-size", str(s.prm_tp),
-        "--dp-size", str(s.prm_gpus // s.prm_tp), "--host", "127.0.0.1", "--port", str(s.prm_port),
+        "--dp-size", str(s.prm_gpus // s.prm_tp), "--host", judge_host(s), "--port", str(s.prm_port),
         "--mem-fraction-static", s.prm_mem_fraction, "--context-length", str(s.context_length)]
     ray = ["ray", "start", "--head", "--block", "--node-ip-address", s.master_addr, "--port", str(s.ray_port),
            "--num-gpus", str(s.ray_gpus), "--temp-dir", s.ray_temp_dir, "--dashboard-host", "127.0.0.1",
            "--dashboard-port", str(s.ray_dashboard_port), "--disable-usage-stats"]
     if s.node_rank > 0:  # another node: it only joins the head's Ray cluster with all its GPUs (common.sh)
-        judge, submit = [], []
+        judge = []
         ray = ["ray", "start", "--block", "--address", f"{s.master_addr}:{s.ray_port}", "--num-gpus", str(s.ray_gpus),
-               "--temp-dir", s.ray_temp_dir, "--disable-usage-stats"]
-    submit = ["ray", "job", "submit", "--address", f"http://127.0.0.1:{s.ray_dashboard_port}", "--runtime-env-json",
-              runtime_env, "--", s.python, f"{s.slime_dir}/train_async.py"]
+               *(["--node-ip-address", s.node_ip] if s.node_ip else []), "--temp-dir", s.ray_temp_dir,
+               "--disable-usage-stats"]
+    if s.ray_address:  # an existing cluster: nothing to start, the job goes to its dashboard
+        ray = []
+    submit = ["ray", "job", "submit", "--address", s.ray_address or f"http://127.0.0.1:{s.ray_dashboard_port}",
+              "--runtime-env-json", runtime_env, "--", s.python, f"{s.slime_dir}/train_async.py"]
     return Commands(judge, ray, submit, groups)
+
+
+def judge_host(s: ScriptSettings) -> str:
+    """One node: loopback. Several: the head's address, since Slime's RolloutManager (whose proxy calls the
+    judge) is a Ray actor that may run on any node."""
+    return s.master_addr if s.num_nodes > 1 else "127.0.0.1"
+
+
+def size_for_long_samples(s: ScriptSettings, margs: Sequence[str], console: Console) -> None:
+    """TRAIN_TP (unless set), CONTEXT_PARALLEL (unless set) and MAX_TOKENS_PER_GPU (unless set) from CONTEXT_LENGTH
+    and GPU_MEMORY_GB (launch/memory.py); the arithmetic goes into the dry run."""
+    cp_set = bool(s.context_parallel)
+    choice = memory.choose(memory.shape_from_args(margs), actor_gpus=s.actor_gpus, context=s.context_length,
+                           gpu_gb=s.gpu_memory_gb, tp=s.train_tp if s.train_tp_set else None,
+                           cp=s.context_parallel or None, max_tokens=s.max_tokens_per_gpu if s.max_tokens_set else None,
+                           tp_default=s.train_tp,
+                           node_gpus=(s.head_ray_gpus, s.gpus_per_node) if s.num_nodes > 1 else ())
+    if s.actor_gpus % (choice.tp * choice.cp):
+        raise LaunchError(f"ACTOR_GPUS={s.actor_gpus} is not a multiple of TRAIN_TP x CONTEXT_PARALLEL = {choice.tp} x "
+                          f"{choice.cp}")
+    s.train_tp, s.context_parallel, s.max_tokens_per_gpu = choice.tp, choice.cp, choice.max_tokens_per_gpu
+    how = {"TRAIN_TP": s.train_tp_set, "CONTEXT_PARALLEL": cp_set, "MAX_TOKENS_PER_GPU": s.max_tokens_set}
+    chosen = ", ".join(f"{k}={v}{'' if how[k] else ' (chosen)'}" for k, v in (
+        ("TRAIN_TP", choice.tp), ("CONTEXT_PARALLEL", choice.cp), ("MAX_TOKENS_PER_GPU", choice.max_tokens_per_gpu)))
+    s.memory_lines = (f"# long samples: CONTEXT_LENGTH={s.context_length}: {chosen}", *choice.lines)
+    if choice.warning and s.node_rank == 0:  # said once, by the head
+        console.warn(choice.warning)
+
+
+def check_layout(s: ScriptSettings) -> None:
+    """NUM_NODES > 1: where Slime puts each actor rank and engine; refused when a TP group or an engine would
+    span nodes, for any address order of the nodes (launch/layout.py)."""
+    if s.num_nodes == 1:
+        return
+    tp = s.train_tp or 1
+    if not s.variant.lora and s.train_tp_set and s.actor_gpus % tp:
+        return  # check_split refused it already
+    options = layout.layouts(s.num_nodes, s.gpus_per_node, s.head_ray_gpus, s.actor_gpus, s.rollout_gpus,
+                             0 if s.variant.lora else tp, s.tp)
+    for option in options:
+        problems = option.problems()
+        if problems:
+            where = f" when the head is node {option.head} in address order" if len(options) > 1 else ""
+            raise LaunchError(f"this layout cannot work{where}: {problems[0]}. Slime sorts its GPUs by node address and "
+                              "fills the actor first, then the rollout engines; make each node's Ray GPUs (GPUS_PER_NODE, "
+                              "minus PRM_GPUS on the head) and ACTOR_GPUS multiples of TRAIN_TP and TP, or run the judge "
+                              "elsewhere (PRM_URL) so every node gives Ray the same GPUs")
+    order = " (Slime orders nodes by address; shown with the head first" + (
+        ", every place was checked)" if len(options) > 1 else ")")
+    s.layout_lines = (f"# layout over {s.num_nodes} nodes{order}:", *options[0].lines())
 
 
 def exports(s: ScriptSettings) -> list[tuple[str, str]]:

@@ -49,7 +49,11 @@
 #   LORA_TARGET_MODULES [q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]   *_lora scripts only
 #   USE_WANDB [1] WANDB_PROJECT [openclaw_rl] WANDB_KEY / WANDB_API_KEY []
 #   NUM_NODES [v] GPUS_PER_NODE [v] NODE_RANK [0]  (NUM_NODES > 1: NUM_GPUS [NUM_NODES x GPUS_PER_NODE])   several nodes, one Ray cluster: node 0 runs the
-#                                judge, the Ray head and the job; the others only join (--actor-num-nodes 1; launch/script.py)
+#                                judge, the Ray head and the job; the others only join (layout: launch/layout.py)
+#   NODE_IP [Ray's guess] RAY_ADDRESS [] SINGLE_HOST_NODES [0]   a worker's address; an existing cluster's dashboard
+#                                (http://host:8265: joined, not started; the judge then is PRM_URL); loopback nodes
+#   CONTEXT_PARALLEL GPU_MEMORY_GB [80]   TRAIN_TP, CONTEXT_PARALLEL and MAX_TOKENS_PER_GPU, when unset, are chosen
+#                                from CONTEXT_LENGTH and GPU_MEMORY_GB (launch/memory.py; the arithmetic: DRY_RUN=1)
 #   OPENCLAW_TOPK_K [v] OPENCLAW_TOPK_ADV_DIFF_CLIP [1.0]   the top-K of opd_topk / topk_select, topk_select's clip
 #   MASTER_ADDR [127.0.0.1] RAY_PORT [6379] RAY_DASHBOARD_PORT [8265] RAY_TEMP_DIR [/tmp/openclaw_rl_ray_<port>]
 #   RUN_DIR [results/<run>: spool, records, logs, run config; a dry run writes nothing there unless set]
@@ -163,7 +167,9 @@ oc_launch() {
     oc_join_ray
     return
   fi
-  for port in "${RAY_PORT}" "${RAY_DASHBOARD_PORT}" "${PORT}"; do
+  local ports=("${RAY_PORT}" "${RAY_DASHBOARD_PORT}" "${PORT}")
+  [[ -z ${OC_RAY_ADDRESS} ]] || ports=("${PORT}")  # RAY_ADDRESS: an existing cluster, its ports are in use
+  for port in "${ports[@]}"; do
     if oc_port_in_use "${port}"; then
       oc_die "port ${port} on 127.0.0.1 is already in use (another Ray cluster or proxy?). This script never stops what it did not start: free the port or set RAY_PORT / RAY_DASHBOARD_PORT / PORT"
     fi
@@ -184,12 +190,16 @@ oc_launch() {
     OC_STARTED_GROUPS+=("${OC_JUDGE_PID}")
   fi
 
-  oc_log "starting a private Ray head on GPU(s) ${OC_RAY_DEVICES}: log ${RUN_DIR}/ray.log"
-  CUDA_VISIBLE_DEVICES=${OC_RAY_DEVICES} setsid "${OC_RAY_CMD[@]}" >"${RUN_DIR}/ray.log" 2>&1 &
-  local ray_pid=$!
-  OC_STARTED_GROUPS+=("${ray_pid}")
-  oc_wait_http "Ray dashboard" "http://127.0.0.1:${RAY_DASHBOARD_PORT}/api/version" "${RAY_START_TIMEOUT}" \
-    "${ray_pid}" "${RUN_DIR}/ray.log"
+  if [[ -n ${OC_RAY_ADDRESS} ]]; then  # RAY_ADDRESS: an existing cluster (not started or stopped here)
+    oc_wait_http "Ray cluster" "${OC_RAY_ADDRESS}/api/version" "${RAY_START_TIMEOUT}"
+  else
+    oc_log "starting a private Ray head on GPU(s) ${OC_RAY_DEVICES}: log ${RUN_DIR}/ray.log"
+    CUDA_VISIBLE_DEVICES=${OC_RAY_DEVICES} setsid "${OC_RAY_CMD[@]}" >"${RUN_DIR}/ray.log" 2>&1 &
+    local ray_pid=$!
+    OC_STARTED_GROUPS+=("${ray_pid}")
+    oc_wait_http "Ray dashboard" "http://127.0.0.1:${RAY_DASHBOARD_PORT}/api/version" "${RAY_START_TIMEOUT}" \
+      "${ray_pid}" "${RUN_DIR}/ray.log"
+  fi
 
   if ((${#OC_JUDGE_CMD[@]})); then
     oc_wait_http "judge server" "${OC_JUDGE_URL}/health" "${JUDGE_STARTUP_TIMEOUT}" "${OC_JUDGE_PID}" "${RUN_DIR}/judge.log"

@@ -195,7 +195,8 @@ def rollout_through_slime(args, mode: str, slime_rollout, load_function):
     # The judge listens where the launch script's run config (Slime's --custom-config-path, set on args by
     # Slime's parse_args) says the PRM server is.
     judge_port = int(args.openclaw_judge_url.rsplit(":", 1)[1])
-    with scripted_server(tok, policy_reply) as policy, \
+    policy_port = int(os.environ.get("OPENCLAW_CHECK_POLICY_PORT") or 0) or None  # test_slime_cpu.py's range
+    with scripted_server(tok, policy_reply, port=policy_port) as policy, \
             scripted_server(tok, oel_aware_judge(judge_reply), port=judge_port, scorer=hint_aware_scorer(tok)):
         # Slime sets these once its SGLang router is up; the router here is the scripted policy engine.
         args.sglang_router_ip, port = policy.url.removeprefix("http://").rsplit(":", 1)

@@ -30,6 +30,12 @@ NVIDIA_SMI = "#!/usr/bin/env bash\nfor ((i = 0; i < ${STUB_GPUS:-8}; i++)); do e
 # The run config base of the newer cases: a fixed file (written by _env), so that comment edits in configs/
 # change only the older cases' goldens
 FIXED = "<TMP>/fixed-config/openclaw_{}.yaml"
+# two nodes of 8: the judge on the head (2 GPUs outside Ray), 8 actor + 6 rollout GPUs over 14 Ray GPUs
+NODES2 = {"NUM_NODES": "2", "GPUS_PER_NODE": "8", "MASTER_ADDR": "10.0.0.1", "ACTOR_GPUS": "8", "ROLLOUT_GPUS": "6",
+          "PRM_GPUS": "2"}
+# four nodes of 8 with an external judge: 16 actor + 16 rollout GPUs, every node gives Ray all 8
+NODES4 = {"NUM_NODES": "4", "GPUS_PER_NODE": "8", "MASTER_ADDR": "10.0.0.1", "ACTOR_GPUS": "16", "ROLLOUT_GPUS": "16",
+          "PRM_URL": "http://judge.lan:30000", "PRM_MODEL_PATH": ""}
 # name: (variant, script arguments, environment, Slime flavour)
 CASES: dict[str, tuple[str, tuple[str, ...], dict[str, str], str]] = {
     "rl": ("rl", (), {}, "bundled"),
@@ -103,10 +109,29 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict[str, str], str]] = {
                                                            "MASTER_ADDR": "10.0.0.1"}, "bundled"),
     "topk_select_2nodes_worker": ("topk_select_2nodes", (), {"MASTER_ADDR": "10.0.0.1", "NODE_RANK": "1"}, "bundled"),
     "topk_select_2nodes_loopback": ("topk_select_2nodes", (), {}, "bundled"),
-    "topk_select_2nodes_actor_too_big": ("topk_select_2nodes", (), {"MASTER_ADDR": "10.0.0.1", "ACTOR_GPUS": "12",
-                                                                    "ROLLOUT_GPUS": "2", "PRM_GPUS": "2"}, "bundled"),
+    "topk_select_2nodes_actor_over_nodes": ("topk_select_2nodes", (), {"MASTER_ADDR": "10.0.0.1", "ACTOR_GPUS": "12",
+                                                                       "ROLLOUT_GPUS": "2", "PRM_GPUS": "2"}, "bundled"),
     **{f"qwen35_{m}": (f"qwen35_{m}", (), {"OPENCLAW_CONFIG": FIXED.format(m), "HF_CKPT": "<TMP>/models/Qwen3.5-4B"},
                        "bundled") for m in ("rl", "opd", "combine")},
+    # issue #31: one node of 8, two nodes of 8, four nodes of 8 (a 32B model), an existing Ray cluster, and the
+    # layouts refused (a TP group over two nodes, ROLLOUT_GPUS read per node, Slime's engine hosts)
+    "nodes_1x8": ("rl", (), {"OPENCLAW_CONFIG": FIXED.format("rl"), "CONTEXT_LENGTH": "24576"}, "bundled"),
+    "nodes_2x8_head": ("rl", (), {**NODES2, "OPENCLAW_CONFIG": FIXED.format("rl"), "PROXY_HOST": "0.0.0.0",
+                                  "SGLANG_API_KEY": "s3cret-proxy", "PRM_API_KEY": "s3cret-judge"}, "bundled"),
+    "nodes_2x8_worker": ("rl", (), {**NODES2, "NODE_RANK": "1", "NODE_IP": "10.0.0.2"}, "bundled"),
+    "nodes_4x8_head": ("rl", (), {**NODES4, "OPENCLAW_CONFIG": FIXED.format("rl")}, "bundled"),
+    "nodes_4x8_32b": ("rl", (), {**NODES4, "OPENCLAW_CONFIG": FIXED.format("rl"), "MODEL_ARGS_FILE": "<TMP>/qwen3-32b.sh",
+                                 "TP": "8", "ROTARY_BASE": "1000000"}, "bundled"),
+    "nodes_ray_address": ("rl", (), {"NUM_NODES": "2", "GPUS_PER_NODE": "8", "RAY_ADDRESS": "http://10.0.0.1:8265",
+                                     "PRM_URL": "http://judge.lan:30000", "ACTOR_GPUS": "8", "ROLLOUT_GPUS": "8",
+                                     "OPENCLAW_CONFIG": FIXED.format("rl"), "SGLANG_API_KEY": "s3cret-proxy",
+                                     "PROXY_HOST": "0.0.0.0"}, "bundled"),
+    "nodes_ray_address_no_judge": ("rl", (), {"NUM_NODES": "2", "GPUS_PER_NODE": "8", "RAY_ADDRESS": "http://10.0.0.1:8265",
+                                              "ACTOR_GPUS": "8", "ROLLOUT_GPUS": "6"}, "bundled"),
+    "nodes_tp_across_refused": ("rl", (), {**NODES2, "TRAIN_TP": "4"}, "bundled"),
+    "nodes_rollout_per_node_refused": ("rl", (), {**NODES2, "ROLLOUT_GPUS": "4"}, "bundled"),
+    "nodes_engine_host_refused": ("rl", (), {**NODES4, "NUM_NODES": "2", "ACTOR_GPUS": "4", "ROLLOUT_GPUS": "12"},
+                                  "bundled"),
     "rl_lora_options": ("rl_lora", (), {"LORA_RANK": "8", "LORA_ALPHA": "16", "MAX_TOKENS_PER_GPU": "4096",
                                         "TP": "1", "PRM_TP": "1"}, "bundled"),
     "topk_select_teacher_in_trainer_refused": ("topk_select", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "megatron"},
@@ -135,6 +160,10 @@ def _env(tmp_path: Path, env: dict[str, str], flavour: str) -> dict[str, str]:
     fake_slime(stack / "slime", flavour)
     (stack / "Megatron-LM").mkdir()
     (tmp_path / "model.sh").write_text("MODEL_ARGS=(--num-layers 2 --hidden-size 64 --norm-epsilon '1e-6')\n")
+    (tmp_path / "qwen3-32b.sh").write_text(  # Qwen3-32B's shape (its config.json), as Slime's scripts/models/*.sh
+        "MODEL_ARGS=(--swiglu --num-layers 64 --hidden-size 5120 --ffn-hidden-size 25600 --num-attention-heads 64 "
+        "--group-query-attention --num-query-groups 8 --use-rotary-position-embeddings --disable-bias-linear "
+        "--normalization RMSNorm --norm-epsilon 1e-6 --vocab-size 151936 --kv-channels 128 --qk-layernorm)\n")
     stubs = tmp_path / "bin"
     stubs.mkdir()
     for name, body in {"nvidia-smi": NVIDIA_SMI, "ray": "#!/bin/sh\nexit 1\n", "curl": "#!/bin/sh\nexit 1\n",

@@ -332,8 +332,13 @@ def test_rl_layout_matches_upstream(launch):
     f = cmd.flags
     assert (f["--actor-num-gpus-per-node"], f["--rollout-num-gpus"], f["--rollout-num-gpus-per-engine"]) == ("4", "2", "2")
     assert (f["--rollout-batch-size"], f["--lr"], f["--save-interval"]) == ("16", "1e-5", "100")
-    assert (f["--advantage-estimator"], f["--eps-clip-high"], f["--tensor-model-parallel-size"]) == ("grpo", "0.28", "4")
+    assert (f["--advantage-estimator"], f["--eps-clip-high"]) == ("grpo", "0.28")
     assert f["--disable-rewards-normalization"] is True and "--loss-type" not in f  # Slime's built-in loss
+    # upstream: TP 4, CP 1, 32768 tokens per GPU (out of memory at 14-17K-token samples, its #52); here chosen for
+    # CONTEXT_LENGTH 32768 on 80 GB (launch/memory.py); with CONTEXT_LENGTH 24576 upstream's TP 4 x CP 1 fits
+    assert (f["--tensor-model-parallel-size"], f["--context-parallel-size"], f["--max-tokens-per-gpu"]) == ("2", "2", "16384")
+    f = launch("rl", CONTEXT_LENGTH="24576").slime().flags
+    assert (f["--tensor-model-parallel-size"], f["--context-parallel-size"], f["--max-tokens-per-gpu"]) == ("4", "1", "24576")
 
 
 @pytest.mark.parametrize("flavour", ["bundled", "thudm"])
@@ -640,6 +645,19 @@ def test_a_worker_node_only_joins_the_heads_ray_cluster(stubbed):
     assert not (stubs / "judge.start").exists() and not (stubs / "submit.args").exists()
 
 
+def test_an_existing_ray_cluster_is_joined_not_started(stubbed):
+    """RAY_ADDRESS: nothing is started here (no Ray head, no judge: PRM_URL); the job goes to that cluster's
+    dashboard, the key stays in the environment."""
+    run = stubbed("rl", RAY_ADDRESS="http://10.0.0.1:8265", PRM_URL="http://judge:1", NUM_NODES="2",
+                  GPUS_PER_NODE="8", ACTOR_GPUS="8", ROLLOUT_GPUS="8", SGLANG_API_KEY="k3y")
+    assert run.rc == 0, run.err
+    stubs = stubbed.stub_dir
+    assert not (stubs / "ray.start").exists() and not (stubs / "judge.start").exists()
+    submitted = (stubs / "submit.args").read_text().split("\n")
+    assert submitted[submitted.index("--address") + 1] == "http://10.0.0.1:8265" and "k3y" not in "".join(submitted)
+    assert "waiting for Ray cluster at http://10.0.0.1:8265/api/version" in run.err
+
+
 def test_a_failed_job_returns_its_status(stubbed):
     run = stubbed("rl", STUB_JOB_RC="3")
     assert run.rc == 3 and "ended with status 3" in run.err
@@ -677,8 +695,12 @@ SCRIPT_VARIABLES = [
     ("OPD_ADVANTAGE", "estimator", "opd", {"SKIP_SLIME_FEATURE_CHECK": "1"}),
     ("SKIP_SLIME_FEATURE_CHECK", "1", "rl", {}), ("ALLOW_LORA_FALLBACK", "1", "combine_lora", {}),
     ("OPENCLAW_TOPK_K", "8", "topk_select", {}), ("OPENCLAW_TOPK_ADV_DIFF_CLIP", "2.0", "topk_select", {}),
-    ("NUM_NODES", "2", "rl", {"MASTER_ADDR": "10.0.0.1"}),
-    ("GPUS_PER_NODE", "10", "topk_select_2nodes", {"MASTER_ADDR": "10.0.0.1"}),
+    ("NUM_NODES", "2", "rl", {"MASTER_ADDR": "10.0.0.1", "ACTOR_GPUS": "8", "ROLLOUT_GPUS": "6"}),
+    ("GPUS_PER_NODE", "10", "topk_select_2nodes", {"MASTER_ADDR": "10.0.0.1", "ROLLOUT_GPUS": "8"}),
+    ("NODE_IP", "10.0.0.2", "topk_select_2nodes", {"MASTER_ADDR": "10.0.0.1", "NODE_RANK": "1"}),
+    ("RAY_ADDRESS", "http://10.0.0.1:8265", "topk_select_2nodes", {"PRM_URL": "http://judge:1", "ROLLOUT_GPUS": "8"}),
+    ("SINGLE_HOST_NODES", "1", "topk_select_2nodes", {}),
+    ("CONTEXT_PARALLEL", "4", "rl", {}), ("GPU_MEMORY_GB", "141", "rl", {}),
 
 ]
 # Documented variables that change what a real launch does but not the dry-run printout (fixture paths,
@@ -833,7 +855,7 @@ def test_upstream_oel_variables_are_named_with_what_replaces_them(launch):
 
 
 @pytest.mark.parametrize(("env", "says"), [
-    ({"ACTOR_GPUS": "3"}, "TRAIN_TP=3 does not divide the model's 32 attention heads and 8 query groups"),
+    ({"ACTOR_GPUS": "3", "TRAIN_TP": "3"}, "TRAIN_TP=3 does not divide the model's 32 attention heads and 8 query groups"),
     ({"TP": "3", "ROLLOUT_GPUS": "3", "PRM_TP": "2", "NUM_GPUS": "9"}, "TP=3 cannot split the model's 32 attention heads"),
 ])
 def test_tensor_parallel_sizes_the_model_cannot_split_are_refused(launch, env, says):

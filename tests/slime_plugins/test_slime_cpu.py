@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from check_ports import free_ports, port_range
 
 from openclaw_rl.modes import launch_variant
-from openclaw_rl.servers import free_port
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
@@ -99,7 +99,7 @@ def _run(target: SlimeTarget, variant: str, tp: int, tmp_path: Path, tiny_model_
            "USE_WANDB": "0", "HF_CKPT": str(tiny_model_dir), "MODEL_ARGS_FILE": str(model_args),
            "ROTARY_BASE": "10000", "ROLLOUT_BATCH_SIZE": "4", "NUM_GPUS": str(tp + 2), "ACTOR_GPUS": str(tp),
            "ROLLOUT_GPUS": "1", "PRM_GPUS": "1", "TP": "1", "TRAIN_TP": str(tp),
-           "PORT": str(free_port()), "PRM_PORT": str(free_port()),  # the driver's proxy and scripted judge
+           "PORT": str(next(PORTS)), "PRM_PORT": str(next(PORTS)),  # the driver's proxy and scripted judge
            # 1.0: the teacher's log-probs are then not temperature-rescaled, so they can be checked exactly
            "ROLLOUT_TEMPERATURE": "1.0"}
     dry = subprocess.run(["bash", str(REPO_ROOT / "scripts" / launch_variant(variant)[1].script), *extra], env=env,
@@ -109,6 +109,7 @@ def _run(target: SlimeTarget, variant: str, tp: int, tmp_path: Path, tiny_model_
     (tmp_path / "dry_run.txt").write_text(dry.stdout)
     result = tmp_path / "result.json"
     rank_env = {**os.environ, "PYTHONPATH": target.pythonpath(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                "OPENCLAW_CHECK_POLICY_PORT": str(next(PORTS)),
                 "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1", **target.rank_env}
     ranks = [subprocess.Popen([target.python, str(HERE / "slime_cpu_driver.py"), str(tmp_path / "dry_run.txt"), variant,
                                str(tp), str(result)], env={**rank_env, "RANK": str(r)}, cwd=tmp_path,
@@ -137,7 +138,7 @@ RECOMPUTED = {"thudm": {"rl": [], "opd": [], "opd_topk": [], "combine": ["old"],
 TOPK = ("opd_topk", "topk_select", OEL)  # the variants whose samples carry the teacher's top-K
 # Token-level OPD's advantage: THUDM/slime's custom advantage hook, the bundled Slime's own OPD estimator.
 OPD_ESTIMATOR = {"thudm": "grpo", "bundled": "on_policy_distillation"}
-PORTS = iter(range(29700, 29900))
+PORTS = free_ports(port_range())  # OPENCLAW_CHECK_PORTS (check_ports.py)
 
 
 class _LazyRuns(dict):
