@@ -198,11 +198,12 @@ class EnginePool:
 async def router_workers(http: httpx.AsyncClient, url: str, headers: dict[str, str] | None = None,
                          timeout_s: float = 3.0) -> list[dict[str, Any]] | None:
     """The workers an sglang-router lists at ``GET /workers`` (url, healthy, load), or None when ``url``
-    is not a router (a plain SGLang answers 404) or does not answer."""
+    answers but is not a router (a plain SGLang answers 404). Raises ``httpx.HTTPError`` when it does not
+    answer."""
+    resp = await http.get(f"{url.rstrip('/')}/workers", headers=headers, timeout=timeout_s)
     try:
-        resp = await http.get(f"{url.rstrip('/')}/workers", headers=headers, timeout=timeout_s)
         data = resp.json() if resp.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
+    except ValueError:
         return None
     workers = data.get("workers") if isinstance(data, dict) else None
     if not isinstance(workers, list):

@@ -273,6 +273,7 @@ class BackendProbes:
                  metrics: ProxyMetrics):
         self.http, self.settings, self.service, self.judge, self.metrics = http, settings, service, judge, metrics
         self.state: dict[str, dict[str, Any]] = {}
+        self.not_router = False  # the one policy URL is a plain engine, not an sglang-router
         self._task: asyncio.Task | None = None
 
     async def refresh(self) -> None:
@@ -285,7 +286,14 @@ class BackendProbes:
         pool = self.service.backend if isinstance(self.service.backend, EnginePool) else None
         started = pool.clock() if pool is not None else 0.0
         infos = await asyncio.gather(*(probe_backend(self.http, url, headers) for _, url, headers in targets))
-        workers = await router_workers(self.http, urls[0], policy_headers) if len(urls) == 1 else None
+        workers = None
+        if len(urls) == 1 and not self.not_router:
+            try:
+                workers = await router_workers(self.http, urls[0], policy_headers)
+            except httpx.HTTPError:
+                pass  # no answer: asked again next time
+            else:  # it answered, but not as a router: ask no more (SGLang would log a 404 each time)
+                self.not_router = workers is None
         state = {name: {"reachable": info.reachable, "checked_at": time.time(), "context_length": info.context_length,
                         **({"error": info.error} if info.error else {})} for (name, _, _), info in zip(targets, infos)}
         engines = [{"url": url, **state.pop(f"policy#{i}")} for i, url in enumerate(urls)]

@@ -5,7 +5,10 @@ multi-turn sessions through the real proxy, routed four ways:
 
 * ``proxy-affinity``: ``--policy-url A,B`` (the proxy's rendezvous hashing, no router);
 * ``router-manual``: sglang-router ``--policy manual`` (keys on the ``X-SMG-Routing-Key`` the proxy sends);
-* ``router-round-robin`` and ``router-cache-aware`` (sglang-router's default policy).
+* ``router-round-robin``, ``router-random`` and ``router-cache-aware`` (sglang-router's default policy).
+
+Sessions run side by side, turn by turn; with an even number of them, round robin sends each session to
+the same engine every turn (the waves alternate in step), so the default is odd (7).
 
 Every session opens with the same shared head (a long system prompt, as OpenClaw's), then its own facts,
 and grows by one long user message (a tool result) and a reply a turn. Between policies both engines' caches are flushed and
@@ -14,7 +17,7 @@ their counters reset. Printed per policy: the share of prompt tokens served from
 router's own hop (tiny ``/generate`` calls through the router vs straight to an engine). Needs the
 ``router`` extra (``pip install -e .[router]``); without it only ``proxy-affinity`` runs.
 
-    python scripts/bench_router_affinity.py [--sessions 8] [--turns 4] [--head-words 200] [--session-words 400] [--turn-words 200] [--rounds 1]
+    python scripts/bench_router_affinity.py [--sessions 7] [--turns 4] [--head-words 200] [--session-words 400] [--turn-words 200] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -45,30 +49,35 @@ def text(n: int, seed: int) -> str:
     return " ".join(WORDS[(i * 7 + seed * 13) % len(WORDS)] + ("." if i % 11 == 10 else "") for i in range(n))
 
 
-def counted(core: Any) -> Any:
-    generate = core.generate
-    core.bench_requests = 0
-
-    def wrapper(prompt_ids: Any, sampling: Any) -> Any:
-        core.bench_requests += 1
-        return generate(prompt_ids, sampling)
-    return wrapper
-
-
-def start_engines(model_dir: Path, n: int = 2) -> list[tuple[BackgroundServer, Any]]:
-    from transformers import AutoTokenizer
-
-    from openclaw_rl.engine.server import make_engine_app
-    from openclaw_rl.engine.torch_core import TorchModel
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+def start_engines(model_dir: Path, n: int = 2) -> list[tuple[subprocess.Popen, str]]:
+    """``openclaw-rl engine`` processes (as SGLang runs apart from the proxy; an engine in the proxy's own
+    process answered a loopback client ~40 ms late here, which would have biased the comparison)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cli = Path(sys.executable).parent / "openclaw-rl"
     out = []
     for i in range(n):
-        core = TorchModel.from_pretrained(model_dir, max_batch=4, seed=i, tokenizer_vocab_size=len(tokenizer))
-        core.generate = counted(core)  # requests per engine: the prefix cache counts only lookups it could try
-        app = make_engine_app(core, tokenizer, served_model_name="tiny", model_path=str(model_dir))
-        out.append((BackgroundServer(app).start(), core))
+        port = free_port()
+        proc = subprocess.Popen([str(cli), "engine", "--model", str(model_dir), "--port", str(port), "--max-batch",
+                                 "4", "--seed", str(i), "--served-model-name", "tiny"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        out.append((proc, f"http://127.0.0.1:{port}"))
+    for proc, url in out:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"engine at {url} did not start")
+            time.sleep(0.3)
     return out
+
+
+def counters(url: str) -> dict[str, int]:
+    """The engine's prefix-cache counters (``/server_info``'s ``prefix_cache``)."""
+    return httpx.get(f"{url}/server_info", timeout=30).json()["prefix_cache"]
 
 
 def start_router(worker_urls: list[str], policy: str) -> tuple[subprocess.Popen, str]:
@@ -131,13 +140,11 @@ async def drive(url: str, sessions: int, turns: int, head_words: int, session_wo
     return latencies, prompt_tokens
 
 
-def reset(engines: list[tuple[BackgroundServer, Any]]) -> None:
-    from openclaw_rl.engine.prefix_cache import PrefixStats
-
-    for server, core in engines:
-        httpx.post(f"{server.url}/flush_cache", timeout=30).raise_for_status()
-        core.prefixes.stats = PrefixStats()
-        core.bench_requests = 0
+def reset(urls: list[str]) -> list[dict[str, int]]:
+    """Empty both engines' prefix caches; their counters now (the run's are the difference)."""
+    for url in urls:
+        httpx.post(f"{url}/flush_cache", timeout=30).raise_for_status()
+    return [counters(url) for url in urls]
 
 
 def hop_cost(router_url: str, engine_url: str, calls: int = 40) -> tuple[float, float]:
@@ -165,10 +172,12 @@ def hop_cost(router_url: str, engine_url: str, calls: int = 40) -> tuple[float, 
     return asyncio.run(run())
 
 
-def run_policy(name: str, policy_url: str, engines: list[tuple[BackgroundServer, Any]], model_dir: Path,
+def run_policy(name: str, policy_url: str, urls: list[str], model_dir: Path,
                out: Path, ns: argparse.Namespace, round_no: int) -> dict[str, Any]:
-    reset(engines)
-    proxy, server = start_proxy(policy_url, model_dir, out / f"spool-{name}-{round_no}")
+    before = reset(urls)
+    spool = out / f"spool-{name}-{round_no}"
+    shutil.rmtree(spool, ignore_errors=True)  # a previous run's waiting turns would be restored
+    proxy, server = start_proxy(policy_url, model_dir, spool)
     try:
         latencies, sent = asyncio.run(drive(server.url, ns.sessions, ns.turns, ns.head_words, ns.session_words,
                                             ns.turn_words, ns.new_tokens,
@@ -176,19 +185,20 @@ def run_policy(name: str, policy_url: str, engines: list[tuple[BackgroundServer,
     finally:
         server.stop()
         proxy.writer.close()
-    stats = [core.prefixes.stats for _, core in engines]
-    reused = sum(s.reused_tokens for s in stats)
-    lookups, hits = sum(s.lookups for s in stats), sum(s.hits for s in stats)
+    stats = [{k: v - b[k] for k, v in counters(url).items()} for url, b in zip(urls, before)]
+    reused = sum(st["reused_tokens"] for st in stats)
+    looked = sum(st["prompt_tokens"] for st in stats)
+    lookups, hits = sum(st["lookups"] for st in stats), sum(st["hits"] for st in stats)
     q = statistics.quantiles(latencies, n=10)
     return {"policy": name, "round": round_no, "turns": len(latencies), "prompt_tokens": sent,
-            "reused_tokens": reused, "reuse_share": reused / sent if sent else 0.0,
-            "hits": hits, "lookups": lookups, "requests_per_engine": [core.bench_requests for _, core in engines],
+            "engine_prompt_tokens": looked, "reused_tokens": reused, "reuse_share": reused / looked if looked else 0.0,
+            "hits": hits, "lookups": lookups, "requests_per_engine": [st["lookups"] for st in stats],
             "mean_s": statistics.mean(latencies), "p50_s": statistics.median(latencies), "p90_s": q[8]}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sessions", type=int, default=8)
+    ap.add_argument("--sessions", type=int, default=7)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--head-words", type=int, default=200, help="words of the head every session shares")
     ap.add_argument("--session-words", type=int, default=400, help="words of each session's own facts")
@@ -207,19 +217,19 @@ def main() -> int:
     if not have_router:
         print("sglang-router is not installed (pip install -e .[router]): only proxy-affinity runs", flush=True)
     engines = start_engines(model_dir)
-    urls = [server.url for server, _ in engines]
+    urls = [url for _, url in engines]
     routers: dict[str, tuple[subprocess.Popen, str]] = {}
     results: list[dict[str, Any]] = []
     try:
         targets = {"proxy-affinity": ",".join(urls)}
         if have_router:
             for name, policy in (("router-manual", "manual"), ("router-round-robin", "round_robin"),
-                                 ("router-cache-aware", "cache_aware")):
+                                 ("router-random", "random"), ("router-cache-aware", "cache_aware")):
                 routers[name] = start_router(urls, policy)
                 targets[name] = routers[name][1]
         for round_no in range(ns.rounds):
             for name, policy_url in targets.items():
-                result = run_policy(name, policy_url, engines, model_dir, out, ns, round_no)
+                result = run_policy(name, policy_url, urls, model_dir, out, ns, round_no)
                 results.append(result)
                 print(json.dumps(result), flush=True)
         hop = hop_cost(routers["router-round-robin"][1], urls[0]) if have_router else None
@@ -227,8 +237,9 @@ def main() -> int:
         for proc, _ in routers.values():
             proc.terminate()
             proc.wait(30)
-        for server, _ in engines:
-            server.stop()
+        for proc, _ in engines:
+            proc.terminate()
+            proc.wait(30)
     print(f"\nload average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {ns.sessions} sessions x {ns.turns} "
           f"turns, shared head {ns.head_words} words, own facts {ns.session_words} words, {ns.turn_words} words a turn, {ns.new_tokens} new tokens "
           "a turn; 2 engines, 4 prefix-cache entries each")

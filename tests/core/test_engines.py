@@ -138,7 +138,9 @@ def test_one_engine_keeps_the_plain_backend(policy_server, make_proxy):
     proxy, url = make_proxy(policy_server.url)
     assert type(proxy.service.backend) is PolicyBackend
     refresh(proxy)
-    assert "engines" not in httpx.get(f"{url}/healthz").json()["backends"]["policy"]
+    policy = httpx.get(f"{url}/healthz").json()["backends"]["policy"]
+    assert "engines" not in policy and "router_workers" not in policy
+    assert proxy.probes.not_router  # the engine answered /workers with 404: not asked again
 
 
 @contextmanager
