@@ -1,23 +1,25 @@
 """Measure session affinity across two policy engines: prefix-cache reuse and latency per routing policy.
 
-Two embedded engines (``TorchModel``, the tiny h128 model, each with its own prefix cache) serve the same
-multi-turn sessions through the real proxy, routed four ways:
+Two embedded engines (``openclaw-rl engine`` processes, the tiny h128 model, each with its own prefix
+cache, of 32 prompts by default) serve the same multi-turn sessions through the real proxy, routed five ways:
 
 * ``proxy-affinity``: ``--policy-url A,B`` (the proxy's rendezvous hashing, no router);
 * ``router-manual``: sglang-router ``--policy manual`` (keys on the ``X-SMG-Routing-Key`` the proxy sends);
 * ``router-round-robin``, ``router-random`` and ``router-cache-aware`` (sglang-router's default policy).
 
-Sessions run side by side, turn by turn; with an even number of them, round robin sends each session to
-the same engine every turn (the waves alternate in step), so the default is odd (7).
-
 Every session opens with the same shared head (a long system prompt, as OpenClaw's), then its own facts,
-and grows by one long user message (a tool result) and a reply a turn. Between policies both engines' caches are flushed and
-their counters reset. Printed per policy: the share of prompt tokens served from an engine's prefix cache
-(reused / sent), lookups that hit, requests per engine, and the mean / p50 / p90 seconds per turn; and the
-router's own hop (tiny ``/generate`` calls through the router vs straight to an engine). Needs the
-``router`` extra (``pip install -e .[router]``); without it only ``proxy-affinity`` runs.
+and grows by one long user message (a tool result) and a reply a turn. Sessions run side by side, turn by
+turn; with an even number of them round robin would send each session to the same engine every turn (the
+waves alternate in step), so the default is odd (7). Before each policy both engines' caches are flushed and
+given the shared head.
+Printed per policy, from the engines' own counters (``/server_info``'s ``prefix_cache``): the share of
+prompt tokens served from a prefix cache (reused / prompt tokens), lookups that hit, requests per engine;
+and the mean / p50 / p90 seconds per turn at the client. Then the router's own hop: 1-token
+``/generate`` calls through the router vs straight to an engine. Needs the ``router`` extra
+(``pip install -e .[router]``); without it only ``proxy-affinity`` runs.
 
-    python scripts/bench_router_affinity.py [--sessions 7] [--turns 4] [--head-words 200] [--session-words 400] [--turn-words 200] [--rounds 1]
+    python scripts/bench_router_affinity.py [--sessions 7] [--turns 4] [--head-words 200]
+        [--session-words 400] [--turn-words 200] [--new-tokens 8] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -46,10 +49,12 @@ WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "w
 
 
 def text(n: int, seed: int) -> str:
-    return " ".join(WORDS[(i * 7 + seed * 13) % len(WORDS)] + ("." if i % 11 == 10 else "") for i in range(n))
+    """``n`` words drawn with their own seed: texts of two seeds differ from their first words."""
+    pick = random.Random(seed).choice
+    return " ".join(pick(WORDS) + ("." if i % 11 == 10 else "") for i in range(n))
 
 
-def start_engines(model_dir: Path, n: int = 2) -> list[tuple[subprocess.Popen, str]]:
+def start_engines(model_dir: Path, n: int = 2, entries: int = 32) -> list[tuple[subprocess.Popen, str]]:
     """``openclaw-rl engine`` processes (as SGLang runs apart from the proxy; an engine in the proxy's own
     process answered a loopback client ~40 ms late here, which would have biased the comparison)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -58,7 +63,8 @@ def start_engines(model_dir: Path, n: int = 2) -> list[tuple[subprocess.Popen, s
     for i in range(n):
         port = free_port()
         proc = subprocess.Popen([str(cli), "engine", "--model", str(model_dir), "--port", str(port), "--max-batch",
-                                 "4", "--seed", str(i), "--served-model-name", "tiny"], env=env,
+                                 "4", "--seed", str(i), "--served-model-name", "tiny", "--prefix-cache-entries",
+                                 str(entries)], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         out.append((proc, f"http://127.0.0.1:{port}"))
     for proc, url in out:
@@ -140,11 +146,26 @@ async def drive(url: str, sessions: int, turns: int, head_words: int, session_wo
     return latencies, prompt_tokens
 
 
-def reset(urls: list[str]) -> list[dict[str, int]]:
-    """Empty both engines' prefix caches; their counters now (the run's are the difference)."""
+def reset(urls: list[str], warm_ids: list[int]) -> list[dict[str, int]]:
+    """Empty both engines' prefix caches, then give each the shared head (as a long-running engine has it:
+    otherwise whether a session's first turn finds it depends on which prefill ran first); their counters
+    now (the run's are the difference)."""
     for url in urls:
         httpx.post(f"{url}/flush_cache", timeout=30).raise_for_status()
+        httpx.post(f"{url}/generate", json={"input_ids": warm_ids, "sampling_params": {"max_new_tokens": 1}},
+                   timeout=300).raise_for_status()
     return [counters(url) for url in urls]
+
+
+def head_ids(model_dir: Path, head_words: int) -> list[int]:
+    """The shared head as the proxy renders it (a session whose own facts differ from the first word)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    messages = [{"role": "system", "content": f"{text(head_words, 0)}\nSession facts: warm"},
+                {"role": "user", "content": "warm"}]
+    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
 
 
 def hop_cost(router_url: str, engine_url: str, calls: int = 40) -> tuple[float, float]:
@@ -174,7 +195,7 @@ def hop_cost(router_url: str, engine_url: str, calls: int = 40) -> tuple[float, 
 
 def run_policy(name: str, policy_url: str, urls: list[str], model_dir: Path,
                out: Path, ns: argparse.Namespace, round_no: int) -> dict[str, Any]:
-    before = reset(urls)
+    before = reset(urls, head_ids(model_dir, ns.head_words))
     spool = out / f"spool-{name}-{round_no}"
     shutil.rmtree(spool, ignore_errors=True)  # a previous run's waiting turns would be restored
     proxy, server = start_proxy(policy_url, model_dir, spool)
@@ -204,6 +225,8 @@ def main() -> int:
     ap.add_argument("--session-words", type=int, default=400, help="words of each session's own facts")
     ap.add_argument("--turn-words", type=int, default=200, help="words of each turn's user message (a tool result)")
     ap.add_argument("--new-tokens", type=int, default=8)
+    ap.add_argument("--cache-entries", type=int, default=32,
+                    help="prompts each engine's prefix cache keeps (SGLang's radix cache holds many sessions)")
     ap.add_argument("--rounds", type=int, default=1, help="times each policy runs (interleaved)")
     ap.add_argument("--out", default=str(ROOT / ".cache" / "bench_router_affinity"))
     ns = ap.parse_args()
@@ -216,7 +239,7 @@ def main() -> int:
     have_router = importlib.util.find_spec("sglang_router") is not None
     if not have_router:
         print("sglang-router is not installed (pip install -e .[router]): only proxy-affinity runs", flush=True)
-    engines = start_engines(model_dir)
+    engines = start_engines(model_dir, entries=ns.cache_entries)
     urls = [url for _, url in engines]
     routers: dict[str, tuple[subprocess.Popen, str]] = {}
     results: list[dict[str, Any]] = []
@@ -242,7 +265,7 @@ def main() -> int:
             proc.wait(30)
     print(f"\nload average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {ns.sessions} sessions x {ns.turns} "
           f"turns, shared head {ns.head_words} words, own facts {ns.session_words} words, {ns.turn_words} words a turn, {ns.new_tokens} new tokens "
-          "a turn; 2 engines, 4 prefix-cache entries each")
+          f"a turn; 2 engines, {ns.cache_entries} prefix-cache entries each")
     print(f"{'policy':<20} {'reused/sent':>12} {'hits/lookups':>13} {'per engine':>11} {'mean s':>7} "
           f"{'p50 s':>6} {'p90 s':>6}")
     for r in results:
