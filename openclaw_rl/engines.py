@@ -121,10 +121,11 @@ class EnginePool:
         state.failures += 1
         state.last_error = str(error)[:200]
         reason = "unreachable" if "unreachable" in str(error) else "error"
-        if reason == "unreachable" and state.down_since is None:
-            state.down_since = self.clock()
-            log.warning("policy engine %s is unreachable: its sessions go to the next engine until it answers "
-                        "again (%s)", state.url, state.last_error)
+        if reason == "unreachable":
+            was_up, state.down_since = state.down_since is None, self.clock()  # skipped for DOWN_RETRY_S more
+            if was_up:
+                log.warning("policy engine %s is unreachable: its sessions go to the next engine until it "
+                            "answers again (%s)", state.url, state.last_error)
         if left:
             self.failovers += 1
             self.on_failover(state.url, reason)

@@ -210,3 +210,30 @@ def test_a_plain_server_is_one_engine(tokenizer, tmp_path):
             assert type(sync) is SGLangWeightSync and sync.url == a.url
         finally:
             sync.close()
+
+
+def test_an_engine_still_down_after_the_retry_time_is_skipped_again(tokenizer):
+    """Past ``DOWN_RETRY_S`` a down engine is tried again; when it still refuses, it is marked down anew
+    (one more failover, not one per turn from then on). The clock is the pool's own: no waiting."""
+    from openclaw_rl.backend import PolicyBackend
+    from openclaw_rl.engines import DOWN_RETRY_S
+    from openclaw_rl.servers import free_port
+
+    now = [1000.0]
+    with engines(tokenizer, "A") as (a,):
+        dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+
+        async def run() -> list[int]:
+            async with httpx.AsyncClient() as http:
+                pool = EnginePool([PolicyBackend(http, a.url), PolicyBackend(http, dead)], clock=lambda: now[0])
+                key = next(k for k in (f"k{i}" for i in range(100)) if pool.home(k) == dead)
+                payload = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}, "return_logprob": True}
+                seen = []
+                for step in (0.0, DOWN_RETRY_S + 1, 1.0):
+                    now[0] += step
+                    await pool.generate(payload, key)
+                    seen.append(pool.failovers)
+                await pool.aclose()
+                return seen
+
+        assert asyncio.run(run()) == [1, 2, 2]
