@@ -21,7 +21,8 @@ from .modes import MODES, mode_names
 SERVE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     # flag, settings key, argparse kwargs
     ("--mode", "mode", {"choices": mode_names(), "help": "how finished turns become samples"}),
-    ("--policy-url", "proxy_policy_url", {"help": "SGLang (or `openclaw-rl engine`) serving the policy"}),
+    ("--policy-url", "proxy_policy_url", {"help": "SGLang (or `openclaw-rl engine`) serving the policy; several engines "
+                                                 "comma-separated (each session kept on one), or an sglang-router URL"}),
     ("--judge-url", "judge_url", {"help": "SGLang judge/teacher; without it nothing learns (PRM off)"}),
     ("--judge-api", "judge_api", {"choices": ["sglang", "openai"]}),
     ("--tokenizer", "proxy_tokenizer", {"help": "policy tokenizer dir (its chat template renders prompts)"}),

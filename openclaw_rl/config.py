@@ -36,7 +36,8 @@ class ProxySettings:
     api_keys: list[str] = field(default_factory=list)  # bearer keys; each is its own session namespace
     allow_insecure_bind: bool = False  # permit a non-loopback bind without any API key (trusted LANs only)
     served_model_name: str = "openclaw-policy"  # `model` reported to clients and used when they send none
-    policy_url: str = "http://127.0.0.1:30010"  # SGLang (or the embedded engine) serving the policy
+    policy_url: str = "http://127.0.0.1:30010"  # SGLang (or the embedded engine) serving the policy; several
+    # engines comma-separated (a YAML list too): each session stays on one (engines.py), or one sglang-router URL
     policy_api_key: str = ""  # sent to the policy backend as a bearer token when set
     tokenizer: str = ""  # HF tokenizer dir of the policy; renders the chat template exactly as trained
     request_timeout_s: float = 600.0  # a policy call slower than this becomes a 504 (--policy-timeout)
@@ -241,6 +242,11 @@ class Settings:
                    if self.opd.distill_subset == "student" else "")
             raise ValueError(f"openclaw_opd_distill_subset (OPENCLAW_TOPK_SUBSET_MODE): {self.opd.distill_subset!r} "
                              f"is not one of {', '.join(DISTILL_SUBSETS)}{why}")
+        policy_urls = [u.strip() for u in p.policy_url.split(",")]
+        if not all(u.lower().startswith(("http://", "https://")) for u in policy_urls) or \
+                len(set(policy_urls)) != len(policy_urls):
+            raise ValueError("openclaw_proxy_policy_url: expected http(s)://host:port, or several such URLs "
+                             f"(distinct, comma-separated), got {p.policy_url!r}")
         if self.opd.teacher_url and not self.opd.teacher_url.lower().startswith(("http://", "https://")):
             raise ValueError(f"openclaw_opd_teacher_url (TEACHER_URL): expected http(s)://host:port, got "
                              f"{self.opd.teacher_url!r}")
@@ -449,6 +455,8 @@ def _apply(settings: Settings, key: str, value: Any, source: str = "settings") -
     section, _, name = key.partition("_")
     obj = getattr(settings, section)
     optional = _optional_type(settings, key)
+    if key == "proxy_policy_url" and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        value = ",".join(value)  # several engines (engines.py)
     if key in PATH_KEYS and isinstance(value, str):
         value = os.path.expanduser(value)  # configs/*.yaml keep their spool under ~, outside the repository
     try:

@@ -73,6 +73,11 @@ class ProxyMetrics:
                                     "or refused over the connection limit", ["why"], registry=r)
         self.backend_up = Gauge("openclaw_backend_up", "1 if the backend answered its last probe", ["backend"],
                                 registry=r)
+        self.policy_engine_up = Gauge("openclaw_policy_engine_up", "1 if this policy engine answered its last probe",
+                                      ["engine"], registry=r)
+        self.policy_failovers = Counter("openclaw_policy_failovers_total",
+                                        "Turns moved from their session's policy engine to the next one, by the "
+                                        "engine that did not take them and why", ["engine", "reason"], registry=r)
 
     def drop(self, reason: DropReason, session_id: str, turn: int, detail: str = "") -> None:
         self.dropped.labels(reason.value).inc()

@@ -38,6 +38,7 @@ from .config import Settings
 from .dashboard.data import Sources, waiting_from_tracker
 from .dashboard.journal import TurnJournal
 from .dashboard.routes import dashboard_router
+from .engines import EnginePool, router_workers, split_urls
 from .errors import (
     BadRequest,
     ClientGone,
@@ -232,10 +233,13 @@ class Proxy:
                                  on_end=renderer.forget)
         gate = SubmissionGate(is_open=gate_open, mode=p.pause_mode, hold_s=p.pause_hold_s)
         metrics.submission_open.set(1 if gate_open else 0)
-        backend = PolicyBackend(http, p.policy_url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key,
-                                connect_timeout_s=p.connect_timeout_s, stream_interval=p.stream_interval,
-                                end_ids=renderer.end_of_reply_ids, max_response_bytes=p.max_response_bytes,
-                                decode=lambda ids, skip: tokenizer.decode(ids, skip_special_tokens=skip))
+        engines = [PolicyBackend(http, url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key,
+                                 connect_timeout_s=p.connect_timeout_s, stream_interval=p.stream_interval,
+                                 end_ids=renderer.end_of_reply_ids, max_response_bytes=p.max_response_bytes,
+                                 decode=lambda ids, skip: tokenizer.decode(ids, skip_special_tokens=skip))
+                   for url in split_urls(p.policy_url)]
+        backend: Any = engines[0] if len(engines) == 1 else EnginePool(
+            engines, on_failover=lambda url, reason: metrics.policy_failovers.labels(url, reason).inc())
         service = ChatService(p, renderer, OutputParser.named(p.reasoning_parser, p.tool_parser, renderer.format), backend, tracker,
                               gate, metrics, keep_messages=scorer.keeps_messages)
         auth = Authenticator(p.api_keys, p.rate_limit_per_min)
@@ -270,23 +274,53 @@ class BackendProbes:
                  metrics: ProxyMetrics):
         self.http, self.settings, self.service, self.judge, self.metrics = http, settings, service, judge, metrics
         self.state: dict[str, dict[str, Any]] = {}
+        self.not_router = False  # the one policy URL is a plain engine, not an sglang-router
         self._task: asyncio.Task | None = None
 
     async def refresh(self) -> None:
         p, j = self.settings.proxy, self.settings.judge
-        targets = [("policy", p.policy_url, {"Authorization": f"Bearer {p.policy_api_key}"} if p.policy_api_key
-                    else None)]
+        policy_headers = {"Authorization": f"Bearer {p.policy_api_key}"} if p.policy_api_key else None
+        urls = split_urls(p.policy_url)
+        targets = [(f"policy#{i}", url, policy_headers) for i, url in enumerate(urls)]
         if self.judge.enabled:
             targets.append(("judge", j.url, self.judge.headers or None))
+        pool = self.service.backend if isinstance(self.service.backend, EnginePool) else None
+        started = pool.clock() if pool is not None else 0.0
         infos = await asyncio.gather(*(probe_backend(self.http, url, headers) for _, url, headers in targets))
-        for (name, _url, _), info in zip(targets, infos):
-            self.metrics.backend_up.labels(name).set(1 if info.reachable else 0)
-            self.state[name] = {"reachable": info.reachable, "checked_at": time.time(),
-                                "context_length": info.context_length, **({"error": info.error} if info.error else {})}
-            if name == "policy" and not p.context_length and info.context_length:
-                self.service.context_length = info.context_length
-            if name == "judge" and not j.context_length and info.context_length:
-                self.judge.context_length = info.context_length
+        workers = None
+        if len(urls) == 1 and not self.not_router:
+            try:
+                workers = await router_workers(self.http, urls[0], policy_headers)
+            except httpx.HTTPError:
+                pass  # no answer: asked again next time
+            else:  # it answered, but not as a router: ask no more (SGLang would log a 404 each time)
+                self.not_router = workers is None
+        state = {name: {"reachable": info.reachable, "checked_at": time.time(), "context_length": info.context_length,
+                        **({"error": info.error} if info.error else {})} for (name, _, _), info in zip(targets, infos)}
+        engines = [{"url": url, **state.pop(f"policy#{i}")} for i, url in enumerate(urls)]
+        for engine in engines:
+            if pool is not None:
+                pool.probed(engine["url"], {k: v for k, v in engine.items() if k != "url"}, started)
+            self.metrics.policy_engine_up.labels(engine["url"]).set(1 if engine["reachable"] else 0)
+        # the policy is up while one engine (or the router) answers; its context is the smallest engine's
+        contexts = [e["context_length"] for e in engines if e["context_length"]]
+        policy: dict[str, Any] = {"reachable": any(e["reachable"] for e in engines), "checked_at": time.time(),
+                                  "context_length": min(contexts) if contexts else None}
+        if not policy["reachable"]:
+            policy["error"] = engines[0].get("error", "") if len(engines) == 1 else \
+                "; ".join(f"{e['url']}: {e.get('error', '')}" for e in engines)
+        if len(engines) > 1:
+            policy["engines"] = pool.health() if pool is not None else engines
+            policy["failovers"] = pool.failovers if pool is not None else 0
+        if workers is not None:  # a router: the engines behind it, as it sees them
+            policy["router_workers"] = workers
+        self.state = {"policy": policy, **state}
+        for name, info in self.state.items():
+            self.metrics.backend_up.labels(name).set(1 if info["reachable"] else 0)
+        if not p.context_length and policy["context_length"]:
+            self.service.context_length = policy["context_length"]
+        if "judge" in state and not j.context_length and state["judge"]["context_length"]:
+            self.judge.context_length = state["judge"]["context_length"]
 
     def start(self) -> None:
         async def loop() -> None:

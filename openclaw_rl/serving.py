@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 import uuid
@@ -29,6 +28,7 @@ from . import codec
 from .backend import GenerateResult, PolicyBackend, check_output_values
 from .chat import ChatRenderer, normalize_messages, side_cache_key
 from .config import ProxySettings
+from .engines import routing_key
 from .errors import (
     BackendUnavailable,
     BadRequest,
@@ -197,7 +197,7 @@ class ChatService:
                         traceparent=headers.get("traceparent"))
             turn = self.tracker.begin(turn, next_state_of(req.messages))
         ctx = _Reply(req, self, turn, key if done else None, len(prompt_ids), self.renderer.opens_thinking(prompt_text),
-                     hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:16])
+                     routing_key(key))
         if req.stream:
             return await ctx.stream(payload)
         return await ctx.once(payload)

@@ -106,7 +106,7 @@ class ExternalStack:
     def __init__(self, cfg: ExternalConfig):
         from transformers import AutoTokenizer
 
-        from .weight_sync import SGLangWeightSync
+        from .engine_sync import weight_sync_for
 
         self.cfg = cfg
         self.out = Path(cfg.out_dir)
@@ -117,8 +117,9 @@ class ExternalStack:
         if not settings.spool.dir:
             settings.spool.dir = str(self.out / "spool")
         self.tokenizer = AutoTokenizer.from_pretrained(settings.proxy.tokenizer)
-        self.weights = SGLangWeightSync(settings.proxy.policy_url, cfg.sync_dir or self.out / "weights",
-                                        api_key=settings.proxy.policy_api_key)
+        # every policy engine (several URLs, or a router's workers) gets each step's weights
+        self.weights = weight_sync_for(settings.proxy.policy_url, cfg.sync_dir or self.out / "weights",
+                                       api_key=settings.proxy.policy_api_key)
         self.runtime: ProxyRuntime | None = None
         self.guard: VersionGuard | None = None
         self.stop_event = threading.Event()
@@ -162,7 +163,8 @@ class ExternalStack:
             log.warning("the policy server already serves %r, not the checkpoint's initial weights: samples it "
                         "produced count as unversioned until the first sync", served)
         self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
-        self.guard = VersionGuard([self.weights], self.runtime.proxy.gate, interval_s=cfg.version_check_s)
+        self.guard = VersionGuard(getattr(self.weights, "engines", [self.weights]), self.runtime.proxy.gate,
+                                  interval_s=cfg.version_check_s)
         self.guard.start()
         self.runtime.proxy.dashboard.metrics_path = Path(self.metrics_path)  # /dashboard's training curves
 

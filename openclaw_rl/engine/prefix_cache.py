@@ -32,7 +32,8 @@ class _Entry:
 class PrefixStats:
     """Counters for logs and benchmarks: lookups, hits and prompt tokens not recomputed."""
 
-    lookups: int = 0
+    lookups: int = 0  # prompts looked up (an empty cache's too)
+    prompt_tokens: int = 0  # their tokens: reused_tokens / prompt_tokens is the share served from the cache
     hits: int = 0
     reused_tokens: int = 0
     flushes: int = 0
@@ -56,9 +57,12 @@ class PrefixCache:
 
     def lookup(self, ids: Sequence[int], limit: int) -> tuple[int, KV] | None:
         """The longest cached prefix of ``ids`` of at most ``limit`` tokens, as (length, KV views)."""
-        if self.entries <= 0 or not self._items:
+        if self.entries <= 0:
             return None
         self.stats.lookups += 1
+        self.stats.prompt_tokens += len(ids)
+        if not self._items:
+            return None
         query = torch.tensor(ids[:limit], dtype=torch.long)
         best, best_len = None, 0
         for entry in self._items:

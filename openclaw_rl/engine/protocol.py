@@ -399,9 +399,10 @@ def model_info_body(*, model_path: str, served_model_name: str, weight_version: 
 
 def server_info_body(*, model_path: str, served_model_name: str, context_length: int,
                      max_total_num_tokens: int, incremental_streaming_output: bool = False,
-                     stream_interval: int = 1) -> dict[str, Any]:
-    """``/get_server_info``: a small subset of SGLang's 556 server args plus its status keys."""
-    return {"model_path": model_path, "tokenizer_path": model_path, "served_model_name": served_model_name,
+                     stream_interval: int = 1, prefix_cache: dict[str, int] | None = None) -> dict[str, Any]:
+    """``/get_server_info``: a small subset of SGLang's 556 server args plus its status keys; with
+    ``prefix_cache``, the embedded core's prefix-cache counters (not an SGLang key; benchmarks read them)."""
+    return {**({"prefix_cache": prefix_cache} if prefix_cache is not None else {}),"model_path": model_path, "tokenizer_path": model_path, "served_model_name": served_model_name,
             "skip_tokenizer_init": False, "context_length": None, "max_total_tokens": max_total_num_tokens,
             "stream_interval": stream_interval, "incremental_streaming_output": incremental_streaming_output,
             "is_embedding": False, "status": "ready", "max_total_num_tokens": max_total_num_tokens,

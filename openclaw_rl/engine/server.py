@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -463,6 +464,12 @@ class EngineService:
         return not self._running or self._pause_mode in ("abort", "retract")
 
 
+def prefix_counters(model: Any) -> dict[str, int] | None:
+    """A core's prefix-cache counters (``PrefixStats``), when it has a prefix cache."""
+    stats = getattr(getattr(model, "prefixes", None), "stats", None)
+    return dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) else None
+
+
 def json_response(obj: Any, status_code: int = 200) -> Response:
     return Response(compact_json(obj), status_code=status_code, media_type="application/json")
 
@@ -526,7 +533,8 @@ def make_engine_app(model: EngineModel, tokenizer: TokenizerLike, *, served_mode
                                               context_length=model.context_length,
                                               max_total_num_tokens=service.max_total_num_tokens,
                                               incremental_streaming_output=service.incremental_streaming_output,
-                                              stream_interval=service.stream_interval))
+                                              stream_interval=service.stream_interval,
+                                              prefix_cache=prefix_counters(model)))
 
     @app.get("/v1/models")
     async def list_models() -> Response:

@@ -322,3 +322,29 @@ def test_a_cached_prefix_gives_the_same_logprobs_and_weight_updates_flush_it(
     assert len(cached.prefixes) == 1
     cached.flush_cache()
     assert len(cached.prefixes) == 0 and cached.prefixes.stats.flushes == 2
+
+
+def test_server_info_reports_the_prefix_cache_counters(engine: tuple[TorchModel, httpx.Client], tokenizer: Any) -> None:
+    """``/server_info``'s ``prefix_cache`` (what scripts/bench_router_affinity.py reads from each engine):
+    every prompt looked up is counted, an empty cache's too, with its tokens, so reused / prompt tokens is
+    the share of prompt tokens served from the cache."""
+    _, client = engine
+    client.post("/flush_cache").raise_for_status()
+    before = client.get("/server_info").json()["prefix_cache"]
+    head = tokenizer.encode(" ".join(["the tools you may call are listed here"] * 20), add_special_tokens=False)
+    for tail in ([5, 6, 7], [8, 9]):
+        resp = client.post("/generate", json={"input_ids": head + tail, "sampling_params": {"max_new_tokens": 1}})
+        assert resp.status_code == 200, resp.text
+    after = client.get("/server_info").json()["prefix_cache"]
+    delta = {k: after[k] - before[k] for k in after}
+    assert (delta["lookups"], delta["hits"]) == (2, 1)
+    assert (delta["prompt_tokens"], delta["reused_tokens"]) == (2 * len(head) + 5, len(head))
+
+
+def test_the_engine_command_takes_the_prefix_cache_size() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    register_engine_command(parser.add_subparsers(dest="command"))
+    assert parser.parse_args(["engine", "--model", "/m"]).prefix_cache_entries == 4
+    assert parser.parse_args(["engine", "--model", "/m", "--prefix-cache-entries", "32"]).prefix_cache_entries == 32
