@@ -234,7 +234,7 @@ class Proxy:
         backend = PolicyBackend(http, p.policy_url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key,
                                 connect_timeout_s=p.connect_timeout_s, stream_interval=p.stream_interval,
                                 end_ids=renderer.end_of_reply_ids, max_response_bytes=p.max_response_bytes,
-                                decode=lambda ids, skip: tokenizer.decode(ids, skip_special_tokens=skip))
+                                decode=lambda ids, skip: renderer.decoder(skip)(ids))
         service = ChatService(p, renderer, OutputParser.named(p.reasoning_parser, p.tool_parser, renderer.format), backend, tracker,
                               gate, metrics, keep_messages=scorer.keeps_messages)
         auth = Authenticator(p.api_keys, p.rate_limit_per_min)
