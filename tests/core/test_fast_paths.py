@@ -62,3 +62,28 @@ def test_await_within_returns_when_resolved_and_raises_timeout_otherwise() -> No
         assert late.done() and isinstance(late.exception(), TimeoutError)
 
     asyncio.run(scenario())
+
+
+def test_gathering_ends_at_the_first_read_after_the_window_or_at_the_end() -> None:
+    """``wait_gathered``: a read inside the window does not end it, the first read after it does (in that
+    read's wake-up: no timer of its own), and so does the end of the response at any time."""
+    from openclaw_rl.rawstream import StreamConnection
+
+    async def scenario() -> None:
+        for ending in ("read after the window", "end of the response"):
+            conn = StreamConnection()
+            waiting = asyncio.ensure_future(conn.wait_gathered(600.0))
+            await asyncio.sleep(0)  # the wait has started: its window runs for 600 s
+            conn.fresh = True
+            conn._wake()  # a read inside the window
+            await asyncio.sleep(0)
+            assert not waiting.done()
+            if ending == "read after the window":
+                conn._gather_until = 0.0  # the window has passed (no clock in a test)
+            else:
+                conn.complete = True
+            conn._wake()
+            await asyncio.wait_for(waiting, 60.0)  # ends now; the 1,200 s backstop would fail the test
+            assert conn._gather_until == float("inf")
+
+    asyncio.run(scenario())
