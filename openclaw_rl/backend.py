@@ -193,8 +193,8 @@ class PolicyBackend:
         """Yield the growing result after each network read that completed events; the last has a finish_reason.
 
         The events of one read become one snapshot. With ``gather_s``, after a snapshot with text the
-        next one waits until ``gather_s`` has passed or the response is complete, and takes everything
-        that arrived meanwhile: one client write per interval instead of one per token, and from a
+        next one waits until the first read after ``gather_s`` (``2 * gather_s`` at most) or the response is
+        complete, and takes everything that arrived meanwhile: one client write per interval instead of one per token, and from a
         cumulative stream only the last of those events is decoded. The end of a reply is never held."""
         if self._probe is None:  # once, in the background: never delays a request
             self._probe = asyncio.get_running_loop().create_task(self.read_stream_mode())
@@ -284,7 +284,7 @@ class PolicyBackend:
                 if last is not None:
                     yield last
                     if gather_s and last.text and not reader.done:
-                        await conn.wait_finished(gather_s)
+                        await conn.wait_gathered(gather_s)
                 if not reader.done and conn.finished and not conn.fresh:
                     if conn.error is not None or not conn.complete:
                         why = repr(conn.error) if conn.error is not None else "the connection closed mid-stream"

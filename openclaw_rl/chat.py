@@ -21,6 +21,7 @@ from . import chat_format
 from .chat_format import ChatFormat
 from .chat_template import ChatTemplateText
 from .errors import BadRequest
+from .fast_decode import Decode, fast_decoder
 from .protocol import ChatMessage, Tool
 from .tiktoken_bpe import byte_of_char, is_panic, tiktoken_encoder
 
@@ -219,6 +220,7 @@ class ChatRenderer:
         # caches (store, move to end, evict, forget) holds this lock, so none sees a half-done other.
         self._lock = threading.Lock()
         self._token_bytes: Any = None  # built on the first logprobs request
+        self._decoders: dict[bool, Decode] = {}  # by skip_special_tokens (fast_decode.py)
 
     @property
     def end_of_reply_ids(self) -> frozenset[int]:
@@ -230,6 +232,13 @@ class ChatRenderer:
         if self.format.turn_end in added:
             ids.add(added[self.format.turn_end])
         return frozenset(int(i) for i in ids)
+
+    def decoder(self, skip_special_tokens: bool = True) -> Decode:
+        """``ids -> tokenizer.decode(ids, skip_special_tokens=…)``, the same text for less CPU (``fast_decode``)."""
+        decode = self._decoders.get(skip_special_tokens)
+        if decode is None:
+            decode = self._decoders[skip_special_tokens] = fast_decoder(self.tokenizer, skip_special_tokens)
+        return decode
 
     def token_bytes(self, token_id: int) -> list[int]:
         """A sampled token's own UTF-8 bytes (OpenAI's ``logprobs.content[].bytes``). A token may hold part

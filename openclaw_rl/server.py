@@ -236,7 +236,7 @@ class Proxy:
         engines = [PolicyBackend(http, url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key,
                                  connect_timeout_s=p.connect_timeout_s, stream_interval=p.stream_interval,
                                  end_ids=renderer.end_of_reply_ids, max_response_bytes=p.max_response_bytes,
-                                 decode=lambda ids, skip: tokenizer.decode(ids, skip_special_tokens=skip))
+                                 decode=lambda ids, skip: renderer.decoder(skip)(ids))
                    for url in split_urls(p.policy_url)]
         backend: Any = engines[0] if len(engines) == 1 else EnginePool(
             engines, on_failover=lambda url, reason: metrics.policy_failovers.labels(url, reason).inc())

@@ -258,9 +258,8 @@ class _Reply:
 
     def _ids_text(self, payload: dict[str, Any]) -> IdsText:
         """The text of this reply's output ids, decoded as the server decodes them (its skip_special_tokens)."""
-        tokenizer = self.svc.renderer.tokenizer
         skip = bool((payload.get("sampling_params") or {}).get("skip_special_tokens", True))
-        return IdsText(lambda ids: tokenizer.decode(ids, skip_special_tokens=skip), payload.get("input_ids"))
+        return IdsText(self.svc.renderer.decoder(skip), payload.get("input_ids"))
 
     def _check_text(self, result: GenerateResult, ids_text: IdsText, final: bool) -> None:
         """The client sees only text of the ids that train (idstext.py): other text drops the turn as

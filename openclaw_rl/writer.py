@@ -69,7 +69,9 @@ class SampleWriter:
         self.spool, self.metrics = spool, metrics
         self.max_overflow = max_overflow
         self.on_written = on_written
-        self._queue: queue.Queue[tuple[str, Any, Any] | None] = queue.Queue()
+        # SimpleQueue: put/get in C, where Queue runs ~10 Python calls (its Condition) per put and get, 3-4 of
+        # each per turn (issue #33 item 2)
+        self._queue: queue.SimpleQueue[tuple[str, Any, Any] | None] = queue.SimpleQueue()
         self.overflow: deque[TrainingSample] = deque()
         self._overflow_settled: list[Any] = []  # pending-turn rows to forget once the overflow is committed
         self._overflow_failed = False  # the overflow is held because a write failed, not because of the cap

@@ -53,7 +53,7 @@ def turn_line(turn: Any, outcome: Any) -> dict[str, Any]:
         if s.teacher_log_probs is not None:
             entry["advantage"] = [round(t - r, 4) for t, r in zip(s.teacher_log_probs[:MAX_ADVANTAGE_TOKENS],
                                                                   s.rollout_log_probs)]
-        if any(m == 0 for m in s.loss_mask):
+        if 0 in s.loss_mask:  # a C scan (the generator ran once per token on the journal's thread)
             entry["masked"] = [i for i, m in enumerate(s.loss_mask[:MAX_ADVANTAGE_TOKENS]) if m == 0]
         samples.append(entry)
     line: dict[str, Any] = {
@@ -83,7 +83,7 @@ class TurnJournal:
         self.errors = 0
         self._file: Any = None
         self.drops: Counter[str] = Counter()  # dropped turns by reason since start (the console's counts)
-        self._queue: queue.Queue[tuple[str, Any, Any] | None] = queue.Queue()
+        self._queue: queue.SimpleQueue[tuple[str, Any, Any] | None] = queue.SimpleQueue()  # C: no Python lock
         self._thread = threading.Thread(target=self._run, name="openclaw-journal", daemon=True)
         self._thread.start()
 

@@ -1,0 +1,133 @@
+"""The proxy's CPU per turn (issue #33 item 2), from its own ``/proc`` entry: robust to load from other processes.
+
+Runs the bench's stack (policy and judge mocks at zero latency, ``openclaw-rl serve`` with the judge on, m = 3) and
+drives two-turn sessions (``compare.sessions_at``: prompts of ~1K and ~8K tokens, 64-token plain replies) at
+concurrency C. For each history it prints the proxy's CPU seconds (all threads, ``schedstat``) over the turns sent,
+after the judge's votes and spool writes have settled, and the load average. ``--proxies N`` (issue #33 item 5)
+starts N independent proxies on the same mocks, each with its own spool directory (a spool has one writer), and
+sends each session to one of them by its index, as a router hashing the session id would (a session's turns must
+reach the proxy that holds its pending turn); CPU is summed over them. A benchmark: nothing is asserted.
+Usage: ``python scripts/bench_turn_cpu.py [--sessions 64] [--histories 1024,8192] [--profile out.pstat]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+
+from openclaw_rl.bench import mock  # noqa: E402
+from openclaw_rl.bench.compare import sessions_at  # noqa: E402
+from openclaw_rl.bench.loadclient import LoadClient  # noqa: E402
+from openclaw_rl.servers import free_port  # noqa: E402
+
+
+def tree_cpu(pids: list[int]) -> float:
+    """On-CPU seconds of the proxies ``pids``."""
+    return sum(mock.cpu_seconds_fine(pid) for pid in pids)
+
+
+async def drive(load: LoadClient, urls: list[str], sessions: list[list[mock.Case]], concurrency: int, tag: str,
+                reply: int) -> tuple[int, int, float]:
+    """(turns, errors, wall seconds) of ``concurrency`` workers running whole sessions."""
+    turns = errors = 0
+    todo = iter(range(len(sessions)))
+
+    async def worker() -> None:
+        nonlocal turns, errors
+        for s in todo:
+            for t, case in enumerate(sessions[s]):
+                headers = {**mock.JSON_HEADERS, "X-Session-Id": f"{tag}-{s}",
+                           **({"X-Session-Done": "1"} if t == len(sessions[s]) - 1 else {})}
+                try:
+                    url = urls[s % len(urls)]  # a session stays on one proxy
+                    await load.post(f"{url}/v1/chat/completions", mock.chat_body(case, reply, False), headers)
+                    turns += 1
+                except Exception:
+                    errors += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return turns, errors, time.perf_counter() - start
+
+
+async def run(ns: argparse.Namespace, tokenizer_dir: str, cases: dict[int, list[list[mock.Case]]], workdir: Path
+              ) -> list[dict[str, object]]:
+    stack = mock.Stack(tokenizer_dir, workdir, reply_tokens=ns.reply, judge_votes=3, replay=False,
+                       profile_proxy=ns.profile)
+    rows: list[dict[str, object]] = []
+    async with httpx.AsyncClient(timeout=120, trust_env=False) as http, LoadClient(120.0) as load:
+        try:
+            await stack.start(http)
+            pids, urls = [stack.proxy_pid], [stack.proxy_url]
+            for i in range(1, ns.proxies):  # the same command line, another port and spool directory
+                args = stack._proxy_args(f"spool-{i}")
+                port = str(free_port("127.0.0.1"))
+                args[args.index("--port") + 1] = port
+                proc = stack._spawn(f"proxy-{i}", args, stack.proxy_env)
+                urls.append(f"http://127.0.0.1:{port}")
+                await stack._wait_healthy(http, [(proc, f"{urls[-1]}/healthz")], 120.0)
+                pids.append(proc.pid)
+            for h, sessions in cases.items():  # warm-up: first use of each path, tokenizer caches
+                await drive(load, urls, sessions[:2 * ns.proxies], 2, f"warm{h}", ns.reply)
+            for pid in pids:
+                await stack.settle(pid=pid)
+            stack.profile_reset()
+            for rep in range(ns.reps):
+                for h, sessions in cases.items():
+                    for pid in pids:
+                        await stack.settle(pid=pid)
+                    load0, cpu0 = os.getloadavg()[0], tree_cpu(pids)
+                    turns, errors, wall = await drive(load, urls, sessions[4:], ns.concurrency,
+                                                      f"r{rep}h{h}", ns.reply)
+                    for pid in pids:
+                        await stack.settle(pid=pid)
+                    cpu = tree_cpu(pids) - cpu0
+                    rows.append({"history": h, "rep": rep, "turns": turns, "errors": errors,
+                                 "cpu_ms_per_turn": round(cpu / max(turns, 1) * 1e3, 3),
+                                 "turns_per_s": round(turns / wall, 1), "load": round(load0, 2)})
+                    print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        finally:
+            stack.stop()
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sessions", type=int, default=64, help="two-turn sessions per history (+4 for warm-up)")
+    p.add_argument("--histories", default="1024,8192")
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--reply", type=int, default=64)
+    p.add_argument("--proxies", type=int, default=1, help="independent proxies, sessions split between them (item 5)")
+    p.add_argument("--profile", default="", help="profile the proxy (.pstat: yappi; .folded: py-spy)")
+    ns = p.parse_args()
+    from transformers import AutoTokenizer
+
+    tokenizer_dir = str(mock.ensure_tokenizer())
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    cases = {h: sessions_at(tokenizer, sessions=ns.sessions + 4, history=h, reply=ns.reply, seed=h)
+             for h in map(int, ns.histories.split(","))}
+    with tempfile.TemporaryDirectory(prefix="openclaw-turn-cpu-") as tmp:
+        rows = asyncio.run(run(ns, tokenizer_dir, cases, Path(tmp)))
+    print(f"{'history':>8}{'CPU ms/turn':>13}{'turns/s':>9}{'turns':>7}{'errors':>8}{'load':>7}")
+    for r in rows:
+        print(f"{r['history']:>8}{r['cpu_ms_per_turn']:>13}{r['turns_per_s']:>9}{r['turns']:>7}{r['errors']:>8}{r['load']:>7}")
+    for h in cases:
+        sel = [float(r["cpu_ms_per_turn"]) for r in rows if r["history"] == h]  # type: ignore[arg-type]
+        print(f"~{h} tokens: CPU ms/turn best {min(sel):.3f}, mean {sum(sel) / len(sel):.3f} (proxies {ns.proxies})")
+    print(f"load average at end {tuple(round(x, 2) for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
