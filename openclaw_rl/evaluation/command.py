@@ -50,6 +50,19 @@ def register_eval_command(subparsers: Any) -> None:
     p.set_defaults(fn=cmd_eval)
 
 
+class _Progress:
+    """A line at every tenth of a target's replies: a CPU checkpoint on a busy machine takes minutes."""
+
+    def __init__(self, label: str, expected: int):
+        self.label, self.expected, self.done = label, expected, 0
+        self.every = max(1, expected // 10)
+
+    def __call__(self, _outcome: Any) -> None:
+        self.done += 1
+        if self.done % self.every == 0 and self.done < self.expected:
+            print(f"  {self.label}: {self.done}/{self.expected} replies", flush=True)
+
+
 def cmd_eval(ns: Any) -> int:
     import openai
 
@@ -80,11 +93,13 @@ def cmd_eval(ns: Any) -> int:
         "conversations": ns.conversations, "turns": ns.turns, "max_tokens": ns.max_tokens,
         "temperature": ns.temperature, "people": "model-played" if ns.user_url else "scripted",
         "style_scoring": f"majority of {ns.judge_votes} judge votes" if ns.judge_url else "opener rule"})
+    expected = ns.conversations * (len(suite.people) * ns.turns + bool(suite.homework) + bool(suite.file_edits))
     for target in targets:
-        print(f"evaluating {target.label} ({target.location}) ...", flush=True)
+        print(f"evaluating {target.label} ({target.location}): {expected} replies ...", flush=True)
         started = time.monotonic()
+        progress = _Progress(target.label, expected)
         try:
-            outcomes = evaluate_target(target, suite, opts, api_key=ns.api_key, seed=ns.seed)
+            outcomes = evaluate_target(target, suite, opts, api_key=ns.api_key, seed=ns.seed, on_outcome=progress)
         except openai.APIError as exc:
             raise CommandError(f"{target.label}: {api_error_line(exc)}") from None
         result = TargetResult(target.label, target.location, outcomes, time.monotonic() - started)

@@ -123,7 +123,7 @@ def test_evaluation_can_fail(fakes: dict[str, tuple[FakeModel, str]], tmp_path: 
     called better than the baseline and its formal rate stays low, one that learned is called better."""
     suite = load_suite()
     suite = Suite(suite.name, tuple(p for p in suite.people if p.preference == "formal"), (), ())
-    opts = EvalOptions(conversations=12, turns=2, concurrency=4)
+    opts = EvalOptions(conversations=8, turns=2, concurrency=4)
     report = EvalReport(suite.name, [])
     for label, (_, url) in fakes.items():
         report.targets.append(TargetResult(label, url, asyncio.run(evaluate_url(url, suite, opts, label=label))))
@@ -133,13 +133,13 @@ def test_evaluation_can_fail(fakes: dict[str, tuple[FakeModel, str]], tmp_path: 
     assert scores["did-not-learn"]["style:formal"].high < 0.8  # not even its interval reaches a learned rate
     assert verdicts["learned"]["style:formal"] == "better" and scores["learned"]["style:formal"].rate == 1.0
     # a reply after thanks is uninstructed too; one after a correction is scored apart (instruction-following)
-    assert scores["learned"]["style:formal"].total == 48 and "instructed:formal" not in scores["learned"]
+    assert scores["learned"]["style:formal"].total == 32 and "instructed:formal" not in scores["learned"]
     followed = scores["did-not-learn"]["instructed:formal"]
-    assert followed.rate == 1.0 and followed.total + scores["did-not-learn"]["style:formal"].total == 48
+    assert followed.rate == 1.0 and followed.total + scores["did-not-learn"]["style:formal"].total == 32
     # every request is a side turn of its own session: a training proxy forwards it and trains nothing
     model = fakes["learned"][0]
     assert model.headers and all(h["x-turn-type"] == "side" for h in model.headers)
-    assert len({h["x-session-id"] for h in model.headers}) == 24
+    assert len({h["x-session-id"] for h in model.headers}) == 16
     paths = report.write(tmp_path)
     table = Path(paths["markdown"]).read_text()
     assert "100% [" in table and "**better**" in table
@@ -160,3 +160,55 @@ def test_tiny_model_through_the_proxy(tiny_model_dir: Path) -> None:
     assert sum(s.total for k, s in scores.items() if k.endswith(":formal")) == 4
     assert scores["homework"].total == scores["file_edit"].total == 2
     assert all(o.reply or o.detail.get("tool_calls") is not None for o in outcomes)
+
+
+class PersonAndJudge:
+    """One stand-in model that plays the people (its prompt has the persona as system message) and judges
+    (yes only for a reply that opens formally), counting what it was asked."""
+
+    def __init__(self) -> None:
+        self.persona_calls = self.judge_calls = 0
+        self.app = FastAPI()
+        self.app.post("/v1/chat/completions")(self.chat)
+
+    async def chat(self, request: Request) -> Any:
+        body = await request.json()
+        if body["messages"][0]["role"] == "system":
+            self.persona_calls += 1
+            assert "Answer formally and politely." in body["messages"][0]["content"]  # the hidden preference
+            assert body["messages"][-1]["content"].startswith("The AI assistant replied:")
+            content = "Thanks! How should I tune a guitar?"
+        else:
+            self.judge_calls += 1
+            reply = body["messages"][0]["content"].split("The assistant replied:\n", 1)[1]
+            content = "YES" if reply.startswith("Certainly") else "No."
+        return {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+def test_model_played_people_and_judge_votes(fakes: dict[str, tuple[FakeModel, str]]) -> None:
+    from openai import AsyncOpenAI
+
+    from openclaw_rl.evaluation.people import VoteJudge
+
+    stand_in = PersonAndJudge()
+    suite = load_suite()
+    suite = Suite(suite.name, suite.people[:1], (), ())
+    with BackgroundServer(stand_in.app) as server:
+        async def run(url: str) -> Any:
+            client = AsyncOpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+            opts = EvalOptions(conversations=4, turns=2, user_client=client, judge=VoteJudge(client, "m", votes=3))
+            try:
+                return await evaluate_url(url, suite, opts)
+            finally:
+                await client.close()
+
+        learned = asyncio.run(run(fakes["learned"][1]))
+        random_ = asyncio.run(run(fakes["did-not-learn"][1]))
+    assert stand_in.persona_calls == 8 and stand_in.judge_calls == 3 * 16  # 3 votes a reply
+    assert all(o.passed and o.detail["votes"] == ["yes"] * 3 for o in learned)
+    assert [o.prompt for o in learned if o.turn == 1] == ["Thanks! How should I tune a guitar?"] * 4
+    assert all(o.passed == (o.reply.startswith("Certainly")) for o in random_)
+    with pytest.raises(ValueError):
+        VoteJudge(None, "m", votes=0)
