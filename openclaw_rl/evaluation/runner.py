@@ -75,8 +75,9 @@ def resolve_checkpoint(path: Path) -> Path:
 
 
 @contextmanager
-def served_checkpoint(path: str, *, seed: int = 0, max_new_tokens: int = 64) -> Iterator[str]:
-    """Serve `path` on loopback (CPU engine + proxy, no judge, a temporary spool); yields the proxy URL."""
+def served_checkpoint(path: str, *, seed: int = 0, max_new_tokens: int = 64) -> Iterator[Any]:
+    """Serve `path` on loopback (CPU engine + proxy, no judge, a temporary spool); yields the proxy
+    (``.url`` is where to send the conversations)."""
     from transformers import AutoTokenizer
 
     from openclaw_rl.config import load_settings
@@ -91,23 +92,23 @@ def served_checkpoint(path: str, *, seed: int = 0, max_new_tokens: int = 64) -> 
         model = TorchModel.from_pretrained(path, seed=seed, tokenizer_vocab_size=len(tokenizer))
     servers: list[BackgroundServer] = []
     try:
-        engine = BackgroundServer(make_engine_app(model, tokenizer, served_model_name="eval", model_path=path)).start()
-        servers.append(engine)
         with tempfile.TemporaryDirectory(prefix="openclaw-eval-") as tmp:
-            settings = load_settings({"proxy_tokenizer": path, "proxy_policy_url": engine.url, "mode": "rl",
-                                      "spool_dir": f"{tmp}/spool", "proxy_max_new_tokens": max_new_tokens,
-                                      "proxy_served_model_name": "eval"}, env={})
-            with _without_judge_warning():  # no judge on purpose: nothing of an evaluation is trained
-                proxy = Proxy.build(settings, tokenizer=tokenizer)
-            front = BackgroundServer(proxy.app).start()
-            servers.append(front)
-            yield front.url
-            for server in reversed(servers):
-                server.stop()
-            servers.clear()
+            try:
+                engine = BackgroundServer(make_engine_app(model, tokenizer, served_model_name="eval",
+                                                         model_path=path)).start()
+                servers.append(engine)
+                settings = load_settings({"proxy_tokenizer": path, "proxy_policy_url": engine.url, "mode": "rl",
+                                          "spool_dir": f"{tmp}/spool", "proxy_max_new_tokens": max_new_tokens,
+                                          "proxy_served_model_name": "eval"}, env={})
+                with _without_judge_warning():  # no judge on purpose: nothing of an evaluation is trained
+                    proxy = Proxy.build(settings, tokenizer=tokenizer)
+                servers.append(BackgroundServer(proxy.app).start())
+                proxy.url = servers[-1].url
+                yield proxy
+            finally:  # the proxy closes its spool before the directory goes
+                for server in reversed(servers):
+                    server.stop()
     finally:
-        for server in reversed(servers):
-            server.stop()
         model.close()
 
 
@@ -226,5 +227,5 @@ def evaluate_target(target: Target, suite: Suite, opts: EvalOptions, *, api_key:
     if target.is_url:
         return asyncio.run(evaluate_url(target.location, suite, opts, label=target.label, api_key=api_key,
                                         on_outcome=on_outcome))
-    with served_checkpoint(target.location, seed=seed, max_new_tokens=opts.max_tokens) as url:
-        return asyncio.run(evaluate_url(url, suite, opts, label=target.label, on_outcome=on_outcome))
+    with served_checkpoint(target.location, seed=seed, max_new_tokens=opts.max_tokens) as proxy:
+        return asyncio.run(evaluate_url(proxy.url, suite, opts, label=target.label, on_outcome=on_outcome))

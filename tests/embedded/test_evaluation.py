@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request
+from support import metric
 
 from openclaw_rl.embedded import task
 from openclaw_rl.evaluation.people import EDIT_TOOL, edit_passed, homework_passed, last_number
@@ -153,13 +154,16 @@ def test_tiny_model_through_the_proxy(tiny_model_dir: Path) -> None:
     conversation once or twice (the rates of the untrained model are measured in docs/evaluation.md)."""
     suite = load_suite()
     suite = Suite(suite.name, suite.people[:1], suite.homework[:1], suite.file_edits[:1])
-    opts = EvalOptions(conversations=2, turns=2, concurrency=4, max_tokens=4)
-    with served_checkpoint(str(tiny_model_dir)) as url:
-        outcomes = asyncio.run(evaluate_url(url, suite, opts, label="untrained"))
+    opts = EvalOptions(conversations=1, turns=2, concurrency=4, max_tokens=4)
+    with served_checkpoint(str(tiny_model_dir)) as proxy:
+        outcomes = asyncio.run(evaluate_url(proxy.url, suite, opts, label="untrained"))
+        # every request was forwarded as a side turn: no turn was begun, nothing reached the spool
+        assert metric(proxy, "openclaw_turns_total", type="side") == len(outcomes) == 4
+        assert metric(proxy, "openclaw_turns_total", type="main") == 0 and proxy.spool.depth() == 0
     scores = TargetResult("untrained", str(tiny_model_dir), outcomes).scores()
-    assert sum(s.total for k, s in scores.items() if k.endswith(":formal")) == 4
-    assert scores["homework"].total == scores["file_edit"].total == 2
-    assert all(o.reply or o.detail.get("tool_calls") is not None for o in outcomes)
+    assert sum(s.total for k, s in scores.items() if k.endswith(":formal")) == 2
+    assert scores["homework"].total == scores["file_edit"].total == 1
+    assert all(o.prompt for o in outcomes) and {o.task for o in outcomes} >= {"style:formal", "homework", "file_edit"}
 
 
 class PersonAndJudge:
