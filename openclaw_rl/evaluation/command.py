@@ -105,6 +105,7 @@ def cmd_eval(ns: Any) -> int:
         result = TargetResult(target.label, target.location, outcomes, time.monotonic() - started)
         report.targets.append(result)
         print(f"  {len(outcomes)} scored replies in {result.seconds:.0f}s", flush=True)
+        paths = report.write(Path(ns.out), plot=False)  # what is done so far survives an interrupted run
     paths = report.write(Path(ns.out), plot=not ns.no_plot)
     print(report.markdown())
     print("written: " + ", ".join(paths.values()))
