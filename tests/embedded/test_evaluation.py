@@ -216,3 +216,21 @@ def test_model_played_people_and_judge_votes(fakes: dict[str, tuple[FakeModel, s
     assert all(o.passed == (o.reply.startswith("Certainly")) for o in random_)
     with pytest.raises(ValueError):
         VoteJudge(None, "m", votes=0)
+
+
+def test_eval_command(fakes: dict[str, tuple[FakeModel, str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from openclaw_rl.cli import main
+
+    base = ["eval", "--conversations", "2", "--turns", "1", "--no-plot", "--out", str(tmp_path)]
+    assert main([*base, "--target", f"before={fakes['untrained'][1]}/v1", "--target", fakes["learned"][1]]) == 0
+    out = capsys.readouterr().out
+    assert "| task | `before` | `http://127.0.0.1:" in out and "written:" in out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [t["label"] for t in report["targets"]][0] == "before" and not (tmp_path / "report.png").exists()
+    assert report["targets"][1]["scores"]["style:formal"]["rate"] == 1.0
+    assert main(["eval", "--out", str(tmp_path)]) == 1  # no target: one line, no traceback
+    assert "give at least one --target" in capsys.readouterr().err
+    assert main([*base, "--target", f"x={fakes['learned'][1]}", "--target", f"x={fakes['learned'][1]}"]) == 2
+    assert "share a label" in capsys.readouterr().err
+    assert main([*base, "--target", str(tmp_path / "missing")]) == 2
+    assert "neither a checkpoint directory" in capsys.readouterr().err
