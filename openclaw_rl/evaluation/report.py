@@ -33,6 +33,13 @@ def row_title(key: str, subjects: list[str]) -> str:
     return key
 
 
+def short_title(key: str) -> str:
+    """The plot's tick label for a row."""
+    kind, _, pref = key.partition(":")
+    return {"style": f"'{pref}'\npreference", "instructed": f"'{pref}' after\na correction",
+            "homework": "arithmetic\nhomework", "file_edit": "file edit\n(tool call)"}.get(kind, key)
+
+
 @dataclass
 class TargetResult:
     label: str
@@ -127,7 +134,7 @@ class EvalReport:
 
         rows = self.rows()
         width = 0.8 / max(1, len(self.targets))
-        fig, ax = plt.subplots(figsize=(max(7.0, 1.6 * len(rows) * max(1, len(self.targets)) / 2), 4.5), dpi=100)
+        fig, ax = plt.subplots(figsize=(max(7.0, 0.4 * len(rows) * len(self.targets) + 2.5), 4.5), dpi=100)
         for i, t in enumerate(self.targets):
             scores = t.scores()
             xs = [r + (i - (len(self.targets) - 1) / 2) * width for r in range(len(rows))]
@@ -135,10 +142,9 @@ class EvalReport:
             err = [[max(0.0, scores[k].rate - scores[k].low) if k in scores else 0.0 for k in rows],
                    [max(0.0, scores[k].high - scores[k].rate) if k in scores else 0.0 for k in rows]]
             ax.bar(xs, rates, width, yerr=err, capsize=3, label=t.label)
-        labels = [row_title(k, []).replace(" ()", "").replace(", ", ",\n", 1) for k in rows]
-        ax.set_xticks(range(len(rows)), labels, fontsize=7)
+        ax.set_xticks(range(len(rows)), [short_title(k) for k in rows], fontsize=8)
         ax.set(ylabel="pass rate (95% Wilson interval)", ylim=(0, 1.05), title=f"openclaw-rl eval, suite '{self.suite}'")
-        ax.legend(fontsize=8, loc="upper right")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.tight_layout()
         fig.savefig(path)
         plt.close(fig)
