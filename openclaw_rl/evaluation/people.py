@@ -42,7 +42,8 @@ class Outcome:
     """One scored reply."""
 
     task: str
-    """``style:<preference>``, ``instructed:<preference>``, ``homework`` or ``file_edit``: a row of the report."""
+    """A row of the report: ``first:<preference>``, ``later:<preference>``, ``instructed:<preference>``
+    (``style_row``), ``homework`` or ``file_edit``."""
     subject: str
     """The person's name, the question, or the file."""
     conversation: int
@@ -54,6 +55,14 @@ class Outcome:
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def style_row(preference: str, turn: int, instructed: bool) -> str:
+    """Which row a reply to a person counts in. ``first``: a conversation's first reply, with no history,
+    the same opening request for every target: only training can move it. ``later``: an uninstructed
+    reply further on, where the conversation (an earlier correction, earlier replies) may steer it in
+    context. ``instructed``: a reply to a correction, i.e. instruction-following."""
+    return f"{'instructed' if instructed else 'first' if turn == 0 else 'later'}:{preference}"
 
 
 # --- scoring rules --------------------------------------------------------------------------------------

@@ -13,17 +13,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .people import Outcome
+from .people import Outcome, style_row
 from .stats import Score, verdict, wilson
 
-ROW_ORDER = ("style", "instructed", "homework", "file_edit")
+ROW_ORDER = ("first", "later", "instructed", "homework", "file_edit")
 
 
 def row_title(key: str, subjects: list[str]) -> str:
     kind, _, pref = key.partition(":")
     who = ", ".join(sorted(subjects))
-    if kind == "style":
-        return f"'{pref}' preference, uninstructed replies ({who})"
+    if kind == "first":
+        return f"'{pref}' preference, first reply ({who})"
+    if kind == "later":
+        return f"'{pref}' preference, later uninstructed replies ({who})"
     if kind == "instructed":
         return f"'{pref}' after a correction: instruction-following ({who})"
     if kind == "homework":
@@ -36,7 +38,7 @@ def row_title(key: str, subjects: list[str]) -> str:
 def short_title(key: str) -> str:
     """The plot's tick label for a row."""
     kind, _, pref = key.partition(":")
-    return {"style": f"'{pref}'\npreference", "instructed": f"'{pref}' after\na correction",
+    return {"first": f"'{pref}'\nfirst reply", "later": f"'{pref}'\nlater replies", "instructed": f"'{pref}' after\na correction",
             "homework": "arithmetic\nhomework", "file_edit": "file edit\n(tool call)"}.get(kind, key)
 
 
@@ -62,8 +64,11 @@ class EvalReport:
 
     def rows(self) -> list[str]:
         keys = {o.task for t in self.targets for o in t.outcomes}
-        return sorted(keys, key=lambda k: (ROW_ORDER.index(k.partition(":")[0]) if k.partition(":")[0] in ROW_ORDER
-                                           else len(ROW_ORDER), k))
+        def order(k: str) -> tuple[int, int, str]:
+            kind, _, pref = k.partition(":")
+            return (pref != "formal", ROW_ORDER.index(kind) if kind in ROW_ORDER else len(ROW_ORDER), k)
+
+        return sorted(keys, key=order)
 
     def subjects(self, key: str) -> list[str]:
         return sorted({o.subject for t in self.targets for o in t.outcomes if o.task == key})
@@ -124,6 +129,20 @@ class EvalReport:
             except ImportError:
                 pass
         return {k: str(v) for k, v in paths.items()}
+
+    @classmethod
+    def from_transcripts(cls, path: Path, suite: str = "") -> EvalReport:
+        """A report again from a run's ``transcripts.jsonl`` (the rows of a person's replies recomputed
+        from their turn, so transcripts written before the first/later split read the same way)."""
+        targets: dict[str, TargetResult] = {}
+        for line in path.read_text().splitlines():
+            raw = json.loads(line)
+            label = raw.pop("target")
+            kind, _, pref = raw["task"].partition(":")
+            if kind in ("style", "first", "later"):
+                raw["task"] = style_row(pref, raw["turn"], False)
+            targets.setdefault(label, TargetResult(label, "")).outcomes.append(Outcome(**raw))
+        return cls(suite, list(targets.values()))
 
     def save_plot(self, path: Path) -> None:
         """Grouped bars: one group per task, one bar per target, the 95% interval as error bars."""

@@ -24,7 +24,16 @@ from typing import Any
 
 from openclaw_rl.embedded import task
 
-from .people import EDIT_TOOL, ModelPlayer, Outcome, ScriptedPerson, VoteJudge, edit_passed, homework_passed
+from .people import (
+    EDIT_TOOL,
+    ModelPlayer,
+    Outcome,
+    ScriptedPerson,
+    VoteJudge,
+    edit_passed,
+    homework_passed,
+    style_row,
+)
 from .suite import Suite
 
 log = logging.getLogger(__name__)
@@ -185,8 +194,8 @@ async def evaluate_url(base_url: str, suite: Suite, opts: EvalOptions, *, label:
             passed = detail["style"] == person.preference
             if opts.judge is not None:
                 passed, detail["votes"] = await opts.judge.passed(person.preference, prompt, reply)
-            kind = "instructed" if instructed else "style"
-            record(Outcome(f"{kind}:{person.preference}", person.name, c, turn, prompt, reply, passed, detail))
+            record(Outcome(style_row(person.preference, turn, instructed), person.name, c, turn, prompt, reply,
+                           passed, detail))
             if turn < opts.turns - 1:
                 messages += [{"role": "assistant", "content": reply},
                              {"role": "user", "content": await player.react(reply, passed)}]

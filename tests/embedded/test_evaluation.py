@@ -90,8 +90,8 @@ class FakeModel:
     """An OpenAI-compatible stand-in for a checkpoint: it follows a stated preference and, uninstructed,
     answers in `style`, or in a random style (a model that did not learn) when `style` is None."""
 
-    def __init__(self, style: str | None):
-        self.style, self.rng = style, random.Random(7)
+    def __init__(self, style: str | None, salt: str = ""):
+        self.style, self.salt = style, salt
         self.headers: list[dict[str, str]] = []
         self.app = FastAPI()
         self.app.post("/v1/chat/completions")(self.chat)
@@ -99,9 +99,10 @@ class FakeModel:
     async def chat(self, request: Request) -> Any:
         body = await request.json()
         self.headers.append(dict(request.headers))
+        rng = random.Random(self.salt + json.dumps(body["messages"]))  # the same reply to the same chat, in any order
         asked = task.instruction_style(body["messages"][-1]["content"])
-        style = asked or self.style or self.rng.choice(task.STYLE_NAMES)
-        content = task.answer(style, task.REQUESTS[0], self.rng)
+        style = asked or self.style or rng.choice(task.STYLE_NAMES)
+        content = task.answer(style, task.REQUESTS[0], rng)
         return {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
                 "choices": [{"index": 0, "finish_reason": "stop",
                              "message": {"role": "assistant", "content": content}}],
@@ -110,7 +111,7 @@ class FakeModel:
 
 @pytest.fixture
 def fakes() -> Iterator[dict[str, tuple[FakeModel, str]]]:
-    models = {"untrained": FakeModel(None), "did-not-learn": FakeModel(None), "learned": FakeModel("formal")}
+    models = {"untrained": FakeModel(None), "did-not-learn": FakeModel(None, salt="other draws"), "learned": FakeModel("formal")}
     servers = {k: BackgroundServer(m.app).start() for k, m in models.items()}
     try:
         yield {k: (models[k], servers[k].url) for k in models}
@@ -130,13 +131,14 @@ def test_evaluation_can_fail(fakes: dict[str, tuple[FakeModel, str]], tmp_path: 
         report.targets.append(TargetResult(label, url, asyncio.run(evaluate_url(url, suite, opts, label=label))))
     scores = {t.label: t.scores() for t in report.targets}
     verdicts = report.verdicts()
-    assert verdicts["did-not-learn"]["style:formal"] == "no clear change"
-    assert scores["did-not-learn"]["style:formal"].high < 0.8  # not even its interval reaches a learned rate
-    assert verdicts["learned"]["style:formal"] == "better" and scores["learned"]["style:formal"].rate == 1.0
+    assert verdicts["did-not-learn"]["first:formal"] == "no clear change"
+    assert scores["did-not-learn"]["first:formal"].high < 0.8  # not even its interval reaches a learned rate
+    assert verdicts["learned"]["first:formal"] == "better" and scores["learned"]["first:formal"].rate == 1.0
     # a reply after thanks is uninstructed too; one after a correction is scored apart (instruction-following)
-    assert scores["learned"]["style:formal"].total == 32 and "instructed:formal" not in scores["learned"]
+    assert scores["learned"]["first:formal"].total == scores["learned"]["later:formal"].total == 16
+    assert "instructed:formal" not in scores["learned"]
     followed = scores["did-not-learn"]["instructed:formal"]
-    assert followed.rate == 1.0 and followed.total + scores["did-not-learn"]["style:formal"].total == 32
+    assert followed.rate == 1.0 and sum(s.total for s in scores["did-not-learn"].values()) == 32
     # every request is a side turn of its own session: a training proxy forwards it and trains nothing
     model = fakes["learned"][0]
     assert model.headers and all(h["x-turn-type"] == "side" for h in model.headers)
@@ -144,7 +146,7 @@ def test_evaluation_can_fail(fakes: dict[str, tuple[FakeModel, str]], tmp_path: 
     paths = report.write(tmp_path)
     table = Path(paths["markdown"]).read_text()
     assert "100% [" in table and "**better**" in table
-    assert json.loads(Path(paths["json"]).read_text())["targets"][2]["verdict_vs_baseline"] == {"style:formal": "better"}
+    assert json.loads(Path(paths["json"]).read_text())["targets"][2]["verdict_vs_baseline"]["first:formal"] == "better"
     assert Path(paths["plot"]).read_bytes()[:4] == b"\x89PNG"
     assert len(Path(paths["transcripts"]).read_text().splitlines()) == sum(len(t.outcomes) for t in report.targets)
 
@@ -163,7 +165,7 @@ def test_tiny_model_through_the_proxy(tiny_model_dir: Path) -> None:
     scores = TargetResult("untrained", str(tiny_model_dir), outcomes).scores()
     assert sum(s.total for k, s in scores.items() if k.endswith(":formal")) == 2
     assert scores["homework"].total == scores["file_edit"].total == 1
-    assert all(o.prompt for o in outcomes) and {o.task for o in outcomes} >= {"style:formal", "homework", "file_edit"}
+    assert all(o.prompt for o in outcomes) and {o.task for o in outcomes} >= {"first:formal", "homework", "file_edit"}
 
 
 class PersonAndJudge:
@@ -227,7 +229,7 @@ def test_eval_command(fakes: dict[str, tuple[FakeModel, str]], tmp_path: Path, c
     assert "| task | `before` | `http://127.0.0.1:" in out and "written:" in out
     report = json.loads((tmp_path / "report.json").read_text())
     assert [t["label"] for t in report["targets"]][0] == "before" and not (tmp_path / "report.png").exists()
-    assert report["targets"][1]["scores"]["style:formal"]["rate"] == 1.0
+    assert report["targets"][1]["scores"]["first:formal"]["rate"] == 1.0
     assert main(["eval", "--out", str(tmp_path)]) == 1  # no target: one line, no traceback
     assert "give at least one --target" in capsys.readouterr().err
     assert main([*base, "--target", f"x={fakes['learned'][1]}", "--target", f"x={fakes['learned'][1]}"]) == 2
