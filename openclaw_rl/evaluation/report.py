@@ -153,7 +153,7 @@ class EvalReport:
 
         rows = self.rows()
         width = 0.8 / max(1, len(self.targets))
-        fig, ax = plt.subplots(figsize=(max(7.0, 0.4 * len(rows) * len(self.targets) + 2.5), 4.5), dpi=100)
+        fig, ax = plt.subplots(figsize=(min(13.0, max(7.0, 0.25 * len(rows) * len(self.targets) + 3)), 4.5), dpi=100)
         for i, t in enumerate(self.targets):
             scores = t.scores()
             xs = [r + (i - (len(self.targets) - 1) / 2) * width for r in range(len(rows))]
