@@ -35,6 +35,7 @@ class ProxySettings:
     port: int = 30000
     api_keys: list[str] = field(default_factory=list)  # bearer keys; each is its own session namespace
     allow_insecure_bind: bool = False  # permit a non-loopback bind without any API key (trusted LANs only)
+    advertise_host: str = ""  # the address clients and other nodes reach this proxy at ("": found, see address.py)
     served_model_name: str = "openclaw-policy"  # `model` reported to clients and used when they send none
     policy_url: str = "http://127.0.0.1:30010"  # SGLang (or the embedded engine) serving the policy; several
     # engines comma-separated (a YAML list too): each session stays on one (engines.py), or one sglang-router URL
@@ -348,6 +349,7 @@ ENV_FALLBACKS = {
     "TEACHER_URL": "opd_teacher_url", "TEACHER_MODEL_PATH": "opd_teacher_tokenizer",
     "TEACHER_API_KEY": "opd_teacher_api_key",  # bearer key of a separate teacher server
     "OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "opd_teacher_source",  # upstream PR #85 (its values are accepted)
+    "PROXY_ADVERTISE_HOST": "proxy_advertise_host",  # where a proxy bound to 0.0.0.0 says it can be reached
 }
 
 # Slime flags (attributes of Slime's args) → flat keys, lowest precedence

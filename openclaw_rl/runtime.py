@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from .address import advertised_url, write_address
 from .config import Settings
 from .samples import TrainingSample
 from .server import Proxy
@@ -40,7 +41,10 @@ class ProxyRuntime:
                                        max_header_bytes=settings.proxy.max_header_bytes)
         self.server.start()
         self._unacked: list[tuple[str, int | None]] = []  # (batch id, trainer step), oldest first
-        log.info("openclaw-rl proxy (%s mode) listening on %s/v1", settings.mode, self.server.url)
+        self.advertised_url = advertised_url(settings.proxy.host, self.server.port, settings.proxy.advertise_host)
+        written = write_address(settings.spool.dir, self.advertised_url)
+        log.info("openclaw-rl proxy (%s mode) listening on %s/v1, reachable at %s/v1%s", settings.mode,
+                 self.server.url, self.advertised_url, f" (written to {written})" if written else "")
 
     @property
     def url(self) -> str:

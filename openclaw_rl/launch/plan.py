@@ -83,7 +83,7 @@ def nodes_text(s: ScriptSettings) -> list[str]:
         reach = (f"reachable from every node and client at <that node>:{s.proxy['port']}" if not is_loopback(s.proxy["host"])
                  else "on 127.0.0.1 of that node only (PROXY_HOST=0.0.0.0 with SGLANG_API_KEY makes it reachable)")
         out.append(f"# proxy: inside Slime's RolloutManager, a Ray actor that Ray may place on any node; it binds "
-                   f"{s.proxy['host']}: {reach}; its log names the node. The judge listens on {s.judge_url}")
+                   f"{s.proxy['host']}: {reach}; its log and <run dir>/spool/proxy_address name the node. The judge listens on {s.judge_url}")
     return out
 
 
