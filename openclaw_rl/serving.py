@@ -48,6 +48,7 @@ from .protocol import ChatCompletionRequest, completion_chunk, completion_respon
 from .sessions import SessionTracker
 from .spool import SpoolMissing
 from .turns import DropReason, Generation, Turn
+from .users.adapters import AdapterDirectory
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ class ChatService:
         self.cfg, self.renderer, self.parser, self.backend = cfg, renderer, parser, backend
         self.tracker, self.gate, self.metrics = tracker, gate, metrics
         self.keep_messages = keep_messages or bool(cfg.record_dir)
+        self.adapters: AdapterDirectory | None = AdapterDirectory() if cfg.per_user_adapters else None
         self._warned: set[str] = set()
         self.context_length: int | None = cfg.context_length or None  # learned from the server when 0
         # The longest vocabulary entry in UTF-8 bytes: no token covers more, so text of B bytes has at least
@@ -183,6 +185,9 @@ class ChatService:
             self._bulk_pool if bulk else self._render_pool, self._prepare, req, cache_key)
         params, temperature = self._sampling_params(req, main, len(prompt_ids))
         payload = {"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}
+        lora = self.adapters.lora_for(namespace) if self.adapters is not None else None
+        if lora is not None:  # the user's own adapter (users/adapters.py); the base model until it exists
+            payload["lora_path"] = lora
         if req.top_logprobs:
             payload["top_logprobs_num"] = req.top_logprobs
         done = session_done(headers, req)

@@ -1,0 +1,115 @@
+"""Many LoRA adapters served at once by the torch core: the per-request adapter choice.
+
+Stage: engine server → torch core → **adapters** → model. SGLang serves LoRA adapters with
+``--enable-lora``: they are loaded and replaced through ``/load_lora_adapter`` / ``/unload_lora_adapter``
+and chosen per request by ``lora_path``; one batch mixes requests of different adapters and of the base
+model. This bank does the same for the embedded engine with PEFT's mixed-adapter batches: the core's
+model is wrapped once (``get_peft_model``, every adapter of one ``LoraConfig``, as SGLang fixes the rank
+and target modules at start-up), each forward passes one adapter name per row (``__base__``: no adapter),
+and each LoRA layer adds its delta only to its adapter's rows. A placeholder adapter with zero ``B`` stays
+the active one, so a forward without names (the core's scoring) is exactly the base model's.
+
+Every method except ``read_adapter`` is called with the core's lock held (between two forward passes).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+BASE = "__base__"  # PEFT's name for "no adapter" in a mixed batch
+_PLACEHOLDER = "oc_zero"  # the active adapter: B = 0, so the plain forward is the base model's
+
+
+def lora_config(rank: int = 8, alpha: int = 16, target_modules: Sequence[str] | None = None) -> Any:
+    """The one adapter shape a bank serves (and a per-user trainer trains)."""
+    from peft import LoraConfig
+
+    targets = list(target_modules or ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
+    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, bias="none", target_modules=targets)
+
+
+class AdapterBank:
+    """The adapters a core serves, by name, each with its own weight version."""
+
+    def __init__(self, model: torch.nn.Module, config: Any):
+        from peft import get_peft_model
+
+        self.config = config
+        self.peft = get_peft_model(model, copy.deepcopy(config), adapter_name=_PLACEHOLDER)
+        self.peft.eval()
+        self.versions: dict[str, str] = {}
+
+    def names(self) -> list[str]:
+        return list(self.versions)
+
+    def load(self, name: str, state: Mapping[str, torch.Tensor], version: str) -> None:
+        """Add adapter `name` or replace its weights (from ``get_peft_model_state_dict``). The tensors are
+        checked against the bank's shape before anything changes, so a bad one is refused (ValueError)."""
+        from peft import set_peft_model_state_dict
+
+        if name in (BASE, _PLACEHOLDER) or not name.isidentifier():
+            raise ValueError(f"adapter name {name!r}: expected a plain identifier")
+        added = name not in self.versions
+        if added:
+            self.peft.add_adapter(name, copy.deepcopy(self.config))
+            self.peft.eval()
+        try:
+            expected = {k: v.shape for k, v in self.adapter_state(name).items()}
+            wrong = sorted(set(state) ^ set(expected))
+            if wrong:
+                raise ValueError(f"adapter {name}: tensors do not fit the served LoRA shape, e.g. {wrong[:2]}")
+            bad = next((k for k, v in state.items() if tuple(v.shape) != tuple(expected[k])), None)
+            if bad is not None:
+                raise ValueError(f"adapter {name}: tensor {bad} has shape {list(state[bad].shape)}, "
+                                 f"the served rank expects {list(expected[bad])}")
+            with torch.no_grad():
+                set_peft_model_state_dict(self.peft, {k: v.float() for k, v in state.items()}, adapter_name=name)
+        except BaseException:
+            if added:
+                self.peft.delete_adapter(name)
+            raise
+        self.peft.set_adapter(_PLACEHOLDER)
+        self.peft.eval()
+        self.versions[name] = version
+
+    def unload(self, name: str) -> None:
+        if name not in self.versions:
+            raise KeyError(name)
+        self.peft.delete_adapter(name)
+        self.peft.set_adapter(_PLACEHOLDER)
+        del self.versions[name]
+
+    def adapter_state(self, name: str) -> dict[str, torch.Tensor]:
+        from peft import get_peft_model_state_dict
+
+        return get_peft_model_state_dict(self.peft, adapter_name=name)
+
+    def adapter_bytes(self, name: str) -> int:
+        return sum(t.numel() * t.element_size() for t in self.adapter_state(name).values())
+
+    def forward(self, names: list[str], **kwargs: Any) -> Any:
+        """A forward with one adapter name (or ``BASE``) per row; all-base rows skip PEFT's batch split."""
+        if all(n == BASE for n in names):
+            return self.peft(**kwargs)  # the placeholder is active: exactly the base model
+        return self.peft(adapter_names=names, **kwargs)
+
+
+def read_adapter(path: str | Path) -> dict[str, torch.Tensor]:
+    """An adapter saved by PEFT (``adapter_model.safetensors`` in a directory, as SGLang's ``lora_path``),
+    read outside the core's lock. Its ``adapter_config.json``, when present, must match the served shape
+    (checked by ``AdapterBank.load`` through the tensor shapes)."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    file = path / "adapter_model.safetensors" if path.is_dir() else path
+    if not file.exists():
+        raise FileNotFoundError(f"no adapter_model.safetensors at {path}")
+    if path.is_dir() and (path / "adapter_config.json").exists():
+        json.loads((path / "adapter_config.json").read_text())  # a malformed config is refused here
+    return load_file(file)
