@@ -72,6 +72,10 @@ class LocalConfig:
     center_rewards: bool = False
     wandb_project: str = ""  # --wandb: also log the step metrics to this W&B project
     api_keys: list[str] = field(default_factory=list)  # the proxy's bearer keys (none: loopback, no key)
+    per_user_adapters: bool = False  # one LoRA adapter per user on the frozen base (local_users.py)
+    user_groups: str = ""  # --simulate with groups of users of different preferences ("formal:2,casual:2")
+    adapter_rank: int = 8
+    adapter_min_samples: int = 1
 
 
 @dataclass
@@ -93,6 +97,7 @@ class LocalReport:
     untrained_samples: int = 0  # left in the spool at the end (see the module docstring for what comes of them)
     report_path: str = ""  # this report, as JSON (the console prints its path and a summary, not the JSON)
     log_path: str = ""  # the run's log: one line per dropped turn, with its reason
+    group_rates: dict[str, list[float]] = field(default_factory=dict)  # --user-groups: style -> [first, last]
 
 
 def summary_text(report: LocalReport) -> str:
@@ -217,8 +222,10 @@ class LocalStack:
         judge_app = make_engine_app(RuleJudgeModel(self.tokenizer, teacher=teacher), self.tokenizer,
                                     served_model_name="rule-judge", model_path=str(model_dir))
         self.judge_server = self._serve(BackgroundServer(judge_app, cfg.host))
+        from .local_users import make_user_trainer, user_settings
+
         settings = load_settings({
-            **({"proxy_api_keys": list(cfg.api_keys)} if cfg.api_keys else {}),
+            **({"proxy_api_keys": list(cfg.api_keys)} if cfg.api_keys else {}), **user_settings(cfg),
             "mode": cfg.mode, "proxy_host": cfg.host, "proxy_port": cfg.port, "proxy_tokenizer": str(model_dir),
             "proxy_policy_url": self.policy_server.url, "judge_url": self.judge_server.url,
             "judge_votes": cfg.judge_votes, "judge_max_new_tokens": 128, "spool_dir": str(self.out / "spool"),
@@ -238,7 +245,10 @@ class LocalStack:
                              ckpt_dir=str(self.out / "checkpoints"), metrics_path=self.metrics_path,
                              tensorboard_dir=str(self.out / "tensorboard"), seed=cfg.seed,
                              wandb=wandb_config(cfg.wandb_project, "local", str(self.out)))
-        self.trainer = EmbeddedTrainer(tcfg, trainer_model, sync=self.policy.load_state_dict, tokenizer=self.tokenizer)
+        if cfg.per_user_adapters:
+            self.trainer = make_user_trainer(self, tcfg, trainer_model)
+        else:
+            self.trainer = EmbeddedTrainer(tcfg, trainer_model, sync=self.policy.load_state_dict, tokenizer=self.tokenizer)
 
     def _serve(self, server: Any) -> Any:
         server.start()
@@ -415,6 +425,8 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
         report.interactions = len(sim.interactions)
         report.baseline_rate, report.final_rate = sim.first_window_rate, sim.last_window_rate
         report.opening_rate_first, report.opening_rate_last = sim.opening_rates()
+        if hasattr(sim, "group_rates"):
+            report.group_rates = {k: list(v) for k, v in sim.group_rates().items()}
         report.curve_png = str(stack.out / "learning_curve.png")
         try:
             sim.save_plot(report.curve_png)
@@ -450,6 +462,11 @@ def _preferred_probability(stack: LocalStack, cfg: LocalConfig) -> float:
 def _simulate(stack: LocalStack, cfg: LocalConfig, out: dict[str, Any], progress: bool) -> None:
     from openclaw_rl.embedded.simulate import drive_simulation
 
+    if cfg.user_groups:
+        from .local_users import simulate_groups
+
+        simulate_groups(stack, cfg, out)
+        return
     kwargs: dict[str, Any] = {}
     if cfg.preferred_style:
         kwargs["preferred_style"] = cfg.preferred_style
@@ -539,6 +556,9 @@ def register_local_command(sub: Any) -> None:
                    help="seconds a session may stay idle before its last turn is flushed without a next state")
     p.add_argument("--out-dir", default="", help="metrics, records, spool, checkpoints (default runs/local-<mode>)")
     add_wandb_flag(p)
+    from .local_users import add_user_flags
+
+    add_user_flags(p)
     p.set_defaults(fn=_cmd_local)
 
 
@@ -609,6 +629,8 @@ def local_config(ns: Any) -> LocalConfig:
         save_every=ns.save_every, simulate=ns.simulate, concurrency=ns.concurrency,
         interactions=ns.interactions or int(defaults["interactions"]),
         preferred_style=ns.preferred_style, session_ttl_s=ns.session_ttl, openclaw_model=wants_openclaw_model(ns),
+        per_user_adapters=getattr(ns, "per_user_adapters", False), user_groups=getattr(ns, "user_groups", ""),
+        adapter_rank=getattr(ns, "adapter_rank", 8), adapter_min_samples=getattr(ns, "adapter_min_samples", 1),
         wandb_project=ns.wandb)
 
 
