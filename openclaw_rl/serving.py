@@ -185,9 +185,9 @@ class ChatService:
             self._bulk_pool if bulk else self._render_pool, self._prepare, req, cache_key)
         params, temperature = self._sampling_params(req, main, len(prompt_ids))
         payload = {"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}
-        lora = self.adapters.lora_for(namespace) if self.adapters is not None else None
-        if lora is not None:  # the user's own adapter (users/adapters.py); the base model until it exists
-            payload["lora_path"] = lora
+        adapter = self.adapters.served(namespace) if self.adapters is not None else None
+        if adapter is not None:  # the user's own adapter (users/adapters.py); the base model until it exists
+            payload["lora_path"] = adapter.name
         if req.top_logprobs:
             payload["top_logprobs_num"] = req.top_logprobs
         done = session_done(headers, req)
@@ -203,6 +203,7 @@ class ChatService:
             turn = self.tracker.begin(turn, next_state_of(req.messages))
         ctx = _Reply(req, self, turn, key if done else None, len(prompt_ids), self.renderer.opens_thinking(prompt_text),
                      hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:16])
+        ctx.adapter_version = adapter.version if adapter is not None else None
         if req.stream:
             return await ctx.stream(payload)
         return await ctx.once(payload)
@@ -222,6 +223,7 @@ class _Reply:
         self.tools_enabled = bool(req.tools) and req.tool_choice != "none"
         self.settled = False
         self.durable: Future | None = None
+        self.adapter_version: str | None = None  # the user's adapter version this turn was sampled with
 
     def _settle(self, result: GenerateResult | None, reason: DropReason | None = None, detail: str = "") -> None:
         if self.settled:
@@ -230,8 +232,12 @@ class _Reply:
         try:
             if self.turn is not None:
                 if result is not None:
+                    # SGLang labels a LoRA request with the base model's version: the adapter's is the one that counts
+                    version = result.weight_version
+                    if self.adapter_version is not None and not str(version or "").startswith("mixed:"):
+                        version = self.adapter_version
                     gen = Generation.from_lists(result.output_ids, result.logprobs, result.text,
-                                                result.finish_reason or "stop", result.weight_version)
+                                                result.finish_reason or "stop", version)
                     self.durable = self.svc.tracker.complete(self.turn, gen)
                 else:
                     self.svc.tracker.fail(self.turn, reason or DropReason.GENERATION_FAILED, detail)

@@ -40,8 +40,9 @@ _PLACEHOLDER = "oc_zero"  # active when no user trains: B = 0, the plain forward
 _SCRATCH = "oc_scratch"  # holds an earlier published version of an adapter while its samples are scored
 USER_FILE = "user.json"  # in each adapter checkpoint: whose it is (the name is a hash)
 
-LoadAdapter = Callable[[str, dict[str, torch.Tensor], str], None]
-"""Puts one adapter (name, PEFT state dict, version) into the engine: ``TorchModel.load_adapter`` in process."""
+LoadAdapter = Callable[[str, dict[str, torch.Tensor], str], Any]
+"""Puts one adapter (name, PEFT state dict, version) into the engine: ``TorchModel.load_adapter`` in process
+(returns None: served under its name), ``SGLangAdapterSync.load`` (returns the versioned name it serves under)."""
 
 
 def sample_user(sample: TrainingSample) -> str:
@@ -102,14 +103,14 @@ class PerUserTrainer:
         if u.samples_trained < self.min_samples:
             return
         state = self.adapter_state(u)
-        self.load_adapter(u.name, state, version)
+        name = self.load_adapter(u.name, state, version)
         u.published = version
         if self.cfg.fidelity_copies > 0:
             u.served[version] = state
             while len(u.served) > self.cfg.fidelity_copies:
                 u.served.pop(next(iter(u.served)))
         if self.directory is not None:
-            self.directory.loaded(user, version)
+            self.directory.loaded(user, version, name if isinstance(name, str) else None)
 
     def adapter_state(self, u: _User) -> dict[str, torch.Tensor]:
         from peft import get_peft_model_state_dict

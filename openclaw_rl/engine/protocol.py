@@ -405,14 +405,14 @@ def model_info_body(*, model_path: str, served_model_name: str, weight_version: 
 
 def server_info_body(*, model_path: str, served_model_name: str, context_length: int,
                      max_total_num_tokens: int, incremental_streaming_output: bool = False,
-                     stream_interval: int = 1) -> dict[str, Any]:
+                     stream_interval: int = 1, max_lora_rank: int | None = None) -> dict[str, Any]:
     """``/get_server_info``: a small subset of SGLang's 556 server args plus its status keys."""
     return {"model_path": model_path, "tokenizer_path": model_path, "served_model_name": served_model_name,
             "skip_tokenizer_init": False, "context_length": None, "max_total_tokens": max_total_num_tokens,
             "stream_interval": stream_interval, "incremental_streaming_output": incremental_streaming_output,
             "is_embedding": False, "status": "ready", "max_total_num_tokens": max_total_num_tokens,
             "max_req_input_len": context_length - 1, "internal_states": [{}], "version": SGLANG_VERSION,
-            "frontend": "python"}
+            "frontend": "python", "enable_lora": True if max_lora_rank else None, "max_lora_rank": max_lora_rank}
 
 
 def models_body(*, served_model_name: str, model_path: str, created: int, context_length: int) -> dict[str, Any]:

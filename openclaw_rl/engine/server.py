@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
@@ -544,7 +545,9 @@ def make_engine_app(model: EngineModel, tokenizer: TokenizerLike, *, served_mode
                                               context_length=model.context_length,
                                               max_total_num_tokens=service.max_total_num_tokens,
                                               incremental_streaming_output=service.incremental_streaming_output,
-                                              stream_interval=service.stream_interval))
+                                              stream_interval=service.stream_interval,
+                                              max_lora_rank=getattr(getattr(model, "adapters", None), "config",
+                                                                    SimpleNamespace(r=None)).r))
 
     @app.get("/v1/models")
     async def list_models() -> Response:

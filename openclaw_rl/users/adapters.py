@@ -34,8 +34,10 @@ class AdapterDirectory:
         self._lock = threading.Lock()
         self._served: dict[str, ServedAdapter] = {}
 
-    def loaded(self, user: str, version: str) -> ServedAdapter:
-        served = ServedAdapter(adapter_name(user), version)
+    def loaded(self, user: str, version: str, name: str | None = None) -> ServedAdapter:
+        """`user`'s adapter now serves at `version`, under `name` (default ``adapter_name(user)``; an external
+        SGLang gets one name per version, ``sglang_adapters.py``)."""
+        served = ServedAdapter(name or adapter_name(user), version)
         with self._lock:
             self._served[user] = served
         return served
@@ -46,9 +48,12 @@ class AdapterDirectory:
 
     def lora_for(self, user: str) -> str | None:
         """The adapter name to send with this user's requests, or None: the base model serves them."""
-        with self._lock:
-            served = self._served.get(user)
+        served = self.served(user)
         return served.name if served is not None else None
+
+    def served(self, user: str) -> ServedAdapter | None:
+        with self._lock:
+            return self._served.get(user)
 
     def snapshot(self) -> dict[str, ServedAdapter]:
         with self._lock:
