@@ -203,7 +203,9 @@ class ChatService:
             turn = self.tracker.begin(turn, next_state_of(req.messages))
         ctx = _Reply(req, self, turn, key if done else None, len(prompt_ids), self.renderer.opens_thinking(prompt_text),
                      hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:16])
-        ctx.adapter_version = adapter.version if adapter is not None else None
+        # an external SGLang labels LoRA tokens with the base's version: a versioned name says the adapter's (the
+        # embedded engine labels each token itself, which stays right when the adapter is replaced mid-request)
+        ctx.adapter_version = adapter.version if adapter is not None and adapter.versioned_name else None
         if req.stream:
             return await ctx.stream(payload)
         return await ctx.once(payload)

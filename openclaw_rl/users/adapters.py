@@ -24,6 +24,8 @@ def adapter_name(user: str) -> str:
 class ServedAdapter:
     name: str
     version: str  # the adapter's own weight version (``step-N`` of that user's trainer)
+    versioned_name: bool = False  # one name per version (external SGLang): the name alone says the version,
+    # so the proxy labels the turn with it; otherwise the engine labels each token with the adapter's version
 
 
 class AdapterDirectory:
@@ -37,7 +39,7 @@ class AdapterDirectory:
     def loaded(self, user: str, version: str, name: str | None = None) -> ServedAdapter:
         """`user`'s adapter now serves at `version`, under `name` (default ``adapter_name(user)``; an external
         SGLang gets one name per version, ``sglang_adapters.py``)."""
-        served = ServedAdapter(name or adapter_name(user), version)
+        served = ServedAdapter(name or adapter_name(user), version, versioned_name=name is not None)
         with self._lock:
             self._served[user] = served
         return served

@@ -88,8 +88,11 @@ def test_the_proxy_sends_each_users_adapter_and_labels_the_turn_with_its_version
     proxy, base = make_proxy(url, proxy_api_keys=["front"], proxy_trusted_user_keys=["front"],
                              proxy_per_user_adapters=True, proxy_rollout_temperature=0.0)
     alice = f"{key_namespace('front')}/alice"
-    core.load_adapter(adapter_name(alice), some_adapter(tiny_model_dir), "step-7")
-    proxy.service.adapters.loaded(alice, "step-7")
+    core.load_adapter(adapter_name(alice) + "_step_7", some_adapter(tiny_model_dir), "default")
+    proxy.service.adapters.loaded(alice, "step-7", adapter_name(alice) + "_step_7")  # as train publishes to SGLang
+    carol = f"{key_namespace('front')}/carol"  # as local publishes: one name, the engine labels the version
+    core.load_adapter(adapter_name(carol), some_adapter(tiny_model_dir), "step-2")  # replaced after admission
+    proxy.service.adapters.loaded(carol, "step-1")
     seen: list[dict[str, Any]] = []
     original = proxy.service.backend.generate
 
@@ -97,13 +100,14 @@ def test_the_proxy_sends_each_users_adapter_and_labels_the_turn_with_its_version
         seen.append(dict(payload))
         return await original(payload, *args, **kwargs)
     proxy.service.backend.generate = recording
-    for user in ("alice", "bob"):
+    for user in ("alice", "bob", "carol"):
         r = httpx.post(f"{base}/v1/chat/completions", timeout=60,
                        headers={"Authorization": "Bearer front", "X-User-Id": user, "X-Session-Id": f"s-{user}"},
                        json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
         assert r.status_code == 200, r.text
-    assert seen[0].get("lora_path") == adapter_name(alice) and "lora_path" not in seen[1]
+    assert seen[0].get("lora_path") == adapter_name(alice) + "_step_7" and "lora_path" not in seen[1]
     turns = {t.session_key.partition("\x1f")[0]: t for session in list(proxy.tracker.sessions.values())
              for t in list(session.turns.values())}
     assert turns[alice].generation.weight_version == "step-7"
     assert turns[f"{key_namespace('front')}/bob"].generation.weight_version == "default"
+    assert seen[2].get("lora_path") == adapter_name(carol) and turns[carol].generation.weight_version == "step-2"
