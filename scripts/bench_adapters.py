@@ -63,7 +63,7 @@ def main() -> int:
     prompt = list(range(10, 60))
 
     def latency(core: TorchModel, adapters: list[str | None]) -> float:
-        """Mean seconds per request of one concurrent batch (best of `rounds`)."""
+        """Mean seconds per request of one concurrent batch."""
         async def one(adapter: str | None, seed: int) -> float:
             t0 = time.perf_counter()
             cfg = SamplingConfig(temperature=1.0, top_p=1.0, top_k=-1, min_p=0.0, max_new_tokens=args.new_tokens,
@@ -74,16 +74,13 @@ def main() -> int:
 
         async def batch() -> list[float]:
             return list(await asyncio.gather(*(one(a, i) for i, a in enumerate(adapters))))
-        return min(statistics.mean(asyncio.run(batch())) for _ in range(args.rounds))
+        return statistics.mean(asyncio.run(batch()))
 
     out: dict = {"preset": args.preset, "rank": args.rank, "adapters": args.adapters, "batch": args.batch,
                  "new_tokens": args.new_tokens, "load_average_at_start": os.getloadavg()}
     plain = TorchModel.from_pretrained(str(model_dir), max_batch=args.batch)
-    out["latency_s_no_lora"] = latency(plain, [None] * args.batch)
-    plain.close()
     core = TorchModel.from_pretrained(str(model_dir), max_batch=args.batch)
     core.enable_lora(lora)
-    out["latency_s_lora_enabled_base_rows"] = latency(core, [None] * args.batch)
     before = rss_mb()
     adds = []
     names = [f"user{i:03d}" for i in range(args.adapters)]
@@ -101,9 +98,20 @@ def main() -> int:
     out["add_ms_median"] = 1000 * statistics.median(adds)
     out["swap_ms_median"] = 1000 * statistics.median(swaps)
     out["swap_ms_max"] = 1000 * max(swaps)
-    out["latency_s_one_adapter_whole_batch"] = latency(core, [names[0]] * args.batch)
-    out["latency_s_distinct_adapter_per_row"] = latency(core, names[:args.batch])
-    out["latency_s_lora_enabled_base_rows_100_loaded"] = latency(core, [None] * args.batch)
+    # round-robin, so that the machine's load (shared, changing) falls on every configuration alike
+    configs = {"no_lora": (plain, [None] * args.batch), "lora_base_rows": (core, [None] * args.batch),
+               "one_adapter_whole_batch": (core, [names[0]] * args.batch),
+               "distinct_adapter_per_row": (core, names[:args.batch])}
+    times: dict[str, list[float]] = {k: [] for k in configs}
+    for _ in range(args.rounds):
+        for key, (c, adapters) in configs.items():
+            times[key].append(latency(c, adapters))
+    for key, values in times.items():
+        out[f"latency_s_{key}_median"] = statistics.median(values)
+    base = out["latency_s_no_lora_median"]
+    for key in configs:
+        out[f"ratio_{key}_vs_no_lora"] = out[f"latency_s_{key}_median"] / base
+    plain.close()
     core.close()
     out["load_average_at_end"] = os.getloadavg()
     print(json.dumps(out, indent=2))
