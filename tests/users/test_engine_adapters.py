@@ -91,3 +91,22 @@ def test_adapter_replace_unload_and_refusals(tiny_model_dir: Path, adapters: Any
         assert [s.token_id for s in asyncio.run(run(core, prompt, greedy()))] == base
     finally:
         core.close()
+
+
+def test_an_adapter_row_never_reuses_a_base_rows_cached_prompt_head(tiny_model_dir: Path, adapters: Any) -> None:
+    """The prefix cache holds the base model's keys and values: a row of an adapter must prefill its own."""
+    head = [5 + i % 90 for i in range(80)]  # over the cache's 64-token minimum
+    longer = head + [41, 42, 43]
+    outs = []
+    for entries in (4, 0):  # with the prefix cache, and without any
+        core = TorchModel.from_pretrained(str(tiny_model_dir), prefix_cache_entries=entries)
+        core.enable_lora(lora_config())
+        core.load_adapter("ua", adapters["ua"], "v1")
+        try:
+            asyncio.run(run(core, head, greedy(1)))  # a base row caches the head
+            outs.append(asyncio.run(run(core, longer, greedy(adapter="ua"))))
+        finally:
+            core.close()
+    cached, fresh = outs
+    assert [s.token_id for s in cached] == [s.token_id for s in fresh]
+    assert max(abs(a.logprob - b.logprob) for a, b in zip(cached, fresh)) < 1e-4
