@@ -364,7 +364,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
     drops_seen: Counter[str] = Counter()  # dropped turns by reason up to the last step line
     failed: WriteFailed | None = None
     try:
-        report.preferred_prob_before = _preferred_probability(stack, cfg)
+        report.preferred_prob_before = None if cfg.user_groups else _preferred_probability(stack, cfg)
         if users is not None:
             sim_thread = threading.Thread(target=users, args=(stack.url, stack.stop_event, sim_result), daemon=True)
             sim_thread.start()
@@ -419,7 +419,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
     spool = Spool(stack.out / "spool")  # read once the proxy has settled and closed its own
     report.untrained_samples = spool.depth()
     spool.close()
-    report.preferred_prob_after = _preferred_probability(stack, cfg)
+    report.preferred_prob_after = None if cfg.user_groups else _preferred_probability(stack, cfg)
     sim = sim_result.get("result") or sim_result.get("live")
     if sim is not None:
         report.interactions = len(sim.interactions)
@@ -643,7 +643,10 @@ def _cmd_local(ns: Any) -> int:
     with sigterm_as_ctrl_c():
         report = run_local(cfg)
     print(summary_text(report))
-    if report.curve_png:
+    if report.curve_png and report.group_rates:  # --user-groups: each group's own preference
+        print(f"learning curves: {report.curve_png} (preferred rate, first -> last window: " + ", ".join(
+            f"{g} {a:.0%} -> {b:.0%}" for g, (a, b) in report.group_rates.items()) + ")")
+    elif report.curve_png:
         print(f"learning curve: {report.curve_png} (preferred-behaviour rate {report.baseline_rate:.0%} -> "
               f"{report.final_rate:.0%} over {report.interactions} interactions; probability of the preferred "
               f"opener {report.preferred_prob_before:.0%} -> {report.preferred_prob_after:.0%})")

@@ -107,3 +107,22 @@ def test_deletion_refuses_while_a_proxy_holds_the_spool(tmp_path: Path) -> None:
     finally:
         running.close()
     assert scan(dirs)["alice"].samples_waiting == 3
+
+
+def test_local_flags_name_the_users_and_trust_the_runs_key() -> None:
+    from openclaw_rl.cli import build_parser
+    from openclaw_rl.embedded.local import local_config
+    from openclaw_rl.embedded.local_users import LOCAL_USER_KEY, user_settings
+    from openclaw_rl.embedded.simulate_groups import group_users, parse_groups
+
+    cfg = local_config(build_parser().parse_args(
+        ["local", "--simulate", "--per-user-adapters", "--user-groups", "formal:2,casual", "--adapter-rank", "4"]))
+    assert (cfg.per_user_adapters, cfg.user_groups, cfg.adapter_rank) == (True, "formal:2,casual", 4)
+    assert user_settings(cfg) == {"proxy_api_keys": [LOCAL_USER_KEY], "proxy_trusted_user_keys": [LOCAL_USER_KEY],
+                                  "proxy_per_user_adapters": True}
+    assert group_users(parse_groups(cfg.user_groups)) == [("formal-0", "formal"), ("formal-1", "formal"),
+                                                          ("casual-0", "casual")]
+    assert user_settings(local_config(build_parser().parse_args(["local", "--simulate"]))) == {}
+    for bad in ("", "posh:2", "formal:0", "formal:x"):
+        with pytest.raises(ValueError, match="--user-groups"):
+            parse_groups(bad)
