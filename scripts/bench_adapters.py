@@ -31,6 +31,41 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def delta_strategies(core, names: list[str], steps: int = 200) -> dict:
+    """The LoRA deltas of one decode step (batch of len(names) rows, one token each, every LoRA layer of the
+    model) computed two ways: grouped by adapter (what PEFT's mixed batches do: one pass per distinct
+    adapter) and gathered per row (stacked A/B indexed by each row's adapter, two ``bmm``). Microseconds."""
+    import torch
+
+    layers = []
+    for _, layer in core.adapters.layers:
+        a = torch.stack([layer.lora_A[n].weight for n in names])  # [B, r, in]
+        b = torch.stack([layer.lora_B[n].weight for n in names])  # [B, out, r]
+        layers.append((a, b, float(layer.scaling[names[0]])))
+    xs = [torch.randn(len(names), 1, a.shape[2]) for a, _, _ in layers]
+
+    def grouped() -> None:
+        for (a, b, s), x in zip(layers, xs):
+            out = torch.zeros(x.shape[0], 1, b.shape[1])
+            for i in range(len(names)):  # distinct adapters: one pass each over its rows
+                rows = torch.tensor([i])
+                out[rows] += (x[rows] @ a[i].T) @ b[i].T * s
+
+    def gathered() -> None:
+        for (a, b, s), x in zip(layers, xs):
+            torch.bmm(torch.bmm(x, a.transpose(1, 2)), b.transpose(1, 2)) * s
+
+    result = {}
+    with torch.inference_mode():
+        for name, fn in (("grouped", grouped), ("gathered_bmm", gathered)):
+            fn()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            result[f"lora_delta_us_per_step_{name}"] = (time.perf_counter() - t0) / steps * 1e6
+    return result
+
+
 def main() -> int:
     import torch
     from peft import get_peft_model, get_peft_model_state_dict
@@ -111,6 +146,7 @@ def main() -> int:
     base = out["latency_s_no_lora_median"]
     for key in configs:
         out[f"ratio_{key}_vs_no_lora"] = out[f"latency_s_{key}_median"] / base
+    out.update(delta_strategies(core, names[:args.batch]))
     plain.close()
     core.close()
     out["load_average_at_end"] = os.getloadavg()
