@@ -251,12 +251,19 @@ def _register_eval(sub: Any) -> None:
     register_eval_command(sub)
 
 
+def _register_users(sub: Any) -> None:
+    from .users.command import register_users_command
+
+    register_users_command(sub)
+
+
 # subcommand -> what registers it (mock-sglang and bench come together from the benchmarks)
 _EXTRA_COMMANDS: dict[str, Any] = {"local": _register_local, "train": _register_train, "engine": _register_engine,
                                    "mock-sglang": _register_bench, "bench": _register_bench,
                                    "simulate": _register_simulate, "judge": _register_judge,
                                    "dashboard": _register_dashboard, "experience": _register_experience,
-                                   "eval": _register_eval}
+                                   "eval": _register_eval,
+                                   "users": _register_users}
 
 
 def _command_of(argv: list[str]) -> str | None:

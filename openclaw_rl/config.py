@@ -73,6 +73,10 @@ class ProxySettings:
     turn_classifier: str = "auto"  # "auto" (OpenClaw-aware heuristics), "all_main", "tools_only"
     record_dir: str = ""  # JSONL conversation + judge records when set
     rate_limit_per_min: int = 0  # per API key; 0 = unlimited
+    trusted_user_keys: list[str] = field(default_factory=list)  # keys whose user header names the user
+    # (one key for many people, docs/users.md); from any other key the header is ignored
+    user_header: str = "x-user-id"  # the header a trusted key names its user with
+    per_user_adapters: bool = False  # each user's requests use that user's LoRA adapter once it exists
     stream_interval: int = 8  # streamed /generate calls ask SGLang for one event per this many tokens
     # (sampling_params.stream_interval; the first token and the finish come at once); 0 = send nothing,
     # the server's --stream-interval applies. See docs/deployment.md "Stream interval".

@@ -65,7 +65,8 @@ class TrainingSample:
         if gen is None:
             raise ValueError(f"turn {turn.index} of {turn.session_id!r} has no generation")
         r = len(gen.response_ids)
-        meta = {"session_key": turn.session_key, "finish_reason": gen.finish_reason,
+        meta = {"session_key": turn.session_key, "user": turn.session_key.partition("\x1f")[0],
+                "finish_reason": gen.finish_reason,
                 "weight_version": gen.weight_version, "sampling_temperature": turn.sampling_temperature,
                 "exact_tokens": True, **(metadata or {})}
         # Deterministic id: re-judging a turn after a crash re-creates the same sample, which the spool

@@ -21,7 +21,7 @@ import ssl
 import time
 from collections import defaultdict, deque
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -64,6 +64,7 @@ from .serving import ChatService
 from .sessions import SessionTracker
 from .spool import Spool
 from .turns import Turn
+from .users.identity import UserResolver
 from .writer import SampleWriter
 
 log = logging.getLogger(__name__)
@@ -191,6 +192,7 @@ class Proxy:
     app: Any = None  # the ASGI app: FastAPI behind DirectRoute (make_app)
     journal: TurnJournal | None = None  # every turn's outcome and the step that trained it (the dashboard's)
     dashboard: Sources | None = None  # what /dashboard reads (a trainer adds its metrics.jsonl)
+    users: UserResolver = field(default_factory=UserResolver)  # the user of a request (users/identity.py)
 
     @classmethod
     def build(cls, settings: Settings, *, tokenizer: Any = None, judge_tokenizer: Any = None,
@@ -245,7 +247,7 @@ class Proxy:
         auth = Authenticator(p.api_keys, p.rate_limit_per_min)
         probes = BackendProbes(http, settings, service, judge, metrics)
         proxy = cls(settings, http, renderer, judge, spool, writer, tracker, gate, metrics, service, auth, probes,
-                    journal=journal)
+                    journal=journal, users=UserResolver(p.trusted_user_keys, p.user_header))
         proxy.dashboard = Sources(spool.dir, tokenizer=tokenizer, waiting=lambda: waiting_from_tracker(tracker))
         proxy.app = make_app(proxy)
         return proxy
@@ -452,7 +454,7 @@ def make_app(proxy: Proxy) -> Any:
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
-        namespace = proxy.auth.namespace(request.headers.get("authorization"))
+        namespace = proxy.users.user(proxy.auth.namespace(request.headers.get("authorization")), request.headers)
         if proxy.writer.overloaded:
             metrics.backpressure.inc()
             raise Overloaded(f"the spool is full and {len(proxy.writer.overflow)} samples wait in memory; retry "
@@ -477,7 +479,7 @@ def make_app(proxy: Proxy) -> Any:
 
     @app.post("/v1/feedback")
     async def feedback(request: Request) -> dict[str, Any]:
-        namespace = proxy.auth.namespace(request.headers.get("authorization"))
+        namespace = proxy.users.user(proxy.auth.namespace(request.headers.get("authorization")), request.headers)
         raw = await read_json_body(request, 64 * 1024, proxy.settings.proxy.body_timeout_s)
         try:
             fb = FeedbackRequest.model_validate(raw)

@@ -48,6 +48,7 @@ from .protocol import ChatCompletionRequest, completion_chunk, completion_respon
 from .sessions import SessionTracker
 from .spool import SpoolMissing
 from .turns import DropReason, Generation, Turn
+from .users.adapters import AdapterDirectory
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ class ChatService:
         self.cfg, self.renderer, self.parser, self.backend = cfg, renderer, parser, backend
         self.tracker, self.gate, self.metrics = tracker, gate, metrics
         self.keep_messages = keep_messages or bool(cfg.record_dir)
+        self.adapters: AdapterDirectory | None = AdapterDirectory() if cfg.per_user_adapters else None
         self._warned: set[str] = set()
         self.context_length: int | None = cfg.context_length or None  # learned from the server when 0
         # The longest vocabulary entry in UTF-8 bytes: no token covers more, so text of B bytes has at least
@@ -183,6 +185,9 @@ class ChatService:
             self._bulk_pool if bulk else self._render_pool, self._prepare, req, cache_key)
         params, temperature = self._sampling_params(req, main, len(prompt_ids))
         payload = {"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}
+        adapter = self.adapters.served(namespace) if self.adapters is not None else None
+        if adapter is not None:  # the user's own adapter (users/adapters.py); the base model until it exists
+            payload["lora_path"] = adapter.name
         if req.top_logprobs:
             payload["top_logprobs_num"] = req.top_logprobs
         done = session_done(headers, req)
@@ -198,6 +203,9 @@ class ChatService:
             turn = self.tracker.begin(turn, next_state_of(req.messages))
         ctx = _Reply(req, self, turn, key if done else None, len(prompt_ids), self.renderer.opens_thinking(prompt_text),
                      routing_key(key))
+        # an external SGLang labels LoRA tokens with the base's version: a versioned name says the adapter's (the
+        # embedded engine labels each token itself, which stays right when the adapter is replaced mid-request)
+        ctx.adapter_version = adapter.version if adapter is not None and adapter.versioned_name else None
         if req.stream:
             return await ctx.stream(payload)
         return await ctx.once(payload)
@@ -217,6 +225,7 @@ class _Reply:
         self.tools_enabled = bool(req.tools) and req.tool_choice != "none"
         self.settled = False
         self.durable: Future | None = None
+        self.adapter_version: str | None = None  # the user's adapter version this turn was sampled with
 
     def _settle(self, result: GenerateResult | None, reason: DropReason | None = None, detail: str = "") -> None:
         if self.settled:
@@ -225,8 +234,12 @@ class _Reply:
         try:
             if self.turn is not None:
                 if result is not None:
+                    # SGLang labels a LoRA request with the base model's version: the adapter's is the one that counts
+                    version = result.weight_version
+                    if self.adapter_version is not None and not str(version or "").startswith("mixed:"):
+                        version = self.adapter_version
                     gen = Generation.from_lists(result.output_ids, result.logprobs, result.text,
-                                                result.finish_reason or "stop", result.weight_version)
+                                                result.finish_reason or "stop", version)
                     self.durable = self.svc.tracker.complete(self.turn, gen)
                 else:
                     self.svc.tracker.fail(self.turn, reason or DropReason.GENERATION_FAILED, detail)

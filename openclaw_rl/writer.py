@@ -375,15 +375,16 @@ class SampleWriter:
     def _record(self, turn: Turn, outcome: Outcome) -> None:
         gen = turn.generation
         line: dict[str, Any] = {
-            "session_id": turn.session_id, "turn": turn.index, "timestamp": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "messages": turn.messages, "prompt_text": turn.prompt_text,
+            "session_id": turn.session_id, "user": turn.session_key.partition("\x1f")[0], "turn": turn.index,
+            "timestamp": time.strftime("%Y-%m-%d %H:%M:%S"), "messages": turn.messages, "prompt_text": turn.prompt_text,
             "response_text": gen.text if gen else None, "next_state": turn.next_state,
             "samples": [s.sample_id for s in outcome.samples], "dropped": outcome.drop.value if outcome.drop else None,
         }
         self._records.write(_record_line(line))  # type: ignore[union-attr]
         self._records.flush()  # type: ignore[union-attr]
         if outcome.record:
-            judge_line = {"session_id": turn.session_id, "turn": turn.index, **outcome.record}
+            judge_line = {"session_id": turn.session_id, "user": turn.session_key.partition("\x1f")[0],
+                          "turn": turn.index, **outcome.record}
             self._prm_records.write(_record_line(judge_line))  # type: ignore[union-attr]
             self._prm_records.flush()  # type: ignore[union-attr]
 

@@ -75,7 +75,7 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 
 
 def _visible(ns: str | None, line_ns: str) -> bool:
-    return ns is None or line_ns == ns
+    return ns is None or line_ns == ns or line_ns.startswith(ns + "/")  # a trusted key sees its users (users/)
 
 
 @dataclass

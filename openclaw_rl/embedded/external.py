@@ -58,6 +58,9 @@ class ExternalConfig:
     version_check_s: float = 1.0  # how often the policy server's weight version is checked; a restarted
     # server (back on its launch weights) gets the last synced ones again before it serves. 0 = never
     wandb_project: str = ""  # --wandb: also log the step metrics to this W&B project
+    per_user_adapters: bool = False  # one LoRA per user, loaded into SGLang by /load_lora_adapter (users/)
+    adapter_rank: int = 8
+    adapter_min_samples: int = 1
 
 
 @dataclass
@@ -157,12 +160,19 @@ class ExternalStack:
                              wandb=wandb_config(cfg.wandb_project, "train", str(self.out)))
         # The trainer hands its sync function a state dict; the server needs merged full weights, which
         # the sync client derives from the model itself (LoRA included).
-        self.trainer = EmbeddedTrainer(tcfg, model, sync=lambda _state, version: self.weights.sync(model, version),
-                                       tokenizer=self.tokenizer)
+        if cfg.per_user_adapters:
+            from openclaw_rl.users.train_wiring import per_user_trainer
+
+            self.trainer = per_user_trainer(self, cfg, tcfg, model)
+        else:
+            self.trainer = EmbeddedTrainer(tcfg, model, sync=lambda _state, version: self.weights.sync(model, version),
+                                           tokenizer=self.tokenizer)
         if self.trainer.step == 0 and served != "default":
             log.warning("the policy server already serves %r, not the checkpoint's initial weights: samples it "
                         "produced count as unversioned until the first sync", served)
         self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
+        if cfg.per_user_adapters:  # the proxy's per-request choice follows the adapters the trainer publishes
+            self.trainer.directory = self.runtime.proxy.service.adapters
         self.guard = VersionGuard(getattr(self.weights, "engines", [self.weights]), self.runtime.proxy.gate,
                                   interval_s=cfg.version_check_s)
         self.guard.start()
@@ -296,6 +306,9 @@ def register_train_command(sub: Any) -> None:
     p.add_argument("--out-dir", default="runs/train")
     p.add_argument("--simulate", type=int, default=0, metavar="N", help="drive it with N simulated-user calls")
     add_wandb_flag(p)
+    from openclaw_rl.users.train_wiring import add_train_user_flags
+
+    add_train_user_flags(p)
     p.set_defaults(fn=_cmd_train)
 
 
@@ -314,7 +327,13 @@ def _cmd_train(ns: argparse.Namespace) -> int:
                          kl_coef=ns.kl_coef, max_staleness=ns.max_staleness, fidelity_copies=ns.fidelity_copies,
                          max_steps=ns.max_steps, save_every=ns.save_every, seed=ns.seed,
                          simulate_interactions=ns.simulate, version_check_s=ns.version_check_s,
-                         wandb_project=ns.wandb)
+                         wandb_project=ns.wandb, per_user_adapters=ns.per_user_adapters,
+                         adapter_rank=ns.adapter_rank, adapter_min_samples=ns.adapter_min_samples)
+    if cfg.per_user_adapters:
+        if ns.lora_rank:
+            raise SystemExit("--per-user-adapters trains one LoRA per user on the frozen base; --lora-rank (one "
+                             "shared LoRA merged into full weights) cannot be combined with it")
+        settings.proxy.per_user_adapters = True
     # transformers' bars ("Loading weights" at the start, "Writing model shards" at every sync) would
     # redraw in the step log at every step; the step lines say what happened
     with sigterm_as_ctrl_c(), quiet_progress_bars():

@@ -74,6 +74,10 @@ class LocalConfig:
     center_rewards: bool = False
     wandb_project: str = ""  # --wandb: also log the step metrics to this W&B project
     api_keys: list[str] = field(default_factory=list)  # the proxy's bearer keys (none: loopback, no key)
+    per_user_adapters: bool = False  # one LoRA adapter per user on the frozen base (local_users.py)
+    user_groups: str = ""  # --simulate with groups of users of different preferences ("formal:2,casual:2")
+    adapter_rank: int = 8
+    adapter_min_samples: int = 1
 
 
 @dataclass
@@ -95,6 +99,7 @@ class LocalReport:
     untrained_samples: int = 0  # left in the spool at the end (see the module docstring for what comes of them)
     report_path: str = ""  # this report, as JSON (the console prints its path and a summary, not the JSON)
     log_path: str = ""  # the run's log: one line per dropped turn, with its reason
+    group_rates: dict[str, list[float]] = field(default_factory=dict)  # --user-groups: style -> [first, last]
 
 
 def summary_text(report: LocalReport) -> str:
@@ -219,8 +224,10 @@ class LocalStack:
         judge_app = make_engine_app(RuleJudgeModel(self.tokenizer, teacher=teacher), self.tokenizer,
                                     served_model_name="rule-judge", model_path=str(model_dir))
         self.judge_server = self._serve(BackgroundServer(judge_app, cfg.host))
+        from .local_users import make_user_trainer, user_settings
+
         settings = load_settings({
-            **({"proxy_api_keys": list(cfg.api_keys)} if cfg.api_keys else {}),
+            **({"proxy_api_keys": list(cfg.api_keys)} if cfg.api_keys else {}), **user_settings(cfg),
             "mode": cfg.mode, "proxy_host": cfg.host, "proxy_port": cfg.port, "proxy_tokenizer": str(model_dir),
             "proxy_policy_url": self.policy_server.url, "judge_url": self.judge_server.url,
             "judge_votes": cfg.judge_votes, "judge_max_new_tokens": 128, "spool_dir": str(self.out / "spool"),
@@ -243,7 +250,10 @@ class LocalStack:
                              ckpt_dir=str(self.out / "checkpoints"), metrics_path=self.metrics_path,
                              tensorboard_dir=str(self.out / "tensorboard"), seed=cfg.seed,
                              wandb=wandb_config(cfg.wandb_project, "local", str(self.out)))
-        self.trainer = EmbeddedTrainer(tcfg, trainer_model, sync=self.policy.load_state_dict, tokenizer=self.tokenizer)
+        if cfg.per_user_adapters:
+            self.trainer = make_user_trainer(self, tcfg, trainer_model)
+        else:
+            self.trainer = EmbeddedTrainer(tcfg, trainer_model, sync=self.policy.load_state_dict, tokenizer=self.tokenizer)
 
     def _serve(self, server: Any) -> Any:
         server.start()
@@ -359,7 +369,7 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
     drops_seen: Counter[str] = Counter()  # dropped turns by reason up to the last step line
     failed: WriteFailed | None = None
     try:
-        report.preferred_prob_before = _preferred_probability(stack, cfg)
+        report.preferred_prob_before = None if cfg.user_groups else _preferred_probability(stack, cfg)
         if users is not None:
             sim_thread = threading.Thread(target=users, args=(stack.url, stack.stop_event, sim_result), daemon=True)
             sim_thread.start()
@@ -414,12 +424,14 @@ def run_local(cfg: LocalConfig, *, progress: bool = True, users: Users | None = 
     spool = Spool(stack.out / "spool")  # read once the proxy has settled and closed its own
     report.untrained_samples = spool.depth()
     spool.close()
-    report.preferred_prob_after = _preferred_probability(stack, cfg)
+    report.preferred_prob_after = None if cfg.user_groups else _preferred_probability(stack, cfg)
     sim = sim_result.get("result") or sim_result.get("live")
     if sim is not None:
         report.interactions = len(sim.interactions)
         report.baseline_rate, report.final_rate = sim.first_window_rate, sim.last_window_rate
         report.opening_rate_first, report.opening_rate_last = sim.opening_rates()
+        if hasattr(sim, "group_rates"):
+            report.group_rates = {k: list(v) for k, v in sim.group_rates().items()}
         report.curve_png = str(stack.out / "learning_curve.png")
         try:
             sim.save_plot(report.curve_png)
@@ -455,6 +467,11 @@ def _preferred_probability(stack: LocalStack, cfg: LocalConfig) -> float:
 def _simulate(stack: LocalStack, cfg: LocalConfig, out: dict[str, Any], progress: bool) -> None:
     from openclaw_rl.embedded.simulate import drive_simulation
 
+    if cfg.user_groups:
+        from .local_users import simulate_groups
+
+        simulate_groups(stack, cfg, out)
+        return
     kwargs: dict[str, Any] = {}
     if cfg.preferred_style:
         kwargs["preferred_style"] = cfg.preferred_style
@@ -550,6 +567,9 @@ def register_local_command(sub: Any) -> None:
                    help="seconds a session may stay idle before its last turn is flushed without a next state")
     p.add_argument("--out-dir", default="", help="metrics, records, spool, checkpoints (default runs/local-<mode>)")
     add_wandb_flag(p)
+    from .local_users import add_user_flags
+
+    add_user_flags(p)
     p.set_defaults(fn=_cmd_local)
 
 
@@ -621,6 +641,8 @@ def local_config(ns: Any) -> LocalConfig:
         save_every=ns.save_every, simulate=ns.simulate, concurrency=ns.concurrency,
         interactions=ns.interactions or int(defaults["interactions"]),
         preferred_style=ns.preferred_style, session_ttl_s=ns.session_ttl, openclaw_model=wants_openclaw_model(ns),
+        per_user_adapters=getattr(ns, "per_user_adapters", False), user_groups=getattr(ns, "user_groups", ""),
+        adapter_rank=getattr(ns, "adapter_rank", 8), adapter_min_samples=getattr(ns, "adapter_min_samples", 1),
         wandb_project=ns.wandb)
 
 
@@ -633,7 +655,10 @@ def _cmd_local(ns: Any) -> int:
     with sigterm_as_ctrl_c():
         report = run_local(cfg)
     print(summary_text(report))
-    if report.curve_png:
+    if report.curve_png and report.group_rates:  # --user-groups: each group's own preference
+        print(f"learning curves: {report.curve_png} (preferred rate, first -> last window: " + ", ".join(
+            f"{g} {a:.0%} -> {b:.0%}" for g, (a, b) in report.group_rates.items()) + ")")
+    elif report.curve_png:
         print(f"learning curve: {report.curve_png} (preferred-behaviour rate {report.baseline_rate:.0%} -> "
               f"{report.final_rate:.0%} over {report.interactions} interactions; probability of the preferred "
               f"opener {report.preferred_prob_before:.0%} -> {report.preferred_prob_after:.0%})")

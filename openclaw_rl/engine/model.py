@@ -47,6 +47,8 @@ class SamplingConfig:
     """Length of ``TokenStep.top_logprobs``; 0 means the core may skip computing it."""
     seed: int | None = None
     """SGLang's ``sampling_seed``: makes one request reproducible; None = the core's own RNG."""
+    adapter: str | None = None
+    """SGLang's ``lora_path``: the LoRA adapter this request runs with (a core with an adapter bank); None = base."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ FLUSH_REFUSED = ("Weights were updated, but the cache was not flushed because re
 # Fields of SGLang's GenerateReqInput that would change what is computed and that this engine cannot
 # serve: rejected with a 400 naming the field rather than silently ignored.
 _UNSUPPORTED_FIELDS = ("input_embeds", "image_data", "video_data", "audio_data", "token_ids_logprob",
-                       "lora_path", "custom_logit_processor", "return_hidden_states", "session_params")
+                       "custom_logit_processor", "return_hidden_states", "session_params")
 
 
 class EngineRequestError(ValueError):
@@ -128,6 +128,8 @@ class GenerationItem:
     """-1 (default): no input log-probs; k >= 0: entries for ids[k:], the first one null."""
     top_logprobs_num: int
     return_text_in_logprobs: bool
+    lora: str | None = None
+    """SGLang's ``lora_path``: the adapter name this output is sampled with (None: the base model)."""
 
     @property
     def stop_token_ids(self) -> frozenset[int]:
@@ -143,7 +145,7 @@ class GenerationItem:
         bias = {int(k): v for k, v in (p.logit_bias or {}).items()}
         return SamplingConfig(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k, min_p=p.min_p,
                               max_new_tokens=self.max_new_tokens, logit_bias=bias,
-                              top_logprobs_num=self.top_logprobs_num, seed=p.sampling_seed)
+                              top_logprobs_num=self.top_logprobs_num, seed=p.sampling_seed, adapter=self.lora)
 
 
 class GenerateRequest(BaseModel):
@@ -189,6 +191,9 @@ class GenerateRequest(BaseModel):
         top_nums = _per_prompt(self.top_logprobs_num, count, "top_logprobs_num")
         # A client rid names one output; n > 1 or an unlisted batch gets fresh ids, as SGLang.
         rids = _per_prompt(self.rid, count, "rid") if isinstance(self.rid, list) or count == 1 else [None] * count
+        loras = _per_prompt((self.model_extra or {}).get("lora_path"), count, "lora_path")
+        if any(x is not None and not isinstance(x, str) for x in loras):
+            raise EngineRequestError("lora_path must be an adapter name (a string), or a list of them per prompt.")
         items = []
         for i, (ids, params) in enumerate(zip(prompts, sampling)):
             max_new = _max_new_tokens(len(ids), params.max_new_tokens, context_length)
@@ -201,7 +206,8 @@ class GenerateRequest(BaseModel):
                 items.append(GenerationItem(
                     rid=rids[i] if rids[i] and params.n == 1 else uuid.uuid4().hex, input_ids=ids, params=params,
                     max_new_tokens=max_new, return_logprob=bool(return_logprob[i]), logprob_start_len=lsl,
-                    top_logprobs_num=max(0, top_nums[i] or 0), return_text_in_logprobs=self.return_text_in_logprobs))
+                    top_logprobs_num=max(0, top_nums[i] or 0), return_text_in_logprobs=self.return_text_in_logprobs,
+                    lora=loras[i] or None))
         for ids in prompts:
             bad = next((t for t in ids if not 0 <= t < vocab_size), None)
             if bad is not None:
@@ -399,15 +405,17 @@ def model_info_body(*, model_path: str, served_model_name: str, weight_version: 
 
 def server_info_body(*, model_path: str, served_model_name: str, context_length: int,
                      max_total_num_tokens: int, incremental_streaming_output: bool = False,
-                     stream_interval: int = 1, prefix_cache: dict[str, int] | None = None) -> dict[str, Any]:
+                     stream_interval: int = 1, prefix_cache: dict[str, int] | None = None,
+                     max_lora_rank: int | None = None) -> dict[str, Any]:
     """``/get_server_info``: a small subset of SGLang's 556 server args plus its status keys; with
     ``prefix_cache``, the embedded core's prefix-cache counters (not an SGLang key; benchmarks read them)."""
-    return {**({"prefix_cache": prefix_cache} if prefix_cache is not None else {}),"model_path": model_path, "tokenizer_path": model_path, "served_model_name": served_model_name,
+    return {**({"prefix_cache": prefix_cache} if prefix_cache is not None else {}),
+            "model_path": model_path, "tokenizer_path": model_path, "served_model_name": served_model_name,
             "skip_tokenizer_init": False, "context_length": None, "max_total_tokens": max_total_num_tokens,
             "stream_interval": stream_interval, "incremental_streaming_output": incremental_streaming_output,
             "is_embedding": False, "status": "ready", "max_total_num_tokens": max_total_num_tokens,
             "max_req_input_len": context_length - 1, "internal_states": [{}], "version": SGLANG_VERSION,
-            "frontend": "python"}
+            "frontend": "python", "enable_lora": True if max_lora_rank else None, "max_lora_rank": max_lora_rank}
 
 
 def models_body(*, served_model_name: str, model_path: str, created: int, context_length: int) -> dict[str, Any]:

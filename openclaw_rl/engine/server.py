@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
@@ -171,10 +172,28 @@ class EngineService:
             return self._reject(exc.message, stream=body.stream)
         except EngineRequestError as exc:
             return self._reject(exc.message, stream=body.stream)
+        refused_lora = self._refused_lora(items)
+        if refused_lora:
+            return self._reject(refused_lora, stream=body.stream)
         if body.stream:
             return StreamingResponse(self._stream(items, body.returns_list), media_type="text/event-stream")
         outputs = await asyncio.gather(*(self._complete(item) for item in items))
         return json_response(outputs if body.returns_list else outputs[0])
+
+    def _refused_lora(self, items: list[Any]) -> str | None:
+        """Why a ``lora_path`` cannot be served (LoRA not enabled, an adapter not loaded), or None."""
+        wanted = sorted({item.lora for item in items if item.lora})
+        if not wanted:
+            return None
+        served = getattr(self.model, "adapter_names", lambda: None)()
+        if served is None:
+            return "lora_path is not supported by this engine (LoRA is not enabled)."
+        missing = [name for name in wanted if name not in served]
+        if missing:
+            return f"The following requested LoRA adapters are not loaded: {', '.join(missing)}"
+        if any(item.lora and item.logprob_start_len >= 0 for item in items):
+            return "input log-probs (logprob_start_len) with a lora_path are not supported by this engine."
+        return None
 
     def _refused_field(self, params: Any) -> str | None:
         """A ``sampling_params`` key SGLang 0.5.23 would refuse: one it does not know, or one this engine
@@ -534,7 +553,9 @@ def make_engine_app(model: EngineModel, tokenizer: TokenizerLike, *, served_mode
                                               max_total_num_tokens=service.max_total_num_tokens,
                                               incremental_streaming_output=service.incremental_streaming_output,
                                               stream_interval=service.stream_interval,
-                                              prefix_cache=prefix_counters(model)))
+                                              prefix_cache=prefix_counters(model),
+                                              max_lora_rank=getattr(getattr(model, "adapters", None), "config",
+                                                                    SimpleNamespace(r=None)).r))
 
     @app.get("/v1/models")
     async def list_models() -> Response:
@@ -544,6 +565,14 @@ def make_engine_app(model: EngineModel, tokenizer: TokenizerLike, *, served_mode
     @app.post("/update_weights_from_disk")
     async def update_weights_from_disk(body: UpdateWeightsFromDiskRequest) -> Response:
         return await service.update_weights(body)
+
+    @app.post("/load_lora_adapter")
+    async def load_lora_adapter(request: Request) -> Response:
+        return await lora_route(model, request, load=True)
+
+    @app.post("/unload_lora_adapter")
+    async def unload_lora_adapter(request: Request) -> Response:
+        return await lora_route(model, request, load=False)
 
     @app.api_route("/pause_generation", methods=["GET", "POST"])
     async def pause_generation(request: Request) -> Response:
@@ -573,3 +602,39 @@ def make_engine_app(model: EngineModel, tokenizer: TokenizerLike, *, served_mode
         return Response(FLUSH_CACHE_TEXT)  # plain body without a content-type, as SGLang
 
     return app
+
+
+async def lora_route(model: Any, request: Request, *, load: bool) -> Response:
+    """SGLang's ``/load_lora_adapter`` (``lora_name``, ``lora_path``: a PEFT adapter directory) and
+    ``/unload_lora_adapter`` (``lora_name``). ``weight_version`` (this engine's addition) labels the
+    adapter's tokens, as ``/update_weights_from_disk`` labels the base model's."""
+    from openclaw_rl.engine.adapters import read_adapter
+
+    def answer(ok: bool, message: str = "", status: int = 200) -> Response:
+        names = getattr(model, "adapter_names", lambda: None)() or []
+        return json_response({"success": ok, "error_message": message,
+                              "loaded_adapters": {n: n for n in names}}, status_code=status)
+
+    if getattr(model, "adapter_names", lambda: None)() is None:
+        return answer(False, "LoRA is not enabled on this engine.", 400)
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except ValueError:
+        body = None
+    name = body.get("lora_name") if isinstance(body, dict) else None
+    if not isinstance(name, str) or not name:
+        return answer(False, "lora_name is required.", 400)
+    try:
+        if not load:
+            await asyncio.to_thread(model.unload_adapter, name)
+            return answer(True)
+        path, version = body.get("lora_path"), body.get("weight_version") or "default"
+        if not isinstance(path, str) or not path:
+            return answer(False, "lora_path is required.", 400)
+        state = await asyncio.to_thread(read_adapter, path)
+        await asyncio.to_thread(model.load_adapter, name, state, str(version))
+    except KeyError:
+        return answer(False, f"LoRA adapter {name} is not loaded.", 400)
+    except (OSError, ValueError) as exc:
+        return answer(False, f"{type(exc).__name__}: {exc}", 400)
+    return answer(True)

@@ -60,6 +60,7 @@ class _Request:
     temperature: float  # the logits' divisor; 1.0 for greedy rows, whose log-probs are unscaled
     greedy: bool
     truncates: bool  # top-k, top-p or min-p cut the distribution: only then is a sort needed
+    adapter: str  # the LoRA adapter of this row (adapters.BASE: none)
     produced: int = 0
     pos: int = 0  # valid cache entries of this row = the position of `pending`
     pending: int = -1  # the last sampled token, which enters the cache in the next decode step
@@ -108,6 +109,7 @@ class TorchModel:
         self._task: asyncio.Task[None] | None = None
         self._waiting: list[_Request] = []
         self.idle_waits = 0  # times the scheduler planned, found nothing to run and waited: a settled core
+        self.adapters: Any = None  # an ``adapters.AdapterBank`` once ``enable_lora`` ran (SGLang's --enable-lora)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, max_batch: int = 8, context_length: int | None = None,
@@ -178,6 +180,39 @@ class TorchModel:
         """Stop the worker thread once its current job is done (the core is unusable afterwards)."""
         self._executor.shutdown(wait=False, cancel_futures=True)
 
+    # --- LoRA adapters (engine/adapters.py) ------------------------------------------------------
+
+    def enable_lora(self, config: Any) -> None:
+        """Serve LoRA adapters of `config`'s shape next to the base model (SGLang's ``--enable-lora``)."""
+        from openclaw_rl.engine.adapters import AdapterBank
+
+        with self._lock:
+            if self.adapters is None:
+                self.adapters = AdapterBank(self.model, config)
+
+    def adapter_names(self) -> list[str] | None:
+        """The adapters served now; None when LoRA is not enabled."""
+        return None if self.adapters is None else self.adapters.names()
+
+    def load_adapter(self, name: str, state: Mapping[str, torch.Tensor], version: str) -> None:
+        """Add or replace one adapter between two forward passes; requests already running with it continue
+        with the new weights from their next token, as a full weight update does."""
+        if self.adapters is None:
+            raise ValueError("LoRA is not enabled on this engine")
+        with self._lock, torch.no_grad():
+            self.adapters.load(name, state, version)
+
+    def unload_adapter(self, name: str) -> None:
+        if self.adapters is None:
+            raise ValueError("LoRA is not enabled on this engine")
+        with self._lock:
+            self.adapters.unload(name)
+
+    def _version_of(self, req: _Request, version: str) -> str:
+        if req.adapter == "__base__" or self.adapters is None:
+            return version
+        return self.adapters.versions.get(req.adapter, version)
+
     # --- weights --------------------------------------------------------------------------------
 
     def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], version: str | None = None, *,
@@ -199,6 +234,8 @@ class TorchModel:
 
     def _match(self, state_dict: Mapping[str, torch.Tensor], source: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
         own = self.model.state_dict(keep_vars=True)
+        if self.adapters is not None:  # PEFT-wrapped layers: the base weights under their plain names
+            own = {k.replace(".base_layer.", "."): v for k, v in own.items() if ".lora_" not in k}
         groups: dict[int, list[str]] = {}
         for name, tensor in own.items():
             groups.setdefault(id(tensor), []).append(name)
@@ -227,8 +264,10 @@ class TorchModel:
             bias = (torch.tensor([t for t, _ in bias_items]), torch.tensor([b for _, b in bias_items]))
         greedy = s.temperature < _GREEDY_BELOW
         truncates = not greedy and (s.top_k > 0 or s.top_p < 1.0 or s.min_p > 0.0)
+        if s.adapter is not None and (self.adapters is None or s.adapter not in self.adapters.versions):
+            raise ValueError(f"LoRA adapter {s.adapter!r} is not loaded")
         return _Request(list(prompt_ids), s, torch.Generator().manual_seed(seed), asyncio.Queue(), bias,
-                        1.0 if greedy else float(s.temperature), greedy, truncates)
+                        1.0 if greedy else float(s.temperature), greedy, truncates, s.adapter or "__base__")
 
     def _wake(self) -> None:
         if self._wakeup is not None:
@@ -304,11 +343,13 @@ class TorchModel:
                     out += self._prefill(joining, self._weight_version)
         return out
 
-    def _forward(self, ids: torch.Tensor, cache: Any, **kwargs: Any) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, cache: Any, rows: Sequence[_Request], **kwargs: Any) -> torch.Tensor:
         if self._keep_kw:
             kwargs[self._keep_kw] = 1
-        out = self.model(input_ids=ids, use_cache=True, **{self._cache_kw: cache}, **kwargs)
-        return out.logits[:, -1]
+        kwargs.update(input_ids=ids, use_cache=True, **{self._cache_kw: cache})
+        if self.adapters is not None:  # one adapter (or __base__) per row, mixed in one batch
+            return self.adapters.forward([r.adapter for r in rows], **kwargs).logits[:, -1]
+        return self.model(**kwargs).logits[:, -1]
 
     def _prefill(self, joining: list[_Request], version: str) -> list[tuple[_Request, TokenStep]]:
         """A prompt with a cached head prefills its tail alone on top of that head's KV; the others
@@ -317,16 +358,17 @@ class TorchModel:
         out = []
         by_length: dict[int, list[_Request]] = {}
         for req in joining:
-            hit = self.prefixes.lookup(req.prompt, len(req.prompt) - 1)  # the last token must be fed
+            # the last token must be fed; an adapter's KV is its own, so only base rows share cached heads
+            hit = self.prefixes.lookup(req.prompt, len(req.prompt) - 1) if req.adapter == "__base__" else None
             if hit is None:
                 by_length.setdefault(len(req.prompt), []).append(req)
                 continue
             cache = DynamicCache(hit[1])
-            logits = self._forward(torch.tensor([req.prompt[hit[0]:]]), cache)
+            logits = self._forward(torch.tensor([req.prompt[hit[0]:]]), cache, [req])
             out += self._joined(logits, [req], cache, version)
         for group in by_length.values():
             cache = DynamicCache()
-            logits = self._forward(torch.tensor([r.prompt for r in group]), cache)
+            logits = self._forward(torch.tensor([r.prompt for r in group]), cache, group)
             out += self._joined(logits, group, cache, version)
         return out
 
@@ -337,6 +379,8 @@ class TorchModel:
         kv = [(item[0], item[1]) for item in cache]
         for i, req in enumerate(group):
             req.pos = length
+            if req.adapter != "__base__":
+                continue
             self.prefixes.store(req.prompt, kv if len(group) == 1 else
                                 [(k[i:i + 1].clone(), v[i:i + 1].clone()) for k, v in kv])
         steps = self._emit(logits, group, version)
@@ -352,7 +396,7 @@ class TorchModel:
         ids = torch.tensor([[r.pending] for r in rows])
         positions = torch.tensor([[r.pos] for r in rows])
         self._mask = torch.cat([self._mask, torch.tensor(is_ready).unsqueeze(1)], dim=1)
-        logits = self._forward(ids, self._cache, attention_mask=self._mask, position_ids=positions)
+        logits = self._forward(ids, self._cache, rows, attention_mask=self._mask, position_ids=positions)
         if not all(is_ready):
             logits = logits[[i for i, ok in enumerate(is_ready) if ok]]
         chosen = [r for r, ok in zip(rows, is_ready) if ok]
@@ -365,7 +409,8 @@ class TorchModel:
         for req, token in zip(reqs, tokens):
             req.pending = token
             req.produced += 1
-        return [(r, TokenStep(t, lp, top, version)) for r, t, lp, top in zip(reqs, tokens, logprobs, tops)]
+        return [(r, TokenStep(t, lp, top, self._version_of(r, version)))
+                for r, t, lp, top in zip(reqs, tokens, logprobs, tops)]
 
     def _merge(self, kv: list[tuple[torch.Tensor, torch.Tensor]], group: list[_Request], length: int) -> None:
         """Append rows to the batch cache, left-padding whichever side is shorter so last tokens align."""

@@ -41,6 +41,12 @@ COMBINE_LORA = """{script} refuses to run by default: it cannot train combine.
   See docs/deployment.md (LoRA)."""
 
 
+PER_USER_ON_SLIME = """Per-user adapters (openclaw_proxy_per_user_adapters) cannot run on Slime.
+  THUDM/slime trains one policy with Megatron and has no LoRA, let alone one adapter per user, and its
+  SGLang engines are driven by its own weight updates. Per-user adapters run on `openclaw-rl train
+  --per-user-adapters` against an external SGLang started with --enable-lora (one or several GPUs), or
+  on `openclaw-rl local --per-user-adapters` on a CPU. See docs/users.md."""
+
 REFUSALS = {"opd_topk_lora": TOPK_LORA, "combine_lora": COMBINE_LORA}  # by variant name (modes.LaunchVariant)
 
 # Upstream's OPENCLAW_COMBINE_OPD_TEACHER_SOURCE (PR #85): "inference" (the SGLang teacher, what runs here) or
@@ -67,6 +73,8 @@ def check_variant(variant: str, env: Mapping[str, str], script: str, console: Co
     """Refuse a variant that cannot train what it names (the registry's algorithm "none"; a LoRA variant of
     a mode with a teacher, unless ALLOW_LORA_FALLBACK); returns the environment overrides of a fallback."""
     mode, v = launch_variant(variant)
+    if switch(env, "OPENCLAW_PROXY_PER_USER_ADAPTERS", False):
+        raise LaunchError(PER_USER_ON_SLIME)
     source = env.get(TEACHER_SOURCE, "").strip().lower()
     if source in TRAINER_TEACHER:
         raise LaunchError(TEACHER_IN_TRAINER.format(script=script, var=TEACHER_SOURCE, value=env[TEACHER_SOURCE]))

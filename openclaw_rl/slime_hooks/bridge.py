@@ -36,7 +36,12 @@ _CLIENTS: dict[int, httpx.AsyncClient] = {}  # one pooled client per event loop 
 
 def settings_from_args(args: Any, mode: str):
     extra = load_yaml(args.openclaw_config) if getattr(args, "openclaw_config", None) else {}
-    return load_settings({**extra, "mode": mode}, slime_args=args)
+    settings = load_settings({**extra, "mode": mode}, slime_args=args)
+    if settings.proxy.per_user_adapters:
+        from openclaw_rl.launch.refusals import PER_USER_ON_SLIME
+
+        raise RuntimeError(PER_USER_ON_SLIME)
+    return settings
 
 
 def get_runtime(args: Any, mode: str) -> ProxyRuntime:
