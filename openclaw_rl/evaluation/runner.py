@@ -104,8 +104,9 @@ def served_checkpoint(path: str, *, seed: int = 0, max_new_tokens: int = 64) -> 
     try:
         with tempfile.TemporaryDirectory(prefix="openclaw-eval-") as tmp:
             try:
-                engine = BackgroundServer(make_engine_app(model, tokenizer, served_model_name="eval",
-                                                         model_path=path)).start()
+                # streamed as `local` streams (OpenClaw streams its requests; --through-openclaw)
+                engine = BackgroundServer(make_engine_app(model, tokenizer, served_model_name="eval", model_path=path,
+                                                         incremental_streaming_output=True)).start()
                 servers.append(engine)
                 settings = load_settings({"proxy_tokenizer": path, "proxy_policy_url": engine.url, "mode": "rl",
                                           "spool_dir": f"{tmp}/spool", "proxy_max_new_tokens": max_new_tokens,

@@ -28,6 +28,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -104,18 +105,18 @@ def shown_reply(stdout: str) -> str:
 
 @dataclass
 class OpenClawAgent:
-    """Runs one `openclaw agent` turn at a time per call, in a sandboxed HOME that points at one proxy."""
+    """Runs `openclaw agent` turns, each in a given sandboxed HOME that points at one proxy."""
 
     install: OpenClawInstall
-    home: Path
     timeout_s: float
     calls: int = 0
     failures: int = 0
     last_error: str = ""
 
-    async def say(self, session_id: str, message: str) -> tuple[str, int]:
-        """(the reply OpenClaw shows, its exit code); a non-zero exit scores as a failed reply."""
-        env = {**os.environ, "HOME": str(self.home), "TMPDIR": str(self.home / "tmp"),
+    async def say(self, home: Path, session_id: str, message: str) -> tuple[str, int, str]:
+        """(the reply OpenClaw shows, its exit code, the end of what it said on a non-zero exit); a non-zero
+        exit scores as a failed reply."""
+        env = {**os.environ, "HOME": str(home), "TMPDIR": str(home / "tmp"),
                "PATH": f"{self.install.node_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
         proc = await asyncio.create_subprocess_exec(
             self.install.openclaw, "agent", "--local", "--session-id", session_id, "-m", message, env=env,
@@ -128,10 +129,11 @@ class OpenClawAgent:
             out, err = b"", f"openclaw agent took over {self.timeout_s:.0f}s".encode()
         self.calls += 1
         code = proc.returncode if proc.returncode is not None else -1
+        error = ""
         if code != 0:
             self.failures += 1
-            self.last_error = (err.decode(errors="replace") or out.decode(errors="replace")).strip()[-600:]
-        return shown_reply(out.decode(errors="replace")), code
+            error = self.last_error = (err.decode(errors="replace") or out.decode(errors="replace")).strip()[-600:]
+        return shown_reply(out.decode(errors="replace")), code, error
 
 
 async def evaluate_through_openclaw(base_url: str, suite: Suite, opts: EvalOptions, install: OpenClawInstall, *,
@@ -140,32 +142,37 @@ async def evaluate_through_openclaw(base_url: str, suite: Suite, opts: EvalOptio
     """Every person conversation and homework question of `suite` through stock OpenClaw, each
     conversation its own OpenClaw session, against the proxy at `base_url`; the scored replies."""
     outcomes: list[Outcome] = []
-    slots = asyncio.Semaphore(max(1, opts.concurrency))
 
     def record(outcome: Outcome) -> None:
         outcomes.append(outcome)
         if on_outcome is not None:
             on_outcome(outcome)
 
+    config = eval_provider_config(base_url, api_key=api_key, max_tokens=opts.max_tokens,
+                                  context_window=context_window)
     with tempfile.TemporaryDirectory(prefix="openclaw-eval-home-") as tmp:
-        home = Path(tmp)
-        (home / ".openclaw").mkdir()
-        (home / "tmp").mkdir()
-        config = eval_provider_config(base_url, api_key=api_key, max_tokens=opts.max_tokens,
-                                      context_window=context_window)
-        (home / ".openclaw" / "openclaw.json").write_text(json.dumps(config, indent=2))
-        agent = OpenClawAgent(install, home, opts.timeout_s)
+        # One sandboxed HOME per concurrent conversation: two `openclaw agent --local` runs in one HOME at once
+        # fail ("failed to acquire gateway state ownership"). A conversation keeps its HOME (its session).
+        homes: asyncio.Queue[Path] = asyncio.Queue()
+        for slot in range(max(1, opts.concurrency)):
+            home = Path(tmp) / f"home-{slot}"
+            (home / ".openclaw").mkdir(parents=True)
+            (home / "tmp").mkdir()
+            (home / ".openclaw" / "openclaw.json").write_text(json.dumps(config, indent=2))
+            homes.put_nowait(home)
+        agent = OpenClawAgent(install, opts.timeout_s)
 
-        async def person_chat(index: int, c: int) -> None:
+        async def person_chat(home: Path, index: int, c: int) -> None:
             person = suite.people[index]
             player = (ModelPlayer(person, c, opts.user_client, opts.user_model) if opts.user_client is not None
                       else ScriptedPerson(person, c))
             sid = f"eval-{label}-{person.name}-{c}"
             message = player.open()
             for turn in range(opts.turns):
-                reply, code = await agent.say(sid, message)
+                reply, code, error = await agent.say(home, sid, message)
                 instructed = task.instruction_style(message) is not None
-                detail: dict[str, Any] = {"style": task.detect_style(reply), "openclaw_exit": code}
+                detail: dict[str, Any] = {"style": task.detect_style(reply), "openclaw_exit": code,
+                                          **({"openclaw_error": error[-300:]} if code else {})}
                 passed = code == 0 and detail["style"] == person.preference
                 if opts.judge is not None and code == 0:
                     passed, detail["votes"] = await opts.judge.passed(person.preference, message, reply)
@@ -174,19 +181,24 @@ async def evaluate_through_openclaw(base_url: str, suite: Suite, opts: EvalOptio
                 if turn < opts.turns - 1:
                     message = await player.react(reply, passed)
 
-        async def homework(c: int) -> None:
+        async def homework(home: Path, c: int) -> None:
             item = suite.homework[c % len(suite.homework)]
-            reply, code = await agent.say(f"eval-{label}-homework-{c}", item.question)
+            reply, code, error = await agent.say(home, f"eval-{label}-homework-{c}", item.question)
             record(Outcome("homework", item.question, c, 0, item.question, reply,
-                           code == 0 and homework_passed(reply, item), {"answer": item.answer, "openclaw_exit": code}))
+                           code == 0 and homework_passed(reply, item),
+                           {"answer": item.answer, "openclaw_exit": code, **({"openclaw_error": error[-300:]} if code else {})}))
 
-        async def limited(job: Any) -> None:
-            async with slots:
-                await job
+        async def limited(job: Callable[[Path], Any]) -> None:
+            home = await homes.get()
+            try:
+                await job(home)
+            finally:
+                homes.put_nowait(home)
 
-        jobs = [person_chat(i, c) for i in range(len(suite.people)) for c in range(opts.conversations)]
+        jobs: list[Callable[[Path], Any]] = [partial(person_chat, index=i, c=c) for i in range(len(suite.people))
+                                             for c in range(opts.conversations)]
         if suite.homework:
-            jobs += [homework(c) for c in range(opts.conversations)]
+            jobs += [partial(homework, c=c) for c in range(opts.conversations)]
         await asyncio.gather(*(limited(job) for job in jobs))
     if agent.calls and agent.failures == agent.calls:
         raise CommandError(f"{label}: every `openclaw agent` call failed ({agent.calls}); the last said: "

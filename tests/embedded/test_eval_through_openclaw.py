@@ -6,11 +6,14 @@ OpenClaw runs in ``tests/learning/test_eval_openclaw_real.py``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from fastapi import Request
 from test_evaluation import FakeModel
 
 from openclaw_rl.errors import CommandError
@@ -25,11 +28,16 @@ from openclaw_rl.evaluation.through_openclaw import (
 from openclaw_rl.servers import BackgroundServer
 
 FAKE_OPENCLAW = r'''
-import json, os, sys, urllib.request
+import fcntl, json, os, sys, urllib.request
 args = sys.argv[1:]
 assert args[:2] == ["agent", "--local"], args
 sid, message = args[args.index("--session-id") + 1], args[args.index("-m") + 1]
 home = os.environ["HOME"]
+lock = open(f"{home}/.openclaw/state.lock", "w")
+try:  # as the real one: one `openclaw agent --local` at a time per HOME
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except OSError:
+    sys.exit("failed to acquire gateway state ownership")
 provider = json.load(open(f"{home}/.openclaw/openclaw.json"))["models"]["providers"]["openclaw-rl"]
 history_file = f"{home}/.openclaw/{sid}.json"
 history = json.load(open(history_file)) if os.path.exists(history_file) else []
@@ -50,6 +58,23 @@ print(reply)
 '''
 
 
+class PairedModel(FakeModel):
+    """Answers its first request only once a second one is in flight (or after 10 s): proof that two
+    OpenClaw runs happened at once."""
+
+    def __init__(self) -> None:
+        super().__init__("formal")
+        self.arrived, self.paired = 0, asyncio.Event()
+
+    async def chat(self, request: Request) -> Any:
+        self.arrived += 1
+        if self.arrived >= 2:
+            self.paired.set()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.paired.wait(), 10)
+        return await super().chat(request)
+
+
 def _executable(path: Path, text: str) -> Path:
     path.write_text(text)
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
@@ -68,15 +93,18 @@ def fake_install(tmp_path: Path) -> OpenClawInstall:
 def test_people_talk_through_openclaw_as_side_turns(fake_install: OpenClawInstall) -> None:
     """Each conversation is one OpenClaw session, each turn one `openclaw agent` run, the reply OpenClaw
     shows is scored, and every model request carries ``X-Turn-Type: side`` although it has tools (which
-    the proxy's classifier would otherwise train as a main turn)."""
+    the proxy's classifier would otherwise train as a main turn). Two conversations run at once, each in
+    its own HOME (two `openclaw agent --local` in one HOME fail)."""
     full = load_suite()
     suite = Suite(full.name, full.people[:1], full.homework[:1], ())
-    model = FakeModel("formal")
+    model = PairedModel()
     with BackgroundServer(model.app) as server:
         opts = EvalOptions(conversations=2, turns=2, concurrency=2)
         outcomes = asyncio.run(evaluate_through_openclaw(f"{server.url}/v1", suite, opts, fake_install,
                                                          label="learned", api_key="k"))
-    assert len(outcomes) == 2 * 2 + 2 and len(model.headers) == 6
+    assert len(outcomes) == 2 * 2 + 2 and model.paired.is_set()
+    assert all(o.detail["openclaw_exit"] == 0 for o in outcomes), [o.detail for o in outcomes]
+    assert len(model.headers) == 6
     assert all(h["x-turn-type"] == "side" and h["authorization"] == "Bearer k" for h in model.headers)
     assert {h["x-session-affinity"] for h in model.headers} == {
         "eval-learned-ada-0:1", "eval-learned-ada-1:1", "eval-learned-homework-0:1", "eval-learned-homework-1:1"}
