@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 import stat
 import sys
 from pathlib import Path
@@ -132,3 +134,20 @@ def test_find_openclaw_needs_node_24(tmp_path: Path, fake_install: OpenClawInsta
     _executable(Path(fake_install.node_dir) / "node", "#!/bin/sh\necho v20.20.2\n")
     assert find_openclaw(repo_root=tmp_path) is None
     assert shown_reply("\x1b[2mlog\x1b[0m\nHello.\n") == "Hello."
+
+
+def test_eval_command_through_openclaw(fake_install: OpenClawInstall, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from openclaw_rl.cli import main
+
+    monkeypatch.setenv("PATH", f"{fake_install.node_dir}:{os.environ.get('PATH', '')}")
+    base = ["eval", "--through-openclaw", "--conversations", "1", "--turns", "1", "--no-plot", "--out", str(tmp_path)]
+    with BackgroundServer(FakeModel("formal").app) as server:
+        assert main([*base, "--openclaw-bin", fake_install.openclaw, "--target", f"learned={server.url}/v1"]) == 0
+    out = capsys.readouterr().out
+    assert "4 file edits are skipped" in out and "written:" in out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["settings"]["client"].startswith("stock OpenClaw")
+    assert set(report["targets"][0]["scores"]) == {"first:formal", "first:casual", "homework"}
+    assert main([*base, "--openclaw-bin", str(tmp_path / "missing"), "--target", "http://127.0.0.1:9/v1"]) == 1
+    assert "--through-openclaw needs `openclaw` and Node >= 24" in capsys.readouterr().err
