@@ -5,6 +5,7 @@ baseline (``--target untrained`` first, then the trained checkpoints); the repor
 
     openclaw-rl eval --target untrained --target rl=runs/local-rl --out runs/eval
     openclaw-rl eval --target after=http://127.0.0.1:30000/v1 --api-key KEY   # a served model, via its proxy
+    openclaw-rl eval --through-openclaw --target untrained --conversations 2   # people talk to stock OpenClaw
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ def register_eval_command(subparsers: Any) -> None:
     p.add_argument("--judge-api-key", default="x")
     p.add_argument("--judge-votes", type=int, default=3)
     p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--through-openclaw", action="store_true",
+                   help="each person turn and homework question is an `openclaw agent` turn of stock OpenClaw "
+                        "(Node >= 24) whose provider is the target's proxy (as a side turn: never trained); file "
+                        "edits are skipped; `untrained` is then the tiny model's OpenClaw variant")
+    p.add_argument("--openclaw-bin", default="", help="--through-openclaw: the `openclaw` executable (default: "
+                                                       "on PATH, else .openclaw-demo/ of scripts/openclaw_chat_demo.sh)")
     p.set_defaults(fn=cmd_eval)
 
 
@@ -73,7 +80,22 @@ def cmd_eval(ns: Any) -> int:
     if ns.conversations < 1 or ns.turns < 1:
         raise ValueError("--conversations and --turns must be at least 1")
     suite = load_suite(ns.suite)
-    targets = [parse_target(spec, preset=ns.preset, seed=ns.seed) for spec in ns.target]
+    install = None
+    if ns.through_openclaw:
+        from dataclasses import replace
+
+        from .through_openclaw import MIN_NODE_MAJOR, find_openclaw
+
+        install = find_openclaw(ns.openclaw_bin)
+        if install is None:
+            raise CommandError(f"--through-openclaw needs `openclaw` and Node >= {MIN_NODE_MAJOR} (--openclaw-bin, PATH, "
+                               "or `bash scripts/openclaw_chat_demo.sh`, which installs both into .openclaw-demo/)")
+        if suite.file_edits:
+            print(f"--through-openclaw: the suite's {len(suite.file_edits)} file edits are skipped (they score the "
+                  "suite's own edit_file tool; OpenClaw offers its own tools)", flush=True)
+            suite = replace(suite, file_edits=())
+    targets = [parse_target(spec, preset=ns.preset, seed=ns.seed, openclaw_model=ns.through_openclaw)
+               for spec in ns.target]
     labels = [t.label for t in targets]
     if len(set(labels)) != len(labels):
         raise ValueError(f"two targets share a label ({labels}); name them LABEL=WHERE")
@@ -92,14 +114,16 @@ def cmd_eval(ns: Any) -> int:
     report = EvalReport(suite.name, [], settings={
         "conversations": ns.conversations, "turns": ns.turns, "max_tokens": ns.max_tokens,
         "temperature": ns.temperature, "people": "model-played" if ns.user_url else "scripted",
-        "style_scoring": f"majority of {ns.judge_votes} judge votes" if ns.judge_url else "opener rule"})
+        "style_scoring": f"majority of {ns.judge_votes} judge votes" if ns.judge_url else "opener rule",
+        **({"client": f"stock OpenClaw ({install.openclaw})"} if install else {})})
     expected = ns.conversations * (len(suite.people) * ns.turns + bool(suite.homework) + bool(suite.file_edits))
     for target in targets:
         print(f"evaluating {target.label} ({target.location}): {expected} replies ...", flush=True)
         started = time.monotonic()
         progress = _Progress(target.label, expected)
         try:
-            outcomes = evaluate_target(target, suite, opts, api_key=ns.api_key, seed=ns.seed, on_outcome=progress)
+            outcomes = evaluate_target(target, suite, opts, api_key=ns.api_key, seed=ns.seed, on_outcome=progress,
+                                       openclaw=install)
         except openai.APIError as exc:
             raise CommandError(f"{target.label}: {api_error_line(exc)}") from None
         result = TargetResult(target.label, target.location, outcomes, time.monotonic() - started)

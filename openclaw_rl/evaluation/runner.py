@@ -52,9 +52,10 @@ class Target:
         return self.location.startswith(("http://", "https://"))
 
 
-def parse_target(spec: str, *, preset: str = "h128", seed: int = 0) -> Target:
+def parse_target(spec: str, *, preset: str = "h128", seed: int = 0, openclaw_model: bool = False) -> Target:
     """``LABEL=WHERE`` or ``WHERE``; WHERE is a URL, a checkpoint directory, a directory of ``step-*``
-    checkpoints or a run directory with ``checkpoints/`` (their newest), or ``untrained`` (the tiny model)."""
+    checkpoints or a run directory with ``checkpoints/`` (their newest), or ``untrained`` (the tiny model;
+    with `openclaw_model` its variant pre-trained on OpenClaw-shaped prompts, the one ``local`` serves)."""
     label, sep, where = spec.partition("=")
     if not sep or label.startswith(("http", "/", ".")):
         label, where = "", spec
@@ -64,7 +65,7 @@ def parse_target(spec: str, *, preset: str = "h128", seed: int = 0) -> Target:
     if where == UNTRAINED:
         from openclaw_rl.embedded.tiny_model import ensure_tiny_model
 
-        return Target(label or UNTRAINED, str(ensure_tiny_model(preset, seed=seed)))
+        return Target(label or UNTRAINED, str(ensure_tiny_model(preset, seed=seed, openclaw=openclaw_model)))
     if where.startswith(("http://", "https://")):
         return Target(label or where, where)
     return Target(label or Path(where).name, str(resolve_checkpoint(Path(where))))
@@ -103,8 +104,9 @@ def served_checkpoint(path: str, *, seed: int = 0, max_new_tokens: int = 64) -> 
     try:
         with tempfile.TemporaryDirectory(prefix="openclaw-eval-") as tmp:
             try:
-                engine = BackgroundServer(make_engine_app(model, tokenizer, served_model_name="eval",
-                                                         model_path=path)).start()
+                # streamed as `local` streams (OpenClaw streams its requests; --through-openclaw)
+                engine = BackgroundServer(make_engine_app(model, tokenizer, served_model_name="eval", model_path=path,
+                                                         incremental_streaming_output=True)).start()
                 servers.append(engine)
                 settings = load_settings({"proxy_tokenizer": path, "proxy_policy_url": engine.url, "mode": "rl",
                                           "spool_dir": f"{tmp}/spool", "proxy_max_new_tokens": max_new_tokens,
@@ -231,10 +233,19 @@ async def evaluate_url(base_url: str, suite: Suite, opts: EvalOptions, *, label:
 
 
 def evaluate_target(target: Target, suite: Suite, opts: EvalOptions, *, api_key: str = "x", seed: int = 0,
-                    on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-    """`evaluate_url` on a URL target, or on a checkpoint served here for the duration."""
+                    on_outcome: Callable[[Outcome], None] | None = None, openclaw: Any = None) -> list[Outcome]:
+    """`evaluate_url` on a URL target, or on a checkpoint served here for the duration; with `openclaw`
+    (an ``OpenClawInstall``) through stock OpenClaw instead (``through_openclaw.py``)."""
+
+    def run(url: str, key: str) -> list[Outcome]:
+        if openclaw is not None:
+            from .through_openclaw import evaluate_through_openclaw
+
+            return asyncio.run(evaluate_through_openclaw(url, suite, opts, openclaw, label=target.label,
+                                                         api_key=key, on_outcome=on_outcome))
+        return asyncio.run(evaluate_url(url, suite, opts, label=target.label, api_key=key, on_outcome=on_outcome))
+
     if target.is_url:
-        return asyncio.run(evaluate_url(target.location, suite, opts, label=target.label, api_key=api_key,
-                                        on_outcome=on_outcome))
+        return run(target.location, api_key)
     with served_checkpoint(target.location, seed=seed, max_new_tokens=opts.max_tokens) as proxy:
-        return asyncio.run(evaluate_url(proxy.url, suite, opts, label=target.label, on_outcome=on_outcome))
+        return run(proxy.url, "x")
