@@ -8,7 +8,11 @@ weights, replaces the adapter with a new version (the old name is unloaded) and 
 On a machine without an NVIDIA driver SGLang 0.5.23 cannot start with ``--enable-lora`` at all: its LoRA
 layers allocate pinned host memory (``torch.tensor(..., pin_memory=True)`` in ``sglang/srt/lora/layers.py``),
 which needs the CUDA driver even with ``--device cpu --lora-backend torch_native``. The test then skips with
-the error SGLang printed (measured on the 2-core CPU machine, 3 December 2026; docs/users.md).
+the error SGLang printed (measured on the 2-core CPU machine, 3 December 2026; docs/users.md). With pinning
+made a no-op (a diagnostic only), the next failure is the ``transformers`` backend handing SGLang's LoRA
+layers 3-D activations (``ValueError`` in ``sglang/srt/lora/torch_ops/lora_ops.py`` at the warm-up request),
+so where a driver is present this launch line is expected to fail that way: the assertions below have not
+run yet, and need SGLang's native model path on a GPU.
 """
 
 from __future__ import annotations
