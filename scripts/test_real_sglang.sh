@@ -9,4 +9,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 OPENCLAW_SGLANG_PYTHON=$(bash scripts/install_sglang_cpu.sh)
 export OPENCLAW_SGLANG_PYTHON
-exec .venv/bin/python -m pytest tests/external/test_real_sglang.py -v -rs "$@"
+# test_real_sglang_lora.py: per-user adapters with --enable-lora (skips without an NVIDIA driver; docs/users.md).
+exec .venv/bin/python -m pytest tests/external/test_real_sglang.py tests/external/test_real_sglang_lora.py -v -rs "$@"

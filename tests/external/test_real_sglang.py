@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,11 +35,11 @@ pytestmark = pytest.mark.skipif(
 STARTUP_TIMEOUT_S = 600.0  # 25-40 s on an idle 2-core machine, 104-257 s measured on a new user's
 
 
-def sglang_command(model_dir: Path, port: int) -> list[str]:
-    """The CPU launch line documented in docs/deployment.md."""
+def sglang_command(model_dir: Path, port: int, extra: Sequence[str] = ()) -> list[str]:
+    """The CPU launch line documented in docs/deployment.md (``extra``: more flags, e.g. LoRA's)."""
     return [SGLANG_PYTHON, "-m", "sglang.launch_server", "--model-path", str(model_dir), "--model-impl", "transformers",
             "--device", "cpu", "--dtype", "float32", "--host", "127.0.0.1", "--port", str(port),
-            "--max-total-tokens", "16384", "--context-length", "4096", "--disable-cuda-graph"]
+            "--max-total-tokens", "16384", "--context-length", "4096", "--disable-cuda-graph", *extra]
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def sglang_server(tiny_model_dir: Path, tmp_path: Path) -> Iterator[str]:
 
 
 @contextmanager
-def launch_sglang(model_dir: Path, tmp_path: Path) -> Iterator[str]:
+def launch_sglang(model_dir: Path, tmp_path: Path, extra: Sequence[str] = ()) -> Iterator[str]:
     port = free_port()
     home, tmp = tmp_path / "home", tmp_path / "tmp"
     home.mkdir()
@@ -57,7 +57,7 @@ def launch_sglang(model_dir: Path, tmp_path: Path) -> Iterator[str]:
     env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmp), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     log_path = tmp_path / "sglang.log"
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(sglang_command(model_dir, port), env=env, stdout=log_file,
+        proc = subprocess.Popen(sglang_command(model_dir, port, extra), env=env, stdout=log_file,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
