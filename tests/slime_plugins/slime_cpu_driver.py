@@ -307,21 +307,27 @@ def trainer_teacher_report(args, rollout_data: dict, sample_teacher: list, loss_
 
     model = AutoModelForCausalLM.from_pretrained(args.hf_checkpoint, dtype=torch.float32).eval()
     temperature = float(args.rollout_temperature)
-    diffs, hinted, own = [], 0, 0
+    diffs, top_diffs, ids_equal, hinted, own = [], [], True, 0, 0
     for tokens, r, carried in zip(rollout_data["tokens"], rollout_data["response_lengths"], sample_teacher, strict=True):
         tokens = [int(t) for t in torch.as_tensor(tokens).tolist()]
         if not is_packed_prompt(carried):
             own += 1
             continue
-        prompt, _k = unpack_teacher_prompt(carried)
+        prompt, k = unpack_teacher_prompt(carried)
         hinted += prompt != tokens[: len(tokens) - r]  # the hinted prompt, not the sample's own
         ids = torch.tensor([prompt + tokens[len(tokens) - r:]])
         logp = torch.log_softmax(model(input_ids=ids).logits[0, len(prompt) - 1 : len(prompt) - 1 + r].float()
                                  / temperature, dim=-1)
         want = logp.gather(-1, ids[0, len(prompt):].unsqueeze(-1)).squeeze(-1)
-        diffs.append(float((loss_teacher[tuple(tokens)].float() - want).abs().max()))
+        got, top_lp, top_ids = loss_teacher[tuple(tokens)]
+        diffs.append(float((got.float() - want).abs().max()))
+        if k:
+            values, ids = logp.topk(k, dim=-1)
+            top_diffs.append(float((top_lp.float() - values).abs().max()))
+            ids_equal = ids_equal and bool(torch.equal(top_ids.long(), ids))
     return {"n_scored": len(diffs), "n_hinted_prompt": hinted, "n_own_teacher": own,
-            "max_abs_diff": max(diffs) if diffs else None}
+            "max_abs_diff": max(diffs) if diffs else None,
+            "topk_max_abs_diff": max(top_diffs) if top_diffs else None, "topk_ids_equal": ids_equal}
 
 
 def pytest_approx_list(values: list[float]) -> list:
@@ -423,7 +429,9 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
                 batch = slime_megatron_data.get_batch(data_iterator[0], keys, args.data_pad_size_multiplier)
                 sizes = (global_batch_sizes[step],) if takes_batch_size else ()
                 for tokens, teacher in zip(batch["unconcat_tokens"], batch.get("teacher_log_probs") or [], strict=False):
-                    loss_teacher[tuple(int(t) for t in tokens)] = teacher.detach().clone()  # what the loss reads
+                    loss_teacher[tuple(int(t) for t in tokens)] = (  # what the loss reads, top-K attributes too
+                        teacher.detach().clone(), getattr(teacher, "openclaw_teacher_topk_log_probs", None),
+                        getattr(teacher, "openclaw_teacher_topk_indices", None))
                 loss, _normalizer, log = loss_function(args, batch, count, *sizes, model(batch["tokens"]))
                 loss.backward()
                 losses.append({"loss": float(loss), **{k: float(v) for k, v in zip(log["keys"], log["values"][1:], strict=True)}})

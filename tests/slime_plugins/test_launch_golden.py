@@ -138,6 +138,7 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict[str, str], str]] = {
     "topk_select_teacher_in_trainer_refused": ("topk_select", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "megatron"}, "thudm"),
     "opd_teacher_in_trainer": ("opd", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"}, "thudm"),
     "combine_teacher_in_trainer": ("combine", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"}, "thudm"),
+    "opd_topk_teacher_in_trainer": ("opd_topk", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"}, "thudm"),
     "opd_teacher_in_trainer_estimator_refused": ("opd", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"},
                                                  "bundled"),
     "rl_lora_teacher_in_trainer_refused": ("rl_lora", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"},

@@ -832,7 +832,7 @@ def test_upstream_variables_the_scripts_do_not_read_are_named(launch):
     assert run.rc == 0 and "HOST=0.0.0.0 is ignored" in run.err and "OPENCLAW_RECORD_FILE is ignored" in run.err
 
 
-@pytest.mark.parametrize("variant", ["opd", "combine"])
+@pytest.mark.parametrize("variant", ["opd", "combine", "opd_topk"])
 def test_a_teacher_inside_the_trainer_runs_on_thudm_slime_with_the_actor_side_hook(launch, variant):
     """Upstream's OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=megatron (here also 'trainer'): the proxy packs the
     hinted prompt's ids, and the actor's frozen teacher (slime_hooks/trainer_teacher.py) scores them, in the

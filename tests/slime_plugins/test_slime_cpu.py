@@ -246,7 +246,7 @@ def test_slimes_megatron_opd_teacher_scores_the_students_own_prompt_not_the_hint
 
 
 @pytest.mark.parametrize("tp", [1, 2])
-@pytest.mark.parametrize("variant", ["opd", "combine"])
+@pytest.mark.parametrize("variant", ["opd", "combine", "opd_topk"])
 @pytest.mark.parametrize("slime", [p for p in _targets() if p.id == "thudm"])  # the bundled Slime: refused (launch)
 def test_the_teacher_inside_the_trainer_scores_the_hinted_prompt_in_slimes_actor(tmp_path, tiny_model_dir,
                                                                                 tiny_model_args, slime, variant, tp):
@@ -262,7 +262,9 @@ def test_the_teacher_inside_the_trainer_scores_the_hinted_prompt_in_slimes_actor
     if variant == "opd":
         assert report["n_own_teacher"] == 0, report
     assert report["max_abs_diff"] < 1e-4, report
+    if variant == "opd_topk":  # the top-K the loss reads: the frozen teacher's, computed on the actor
+        assert report["topk_max_abs_diff"] < 1e-4 and report["topk_ids_equal"], report
     assert got["teacher_dims"] == [1] and got["grad_finite"] and got["grad_abs_sum"] > 1e-6, got
     print(f"[slime-cpu] {slime} {variant} TP={tp} teacher in the trainer: {report['n_scored']} samples scored on "
           f"the hinted prompt ({report['n_own_teacher']} kept their own), loss's teacher log-probs vs a direct "
-          f"forward of the frozen teacher max |diff| {report['max_abs_diff']:.3g}; losses {_fmt(got['losses'][0])}")
+          f"forward of the frozen teacher max |diff| {report['max_abs_diff']:.3g} (top-K {report['topk_max_abs_diff']}); losses {_fmt(got['losses'][0])}")
