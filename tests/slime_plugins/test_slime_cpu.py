@@ -226,7 +226,7 @@ def _fmt(losses: dict[str, float]) -> str:
 @pytest.mark.parametrize("slime", [p for p in _targets() if p.id == "thudm"])  # the bundled Slime has no --use-opd
 def test_slimes_megatron_opd_teacher_scores_the_students_own_prompt_not_the_hinted_one(tmp_path, tiny_model_dir,
                                                                                        tiny_model_args, slime):
-    """Why the launch refuses OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=trainer (launch/refusals.py), shown through
+    """Why OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=trainer runs our own actor-side teacher (trainer_teacher.py), shown through
     THUDM/slime's own code: the opd script plus --use-opd --opd-type megatron --opd-teacher-load. Slime swaps
     the teacher's weights in (a second table here), runs them over the Sample's own tokens, and replaces the
     hinted teacher log-probs the Sample carried with that result."""
