@@ -462,7 +462,7 @@ def check_slime_features(s: ScriptSettings, env: Mapping[str, str], console: Con
         console.warn(f"SKIP_SLIME_FEATURE_CHECK=1: the Slime in {s.slime_dir} is not checked for what {name} needs")
     else:
         res = subprocess.run([s.python, "-m", "openclaw_rl.slime_hooks.features", name, "--opd-advantage",
-                              s.opd_advantage], cwd=s.repo_root, env={**env, "PYTHONPATH": s.pythonpath()},
+                              s.opd_advantage, "--teacher-source", s.teacher_source], cwd=s.repo_root, env={**env, "PYTHONPATH": s.pythonpath()},
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
         out = res.stdout.rstrip("\n")
         messages = ""

@@ -129,8 +129,11 @@ def fill_trainer_teacher(args: Any, rollout_data: MutableMapping[str, Any],
     device = next(teacher.parameters()).device
     tokens, lengths, ks = [], [], set()
     for i in wanted:
-        prompt, k = unpack_teacher_prompt(per_sample[i])
         r = int(rollout_data["response_lengths"][i])
+        if per_sample[i].size(0) != r:
+            raise ValueError(f"sample {i}: a packed teacher prompt of {per_sample[i].size(0)} rows for {r} response "
+                             "tokens (context parallelism slices it; the in-trainer teacher needs CP = 1)")
+        prompt, k = unpack_teacher_prompt(per_sample[i])
         sample_tokens = torch.as_tensor(rollout_data["tokens"][i]).long().reshape(-1)
         tokens.append(torch.cat([torch.tensor(prompt, dtype=torch.long), sample_tokens[sample_tokens.numel() - r:].cpu()])
                       .to(device))

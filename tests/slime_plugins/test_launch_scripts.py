@@ -127,6 +127,10 @@ def fake_slime(root: Path, flavour: str) -> Path:
         rollout = FAKE_ROLLOUT.format(forwarded=("teacher_log_probs",), test="getattr(samples[0], key, None) is not None")
     (root / "slime" / "utils" / "types.py").write_text(types)
     (root / "slime" / "ray" / "rollout.py").write_text(rollout)
+    actor = root / "slime" / "backends" / "megatron_utils"
+    actor.mkdir(parents=True, exist_ok=True)  # how the actor calls --rollout-data-postprocess-path (read as text)
+    (actor / "actor.py").write_text("self.rollout_data_postprocess(self.args)\n" if flavour == "bundled" else
+                                    "self.rollout_data_postprocess(self.args, rollout_id, rollout_data)\n")
     return root
 
 
@@ -838,7 +842,7 @@ def test_a_teacher_inside_the_trainer_runs_on_thudm_slime_with_the_actor_side_ho
     hinted prompt's ids, and the actor's frozen teacher (slime_hooks/trainer_teacher.py) scores them, in the
     opd advantage hook or the postprocess hook; the bundled Slime's opd estimator runs before any hook."""
     for value in ("trainer", "megatron"):
-        run = launch(variant, flavour="thudm", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=value)
+        run = launch(variant, flavour="thudm", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=value, CONTEXT_LENGTH="24576")
         assert run.rc == 0, run.err
         flags = run.slime().flags
         if variant == "opd":
@@ -850,9 +854,13 @@ def test_a_teacher_inside_the_trainer_runs_on_thudm_slime_with_the_actor_side_ho
     assert server.rc == 0 and "trainer_teacher" not in server.out
     bad = launch(variant, OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="gpu")
     assert bad.rc != 0 and "OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=gpu: one of" in bad.err
+    cp2 = launch(variant, flavour="thudm", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer")  # CONTEXT_LENGTH 32768: CP 2
+    assert cp2.rc != 0 and "needs CONTEXT_PARALLEL=1" in cp2.err, cp2.err
+    refused = launch(variant, flavour="bundled", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer", CONTEXT_LENGTH="24576")
     if variant == "opd":
-        refused = launch(variant, flavour="bundled", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer")
         assert refused.rc != 0 and "on_policy_distillation estimator" in refused.err, refused.err
+    else:  # the Slime feature check (a dry run warns and continues; a real run stops there)
+        assert "cannot run" in refused.err and "called with the rollout data" in refused.err, refused.err
 
 
 @pytest.mark.parametrize("variant", ["topk_select", OEL, "rl_lora"])
