@@ -120,3 +120,10 @@ def test_the_opd_advantage_hook_scores_before_it_subtracts(tiny_model_dir):
 def test_the_postprocess_hook_refuses_a_slime_that_passes_no_rollout_data():
     with pytest.raises(ValueError, match="rollout_data"):
         score_and_unpack(SimpleNamespace())
+
+
+def test_a_packed_prompt_cut_by_context_parallelism_is_refused_not_misread():
+    packed = pack_teacher_prompt(list(range(100, 140)), 4)
+    batch = {"tokens": [torch.arange(50)], "response_lengths": [4], "teacher_log_probs": [packed[:2]]}  # CP 2 half
+    with pytest.raises(ValueError, match="context parallelism"):
+        fill_trainer_teacher(SimpleNamespace(rollout_temperature=1.0), batch, model=torch.nn.Linear(1, 1))
