@@ -8,6 +8,8 @@ Current Slime has a ``teacher_log_probs`` field and forwards only that one, so w
 carries the packed [R, 1 + 2K] rows of ``topk.py``; ``teacher_topk_*`` stay as attributes for a Slime
 that forwards them itself (OpenClaw-RL's bundled one, upstream §2.5), and there ``teacher_log_probs``
 stays the plain [R] (which of the two the installed Slime does is probed once, ``features.py``).
+A sample with ``teacher_prompt_ids`` (teacher_source trainer) carries instead its hinted prompt packed as an
+even-width [R, W] tensor, scored on the actor by ``trainer_teacher.py``.
 """
 
 from __future__ import annotations

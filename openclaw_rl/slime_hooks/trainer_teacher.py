@@ -21,6 +21,8 @@ policy's), else the policy's ``--hf-checkpoint`` (``HF_CKPT``): the initial poli
 (``functools.lru_cache``: one frozen model per actor process is the point) on the actor's current device,
 bf16 on CUDA, fp32 on CPU (``OPENCLAW_TEACHER_DTYPE`` overrides). Every training rank (TP, PP and DP) holds
 a whole copy and scores its own DP partition; TP ranks repeat the same work (the teacher is not sharded).
+Context parallelism must be 1: Slime slices ``teacher_log_probs`` per CP rank before any hook (the launch
+refuses CP > 1; a sliced packed prompt is refused here rather than misread).
 """
 
 from __future__ import annotations
