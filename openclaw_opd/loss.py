@@ -78,6 +78,9 @@ def on_policy_distillation_advantages(args: Any, rollout_data: MutableMapping[st
     carry (the policy's own, token-exact). Rewards are ignored. Slime
     still applies ``--normalize-advantages`` (and ``--use-opd``) after this hook returns.
     """
+    from openclaw_rl.slime_hooks.trainer_teacher import fill_trainer_teacher
+
+    fill_trainer_teacher(args, rollout_data)  # teacher_source trainer: the actor's frozen teacher (no-op otherwise)
     key = "rollout_log_probs" if getattr(args, "use_rollout_logprobs", False) else "log_probs"
     if key == "log_probs" and not rollout_data.get(key):
         # Slime (since bf9b1a3) skips the old-log-prob recompute for one step per rollout with the built-in

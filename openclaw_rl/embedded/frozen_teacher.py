@@ -89,29 +89,15 @@ class FrozenTeacher:
             return cls(load_teacher_model(checkpoint, policy, tokenizer))
         return cls(initial_copy if initial_copy is not None else copy.deepcopy(policy))
 
-    @torch.no_grad()
     def score(self, args: Any, teacher_tokens: list[torch.Tensor], response_lengths: list[int],
               topk: int = 0) -> tuple[list[torch.Tensor], list[torch.Tensor] | None, list[torch.Tensor] | None]:
         """Per sample, the teacher's log-probs of its last R tokens (logits / ``args.rollout_temperature``, as
-        the student's) and, with ``topk`` > 0, the top-K log-probs [R, K] and ids [R, K] of those rows."""
-        from openclaw_rl.losses.logprobs import iter_response_logits, token_log_probs
+        the student's) and, with ``topk`` > 0, the top-K log-probs [R, K] and ids [R, K] of those rows
+        (``openclaw_rl.losses.teacher_scores``, shared with Slime's actor-side teacher)."""
+        from openclaw_rl.losses.teacher_scores import score_teacher_tokens
 
-        from .trainer import response_logits, response_view
-
-        lps: list[torch.Tensor] = []
-        top_lp: list[torch.Tensor] = []
-        top_ids: list[torch.Tensor] = []
-        batch = {"unconcat_tokens": teacher_tokens, "total_lengths": [len(t) for t in teacher_tokens],
-                 "response_lengths": response_lengths}
-        for i, (tokens, r) in enumerate(zip(teacher_tokens, response_lengths, strict=True)):
-            logits = response_logits(self.model, tokens, r, self.tail).unsqueeze(0)
-            for logits_RV, tokens_R in iter_response_logits(args, response_view(batch, [i]), logits):
-                lps.append(token_log_probs(logits_RV, tokens_R).float())
-                if topk > 0:
-                    values, ids = torch.log_softmax(logits_RV.float(), dim=-1).topk(min(topk, logits_RV.size(-1)), dim=-1)
-                    top_lp.append(values)
-                    top_ids.append(ids)
-        return lps, (top_lp if topk > 0 else None), (top_ids if topk > 0 else None)
+        return score_teacher_tokens(self.model, teacher_tokens, response_lengths,
+                                    float(getattr(args, "rollout_temperature", 1.0)), topk, self.tail)
 
 
 def fill_teacher_fields(batch: dict[str, Any], samples: list[TrainingSample], teacher: FrozenTeacher | None,

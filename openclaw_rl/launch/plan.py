@@ -139,6 +139,7 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
     slime_args.check_extra(extra)
     env = {**env, **refusals.check_variant(variant, env, script_name, console)}
     s = script.resolve(variant, env, cwd=cwd, repo_root=repo_root, script=script_name)
+    s.teacher_source = refusals.trainer_teacher(env, script_name, variant)
     script.check_split(s, console)
     script.warn_unused(s, env, console)
     script.check_paths(s, console)

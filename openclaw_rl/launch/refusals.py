@@ -54,19 +54,29 @@ REFUSALS = {"opd_topk_lora": TOPK_LORA, "combine_lora": COMBINE_LORA}  # by vari
 TEACHER_SOURCE = "OPENCLAW_COMBINE_OPD_TEACHER_SOURCE"
 SERVER_TEACHER = ("", "server", "inference")
 TRAINER_TEACHER = ("trainer", "megatron", "ref", "mcore")
-TEACHER_IN_TRAINER = """{script} refuses to run: {var}={value} asks for the teacher inside the trainer.
-  No Slime this repository runs can score the teacher's prompt there:
-  - THUDM/slime's on-policy distillation (--use-opd --opd-type megatron --opd-teacher-load CKPT) swaps the
-    teacher's weights in and runs them over the student's own tokens (Sample.tokens: the prompt without the
-    hint, and the response; the batch the old policy's log-probs are computed on), and replaces the
-    Sample's teacher_log_probs with that result. The hinted teacher of opd, combine and topk_select (and OEL's teacher
-    given the session's experience) scores the sampled tokens under a different prompt, which that path
-    cannot take, so it would train plain distillation from an unhinted teacher under the same name;
-  - the Slime bundled with OpenClaw-RL has no in-trainer teacher.
-  Upstream's in-trainer teacher runs in its own fork of the bundled Slime (--prm-teacher-load; the rollout
-  ships Sample.teacher_tokens = hinted prompt + response).
-  Here the teacher is an SGLang server: the judge's, or TEACHER_URL (a server apart, on its own GPUs).
-  Unset {var} (or set it to inference)."""
+TEACHER_IN_TRAINER = """{script} refuses to run: {var}={value} asks for the teacher inside the trainer, {why}.
+  The in-trainer teacher on Slime is a frozen HF model in the training actor
+  (openclaw_rl.slime_hooks.trainer_teacher): it needs Megatron (not LoRA/FSDP) and a mode with a teacher
+  (opd, combine, topk_select).
+  Unset {var} (or set it to inference) to use the teacher server."""
+
+
+def trainer_teacher(env: Mapping[str, str], script: str, variant: str) -> str:
+    """``trainer`` or ``server`` from OPENCLAW_COMBINE_OPD_TEACHER_SOURCE; refuses what the in-trainer teacher
+    cannot run (LoRA's FSDP backend ignores teacher log-probs; rl has no teacher)."""
+    mode, v = launch_variant(variant)
+    source = env.get(TEACHER_SOURCE, "").strip().lower()
+    if source in SERVER_TEACHER:
+        return "server"
+    if source not in TRAINER_TEACHER:
+        raise LaunchError(f"{TEACHER_SOURCE}={env[TEACHER_SOURCE]}: one of {', '.join(SERVER_TEACHER[1:])} (the teacher "
+                          f"server, the default) or {', '.join(TRAINER_TEACHER)} (the teacher inside the trainer)")
+    why = ("which LoRA's FSDP backend cannot train on" if v.lora else
+           f"but {mode.name} has no teacher" if not mode.needs_teacher else "")
+    if why:
+        raise LaunchError(TEACHER_IN_TRAINER.format(script=script, var=TEACHER_SOURCE, value=env[TEACHER_SOURCE],
+                                                    why=why))
+    return "trainer"
 
 
 def check_variant(variant: str, env: Mapping[str, str], script: str, console: Console) -> dict[str, str]:
@@ -75,13 +85,7 @@ def check_variant(variant: str, env: Mapping[str, str], script: str, console: Co
     mode, v = launch_variant(variant)
     if switch(env, "OPENCLAW_PROXY_PER_USER_ADAPTERS", False):
         raise LaunchError(PER_USER_ON_SLIME)
-    source = env.get(TEACHER_SOURCE, "").strip().lower()
-    if source in TRAINER_TEACHER:
-        raise LaunchError(TEACHER_IN_TRAINER.format(script=script, var=TEACHER_SOURCE, value=env[TEACHER_SOURCE]))
-    if source not in SERVER_TEACHER:
-        raise LaunchError(f"{TEACHER_SOURCE}={env[TEACHER_SOURCE]}: one of {', '.join(SERVER_TEACHER[1:])} (the teacher "
-                          f"server, the default) or {', '.join(TRAINER_TEACHER)} (refused: no Slime scores the hinted "
-                          "teacher in the trainer)")
+    trainer_teacher(env, script, variant)
     if v.algorithm == "none":
         raise LaunchError(REFUSALS[variant].format(script=script))
     if not (v.lora and mode.needs_teacher):

@@ -134,6 +134,7 @@ class ScriptSettings:
     gpus_per_node: int = 0  # GPUS_PER_NODE [NUM_GPUS / NUM_NODES]
     node_rank: int = 0  # NODE_RANK: 0 = the head (judge, Ray head, job); others only join Ray
     opd_advantage: str = "auto"  # check_slime_features
+    teacher_source: str = "server"  # OPENCLAW_COMBINE_OPD_TEACHER_SOURCE: server, or trainer (slime_hooks/trainer_teacher.py)
     ray_devices: str = ""  # assign_devices
     judge_devices: str = ""
     proxy: dict[str, str] = field(default_factory=dict)  # the run config's resolved proxy values the flags use
@@ -461,7 +462,7 @@ def check_slime_features(s: ScriptSettings, env: Mapping[str, str], console: Con
         console.warn(f"SKIP_SLIME_FEATURE_CHECK=1: the Slime in {s.slime_dir} is not checked for what {name} needs")
     else:
         res = subprocess.run([s.python, "-m", "openclaw_rl.slime_hooks.features", name, "--opd-advantage",
-                              s.opd_advantage], cwd=s.repo_root, env={**env, "PYTHONPATH": s.pythonpath()},
+                              s.opd_advantage, "--teacher-source", s.teacher_source], cwd=s.repo_root, env={**env, "PYTHONPATH": s.pythonpath()},
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
         out = res.stdout.rstrip("\n")
         messages = ""

@@ -102,7 +102,9 @@ def rollout(args: Any, rollout_id: int, evaluation: bool, mode: str) -> Any:
     batch = runtime.collect(n, step=rollout_id)
     log.info("rollout %d: %d samples in %.1fs (%s)", rollout_id, len(batch.samples),
              batch.metrics.get("rollout/batch_fill_seconds", 0.0), mode)
-    return RolloutFnTrainOutput(samples=to_slime_groups(batch.samples), metrics=batch.metrics)
+    opd = runtime.settings.opd
+    topk = opd.distill_topk if opd.teacher_source == "trainer" else 0  # the top-K the actor's teacher computes
+    return RolloutFnTrainOutput(samples=to_slime_groups(batch.samples, topk), metrics=batch.metrics)
 
 
 # --- eval path ------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ class SlimeFeatures:
     advantage_estimators: frozenset[str]
     train_backends: frozenset[str]
     forwarded: frozenset[str]  # teacher attributes of a Sample that Slime's conversion puts in the train data
+    postprocess_gets_data: bool = True  # Slime calls the postprocess hook with rollout_data (not the bundled fn(args))
 
     def has(self, feature: str) -> bool:
         return FEATURES[feature][0](self)
@@ -50,6 +51,9 @@ FEATURES = {  # name: (test, what it is, a Slime that has it)
     "teacher_log_probs": (lambda f: "teacher_log_probs" in f.forwarded,
                           "Sample.teacher_log_probs forwarded to the train data (the teacher field the loss reads)",
                           TESTED_SLIME),
+    "postprocess_rollout_data": (lambda f: f.postprocess_gets_data,
+                                 "--rollout-data-postprocess-path called with the rollout data (the in-trainer "
+                                 "teacher scores it there; the bundled Slime calls fn(args))", TESTED_SLIME),
     "fsdp_lora": (lambda f: "--use-lora" in f.flags and "fsdp" in f.train_backends,
                   "an FSDP backend with LoRA (--train-backend fsdp --use-lora)", BUNDLED_SLIME),
 }
@@ -121,6 +125,22 @@ def _fsdp_flags() -> frozenset[str]:
     return frozenset(f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(FSDPArgs))
 
 
+def postprocess_gets_rollout_data() -> bool:
+    """Whether Slime's actor passes ``rollout_data`` to ``--rollout-data-postprocess-path`` (read from its source,
+    not imported: the actor module needs Megatron). No actor source found: assumed, as in current Slime."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("slime")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    for root in roots:
+        actor = Path(root) / "backends" / "megatron_utils" / "actor.py"
+        if actor.is_file():
+            return re.search(r"rollout_data_postprocess\(\s*self\.args\s*\)", actor.read_text()) is None
+    return True
+
+
 def inspect_slime() -> SlimeFeatures:
     """Import the Slime on ``sys.path``: its flags and choices, and whether it forwards teacher log-probs."""
     from slime.utils.arguments import get_slime_extra_args_provider
@@ -129,14 +149,17 @@ def inspect_slime() -> SlimeFeatures:
     get_slime_extra_args_provider()(parser)
     flags = frozenset(s for action in parser._actions for s in action.option_strings) | _fsdp_flags()
     return SlimeFeatures(flags, _choices(parser, "--advantage-estimator"), _choices(parser, "--train-backend"),
-                         forwarded_teacher_attributes())
+                         forwarded_teacher_attributes(), postprocess_gets_rollout_data())
 
 
-def check_variant(features: SlimeFeatures, variant: str, opd_advantage: str = "auto") -> tuple[dict[str, str], list[str]]:
+def check_variant(features: SlimeFeatures, variant: str, opd_advantage: str = "auto",
+                  teacher_source: str = "server") -> tuple[dict[str, str], list[str]]:
     """``(settings for the script, refusal lines)`` for one launch variant."""
     if variant not in NEEDS:
         raise ValueError(f"unknown variant {variant!r}; expected one of {sorted(NEEDS)}")
     needed = list(NEEDS[variant])
+    if teacher_source == "trainer" and variant not in ("opd", "qwen35_opd"):  # opd scores in its advantage hook
+        needed.append("postprocess_rollout_data")
     settings: dict[str, str] = {}
     if variant in ("opd", "qwen35_opd"):  # token-level OPD: estimator or custom advantage hook
         if opd_advantage == "auto":
@@ -154,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("variant", choices=sorted(NEEDS))
     parser.add_argument("--opd-advantage", default="auto")
+    parser.add_argument("--teacher-source", default="server", choices=("server", "trainer"))
     ns = parser.parse_args(argv)
     try:
         features = inspect_slime()
@@ -161,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot import Slime to check its features: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 4
     try:
-        settings, refusals = check_variant(features, ns.variant, ns.opd_advantage)
+        settings, refusals = check_variant(features, ns.variant, ns.opd_advantage, ns.teacher_source)
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
         return 2

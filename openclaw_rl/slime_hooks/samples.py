@@ -8,6 +8,8 @@ Current Slime has a ``teacher_log_probs`` field and forwards only that one, so w
 carries the packed [R, 1 + 2K] rows of ``topk.py``; ``teacher_topk_*`` stay as attributes for a Slime
 that forwards them itself (OpenClaw-RL's bundled one, upstream §2.5), and there ``teacher_log_probs``
 stays the plain [R] (which of the two the installed Slime does is probed once, ``features.py``).
+A sample with ``teacher_prompt_ids`` (teacher_source trainer) carries instead its hinted prompt packed as an
+even-width [R, W] tensor, scored on the actor by ``trainer_teacher.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 from openclaw_rl.samples import TrainingSample
 
 from .topk import pack_teacher_topk
+from .trainer_teacher import pack_teacher_prompt
 
 try:  # pragma: no cover - exercised only where Slime is installed
     from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
@@ -97,7 +100,9 @@ def _slime_forwards_topk() -> bool:
     return {"teacher_topk_log_probs", "teacher_topk_indices"} <= forwarded_teacher_attributes()
 
 
-def to_slime_sample(ts: TrainingSample) -> Sample:
+def to_slime_sample(ts: TrainingSample, teacher_topk: int = 0) -> Sample:
+    """``teacher_topk``: the K the in-trainer teacher (``trainer_teacher.py``) computes for a sample that
+    carries ``teacher_prompt_ids`` (its teacher_log_probs are then the packed prompt, scored on the actor)."""
     status = Sample.Status.TRUNCATED if ts.status == "truncated" else Sample.Status.COMPLETED
     sample = Sample(group_index=ts.index, index=ts.index, prompt="", tokens=ts.tokens, response=ts.response_text,
                     response_length=ts.response_length, reward={"score": ts.reward}, loss_mask=list(ts.loss_mask),
@@ -114,11 +119,13 @@ def to_slime_sample(ts: TrainingSample) -> Sample:
         sample.teacher_topk_indices = torch.tensor(ts.teacher_topk_indices, dtype=torch.int64).reshape(rows, k)
         if not _slime_forwards_topk():  # today's Slime forwards only teacher_log_probs: the top-K rides inside it
             teacher_R = pack_teacher_topk(teacher_R, sample.teacher_topk_log_probs, sample.teacher_topk_indices)
+    if ts.teacher_prompt_ids is not None:  # teacher_source trainer: the actor's frozen teacher scores it
+        teacher_R = pack_teacher_prompt(list(ts.teacher_prompt_ids), ts.response_length, teacher_topk)
     if teacher_R is not None:
         sample.teacher_log_probs = teacher_R
     return sample
 
 
-def to_slime_groups(samples: list[TrainingSample]) -> list[list[Sample]]:
+def to_slime_groups(samples: list[TrainingSample], teacher_topk: int = 0) -> list[list[Sample]]:
     """One singleton group per sample (a user's turn has no siblings), ordered by spool index."""
-    return [[to_slime_sample(s)] for s in sorted(samples, key=lambda s: s.index)]
+    return [[to_slime_sample(s, teacher_topk)] for s in sorted(samples, key=lambda s: s.index)]

@@ -297,6 +297,39 @@ def megatron_teacher_report(rollout_data: dict, sample_teacher: list, teacher_ta
             "sample_vs_own_tokens": max_diff(sample_teacher, own), "n": len(slime)}
 
 
+@torch.no_grad()
+def trainer_teacher_report(args, rollout_data: dict, sample_teacher: list, loss_teacher: dict) -> dict:
+    """teacher_source trainer: the teacher log-probs the loss read against a plain full forward of the frozen
+    HF teacher (the policy's checkpoint) on the packed prompt (prompt + hint) + the sampled response."""
+    from transformers import AutoModelForCausalLM
+
+    from openclaw_rl.slime_hooks.trainer_teacher import is_packed_prompt, unpack_teacher_prompt
+
+    model = AutoModelForCausalLM.from_pretrained(args.hf_checkpoint, dtype=torch.float32).eval()
+    temperature = float(args.rollout_temperature)
+    diffs, top_diffs, ids_equal, hinted, own = [], [], True, 0, 0
+    for tokens, r, carried in zip(rollout_data["tokens"], rollout_data["response_lengths"], sample_teacher, strict=True):
+        tokens = [int(t) for t in torch.as_tensor(tokens).tolist()]
+        if not is_packed_prompt(carried):
+            own += 1
+            continue
+        prompt, k = unpack_teacher_prompt(carried)
+        hinted += prompt != tokens[: len(tokens) - r]  # the hinted prompt, not the sample's own
+        ids = torch.tensor([prompt + tokens[len(tokens) - r:]])
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, len(prompt) - 1 : len(prompt) - 1 + r].float()
+                                 / temperature, dim=-1)
+        want = logp.gather(-1, ids[0, len(prompt):].unsqueeze(-1)).squeeze(-1)
+        got, top_lp, top_ids = loss_teacher[tuple(tokens)]
+        diffs.append(float((got.float() - want).abs().max()))
+        if k:
+            values, ids = logp.topk(k, dim=-1)
+            top_diffs.append(float((top_lp.float() - values).abs().max()))
+            ids_equal = ids_equal and bool(torch.equal(top_ids.long(), ids))
+    return {"n_scored": len(diffs), "n_hinted_prompt": hinted, "n_own_teacher": own,
+            "max_abs_diff": max(diffs) if diffs else None,
+            "topk_max_abs_diff": max(top_diffs) if top_diffs else None, "topk_ids_equal": ids_equal}
+
+
 def pytest_approx_list(values: list[float]) -> list:
     """Float lists compared at float32 precision (the teacher rides as float32)."""
     import math
@@ -381,6 +414,7 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
 
     actor.compute_log_prob = compute_log_prob
     losses: list[dict] = []
+    loss_teacher: dict[tuple, torch.Tensor] = {}
 
     # Current Slime's loss also takes the step's global batch size (the bundled Slime's has no such argument).
     takes_batch_size = "step_global_batch_size" in inspect.signature(loss_function).parameters
@@ -394,6 +428,10 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
             for _ in range(count):
                 batch = slime_megatron_data.get_batch(data_iterator[0], keys, args.data_pad_size_multiplier)
                 sizes = (global_batch_sizes[step],) if takes_batch_size else ()
+                for tokens, teacher in zip(batch["unconcat_tokens"], batch.get("teacher_log_probs") or [], strict=False):
+                    loss_teacher[tuple(int(t) for t in tokens)] = (  # what the loss reads, top-K attributes too
+                        teacher.detach().clone(), getattr(teacher, "openclaw_teacher_topk_log_probs", None),
+                        getattr(teacher, "openclaw_teacher_topk_indices", None))
                 loss, _normalizer, log = loss_function(args, batch, count, *sizes, model(batch["tokens"]))
                 loss.backward()
                 losses.append({"loss": float(loss), **{k: float(v) for k, v in zip(log["keys"], log["values"][1:], strict=True)}})
@@ -429,6 +467,8 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     if "teacher" in tables and tp == 1:
         result["megatron_teacher"] = megatron_teacher_report(rollout_data, seen["sample_teacher"],
                                                              tables["teacher"].weight.detach())
+    if any(t.dim() == 2 and t.size(-1) % 2 == 0 for t in seen["sample_teacher"]):  # teacher_source trainer
+        result["trainer_teacher"] = trainer_teacher_report(args, rollout_data, seen["sample_teacher"], loss_teacher)
     if rank == 0:
         Path(result_path).write_text(json.dumps(result, default=str))
     dist.destroy_process_group()

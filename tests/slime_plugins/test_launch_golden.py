@@ -134,8 +134,19 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict[str, str], str]] = {
                                   "bundled"),
     "rl_lora_options": ("rl_lora", (), {"LORA_RANK": "8", "LORA_ALPHA": "16", "MAX_TOKENS_PER_GPU": "4096",
                                         "TP": "1", "PRM_TP": "1"}, "bundled"),
-    "topk_select_teacher_in_trainer_refused": ("topk_select", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "megatron"},
-                                               "thudm"),
+    # the teacher inside the trainer (slime_hooks/trainer_teacher.py): THUDM/slime's hooks; refused where it cannot run
+    "topk_select_teacher_in_trainer_refused": ("topk_select", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "megatron"}, "thudm"),
+    "opd_teacher_in_trainer": ("opd", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer", "CONTEXT_LENGTH": "24576"}, "thudm"),
+    "combine_teacher_in_trainer": ("combine", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer", "CONTEXT_LENGTH": "24576"}, "thudm"),
+    "opd_topk_teacher_in_trainer": ("opd_topk", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer", "CONTEXT_LENGTH": "24576"}, "thudm"),
+    "combine_teacher_in_trainer_bundled_refused": ("combine", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer", "CONTEXT_LENGTH": "24576"},
+                                                   "bundled"),
+    "opd_teacher_in_trainer_cp2_refused": ("opd", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"}, "thudm"),
+    "opd_teacher_in_trainer_estimator_refused": ("opd", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer",
+                                                         "CONTEXT_LENGTH": "24576"},
+                                                 "bundled"),
+    "rl_lora_teacher_in_trainer_refused": ("rl_lora", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"},
+                                           "bundled"),
     # upstream's run_qwen3_1.7b_openclaw_oel_online.sh: 4 GPUs (2 actor + 1 rollout + 1 judge/teacher)
     **{f"qwen3_1.7b_oel_online{suffix}": ("qwen3_1.7b_oel_online", (), {
         "OPENCLAW_CONFIG": FIXED.format("oel"), "HF_CKPT": "<TMP>/models/Qwen3-1.7B", "STUB_GPUS": "4"}, flavour)

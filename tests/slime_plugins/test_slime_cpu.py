@@ -92,8 +92,8 @@ def tiny_model_args(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Pa
 
 
 def _run(target: SlimeTarget, variant: str, tp: int, tmp_path: Path, tiny_model_dir: Path, model_args: Path,
-         port: int, extra: tuple[str, ...] = ()) -> dict:
-    env = {**os.environ, "DRY_RUN": "1", "SLIME_DIR": target.slime_dir, "MEGATRON_DIR": target.megatron_dir,
+         port: int, extra: tuple[str, ...] = (), script_env: dict[str, str] | None = None) -> dict:
+    env = {**os.environ, **(script_env or {}), "DRY_RUN": "1", "SLIME_DIR": target.slime_dir, "MEGATRON_DIR": target.megatron_dir,
            "PYTHON": target.python,
            "PYTHONPATH": str(STUBS), "RUN_DIR": str(tmp_path / "run"), "SAVE_CKPT": str(tmp_path / "ckpt"),
            "USE_WANDB": "0", "HF_CKPT": str(tiny_model_dir), "MODEL_ARGS_FILE": str(model_args),
@@ -226,7 +226,7 @@ def _fmt(losses: dict[str, float]) -> str:
 @pytest.mark.parametrize("slime", [p for p in _targets() if p.id == "thudm"])  # the bundled Slime has no --use-opd
 def test_slimes_megatron_opd_teacher_scores_the_students_own_prompt_not_the_hinted_one(tmp_path, tiny_model_dir,
                                                                                        tiny_model_args, slime):
-    """Why the launch refuses OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=trainer (launch/refusals.py), shown through
+    """Why OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=trainer runs our own actor-side teacher (trainer_teacher.py), shown through
     THUDM/slime's own code: the opd script plus --use-opd --opd-type megatron --opd-teacher-load. Slime swaps
     the teacher's weights in (a second table here), runs them over the Sample's own tokens, and replaces the
     hinted teacher log-probs the Sample carried with that result."""
@@ -243,3 +243,28 @@ def test_slimes_megatron_opd_teacher_scores_the_students_own_prompt_not_the_hint
     print(f"[slime-cpu] {slime} opd + --use-opd --opd-type megatron TP=1: Slime's teacher_log_probs vs the teacher "
           f"on Sample.tokens max |diff| {report['vs_own_tokens']:.3g}; vs the hinted teacher the Sample carried "
           f"{report['vs_sample']:.3g} ({report['n']} samples)")
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("variant", ["opd", "combine", "opd_topk"])
+@pytest.mark.parametrize("slime", [p for p in _targets() if p.id == "thudm"])  # the bundled Slime: refused (launch)
+def test_the_teacher_inside_the_trainer_scores_the_hinted_prompt_in_slimes_actor(tmp_path, tiny_model_dir,
+                                                                                tiny_model_args, slime, variant, tp):
+    """OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=trainer: the Sample carries the hinted prompt's ids (packed in its
+    teacher_log_probs); the actor's frozen HF teacher (the policy's checkpoint, slime_hooks/trainer_teacher.py)
+    scores them in Slime's own actor, in the opd advantage hook or the postprocess hook; the loss reads a
+    plain forward of that teacher on prompt + hint + response."""
+    got = _run(TARGETS[slime], variant, tp, tmp_path, tiny_model_dir, tiny_model_args, next(PORTS),
+               script_env={"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"})
+    report = got["trainer_teacher"]
+    assert report["n_scored"] >= 1 and report["n_hinted_prompt"] == report["n_scored"], report
+    assert report["n_scored"] + report["n_own_teacher"] == 4, report
+    if variant == "opd":
+        assert report["n_own_teacher"] == 0, report
+    assert report["max_abs_diff"] < 1e-4, report
+    if variant == "opd_topk":  # the top-K the loss reads: the frozen teacher's, computed on the actor
+        assert report["topk_max_abs_diff"] < 1e-4 and report["topk_ids_equal"], report
+    assert got["teacher_dims"] == [1] and got["grad_finite"] and got["grad_abs_sum"] > 1e-6, got
+    print(f"[slime-cpu] {slime} {variant} TP={tp} teacher in the trainer: {report['n_scored']} samples scored on "
+          f"the hinted prompt ({report['n_own_teacher']} kept their own), loss's teacher log-probs vs a direct "
+          f"forward of the frozen teacher max |diff| {report['max_abs_diff']:.3g} (top-K {report['topk_max_abs_diff']}); losses {_fmt(got['losses'][0])}")

@@ -1,0 +1,167 @@
+"""The teacher inside Slime's training actor: a frozen HF model that scores the hinted prompt + response.
+
+Stage: rollout → **trainer** (Slime's actor, before the advantages / loss). ``openclaw_opd_teacher_source:
+trainer`` (upstream PR #85, ``OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=megatron``) on Slime, without forking it.
+
+Transport. THUDM/slime forwards one per-sample teacher field from a ``Sample`` to the actor:
+``teacher_log_probs`` (float32, per sample, only ``len == response_length`` is checked; ``topk.py`` already
+sends [R, 1 + 2K] rows through it). A sample whose teacher is scored here carries instead a float32
+[R, W] tensor with an EVEN width W (top-K rows are odd, plain log-probs 1-D), whose flattened rows hold
+``[P, K, teacher_prompt_ids..., 0 padding]`` (ids < 2**24 are exact in float32; K: the top-K the loss
+reads, 0 for none). The response ids are the sample's own last R tokens on the actor.
+
+Scoring. :func:`fill_trainer_teacher` (called by the opd advantage hook and by the
+``--rollout-data-postprocess-path`` hook :func:`score_and_unpack`) replaces each such tensor by the
+teacher's [R] log-probs of the response under ``teacher_prompt_ids + response`` (and, K > 0, hangs the
+[R, K] top-K on it as ``topk.py`` does), with ``openclaw_rl.losses.teacher_scores`` (the embedded
+trainer's maths). It is idempotent: once filled, nothing even-width is left.
+
+The teacher: ``OPENCLAW_TEACHER_CHECKPOINT`` (an HF checkpoint whose tokenizer must map ids as the
+policy's), else the policy's ``--hf-checkpoint`` (``HF_CKPT``): the initial policy. Loaded once per process
+(``functools.lru_cache``: one frozen model per actor process is the point) on the actor's current device,
+bf16 on CUDA, fp32 on CPU (``OPENCLAW_TEACHER_DTYPE`` overrides). Every training rank (TP, PP and DP) holds
+a whole copy and scores its own DP partition; TP ranks repeat the same work (the teacher is not sharded).
+Context parallelism must be 1: Slime slices ``teacher_log_probs`` per CP rank before any hook (the launch
+refuses CP > 1; a sliced packed prompt is refused here rather than misread).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+from collections.abc import MutableMapping
+from typing import Any
+
+import torch
+
+from .topk import EXACT_FLOAT32_IDS, INDICES_ATTR, LOG_PROBS_ATTR, unpack_teacher_topk
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_ENV = "OPENCLAW_TEACHER_CHECKPOINT"
+DTYPE_ENV = "OPENCLAW_TEACHER_DTYPE"
+_HEADER = 2  # P, K
+
+
+def pack_teacher_prompt(prompt_ids: list[int], response_length: int, topk: int = 0) -> torch.Tensor:
+    """``[P, K, ids..., 0...]`` as float32 [R, W], W even and >= 2 (see the module docstring)."""
+    r = int(response_length)
+    if r < 1:
+        raise ValueError("a sample with no response token cannot carry a teacher prompt")
+    if not prompt_ids:
+        raise ValueError("an empty teacher prompt cannot predict the first response token")
+    if max(prompt_ids) >= EXACT_FLOAT32_IDS or min(prompt_ids) < 0:
+        raise ValueError(f"teacher prompt ids must lie in [0, 2**24) to ride in float32, got {max(prompt_ids)}")
+    width = max(2, math.ceil((_HEADER + len(prompt_ids)) / r))
+    width += width % 2
+    flat = torch.zeros(r * width, dtype=torch.float32)
+    flat[0], flat[1] = float(len(prompt_ids)), float(topk)
+    flat[_HEADER : _HEADER + len(prompt_ids)] = torch.tensor(prompt_ids, dtype=torch.float32)
+    return flat.reshape(r, width)
+
+
+def is_packed_prompt(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.dim() == 2 and t.size(-1) % 2 == 0
+
+
+def unpack_teacher_prompt(packed: torch.Tensor) -> tuple[list[int], int]:
+    """``(teacher_prompt_ids, K)`` of a :func:`pack_teacher_prompt` tensor."""
+    if not is_packed_prompt(packed):
+        raise ValueError(f"a packed teacher prompt is [R, even W], got {tuple(packed.shape)}")
+    flat = packed.reshape(-1).double()
+    p, k = int(flat[0].round()), int(flat[1].round())
+    if not 0 < p <= flat.numel() - _HEADER or k < 0:
+        raise ValueError(f"corrupt packed teacher prompt: P={p}, K={k} in {flat.numel()} values")
+    return [int(v) for v in flat[_HEADER : _HEADER + p].round().long().tolist()], k
+
+
+def teacher_checkpoint(args: Any) -> str:
+    """The frozen teacher's HF checkpoint: ``OPENCLAW_TEACHER_CHECKPOINT``, else the policy's."""
+    path = os.environ.get(CHECKPOINT_ENV, "").strip() or str(getattr(args, "hf_checkpoint", None) or "")
+    path = path or os.environ.get("HF_CKPT", "").strip()
+    if not path:
+        raise ValueError(f"the in-trainer teacher needs {CHECKPOINT_ENV} or the policy's --hf-checkpoint")
+    return path
+
+
+def _device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+@functools.lru_cache(maxsize=2)
+def load_frozen_teacher(checkpoint: str, policy_checkpoint: str, device: str, dtype: str) -> torch.nn.Module:
+    """The frozen teacher, loaded once per process and device; its tokenizer checked against the policy's."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if policy_checkpoint and os.path.realpath(checkpoint) != os.path.realpath(policy_checkpoint):
+        from openclaw_opd.teacher_server import tokenizer_mismatch
+
+        problem = tokenizer_mismatch(AutoTokenizer.from_pretrained(policy_checkpoint),
+                                     AutoTokenizer.from_pretrained(checkpoint))
+        if problem:
+            raise ValueError(f"{CHECKPOINT_ENV}={checkpoint} does not share the policy's tokenizer: {problem}. The "
+                             "in-trainer teacher scores the policy's sampled token ids, so both must use one tokenizer")
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=getattr(torch, dtype)).to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    log.info("in-trainer teacher: %s on %s (%s)", checkpoint, device, dtype)
+    return model
+
+
+def actor_teacher(args: Any) -> torch.nn.Module:
+    device = _device()
+    dtype = os.environ.get(DTYPE_ENV, "").strip() or ("bfloat16" if device.type == "cuda" else "float32")
+    policy = str(getattr(args, "hf_checkpoint", None) or os.environ.get("HF_CKPT", "") or "")
+    return load_frozen_teacher(teacher_checkpoint(args), policy, str(device), dtype)
+
+
+def fill_trainer_teacher(args: Any, rollout_data: MutableMapping[str, Any],
+                         model: torch.nn.Module | None = None) -> int:
+    """Score every packed teacher prompt of ``rollout_data`` (see the module docstring); returns how many.
+    ``model``: the teacher to use (tests), else :func:`actor_teacher`."""
+    from openclaw_rl.losses.teacher_scores import score_teacher_tokens
+
+    per_sample = rollout_data.get("teacher_log_probs")
+    wanted = [i for i, t in enumerate(per_sample or []) if is_packed_prompt(t)]
+    if not wanted:
+        return 0
+    teacher = model if model is not None else actor_teacher(args)
+    device = next(teacher.parameters()).device
+    tokens, lengths, ks = [], [], set()
+    for i in wanted:
+        r = int(rollout_data["response_lengths"][i])
+        if per_sample[i].size(0) != r:
+            raise ValueError(f"sample {i}: a packed teacher prompt of {per_sample[i].size(0)} rows for {r} response "
+                             "tokens (context parallelism slices it; the in-trainer teacher needs CP = 1)")
+        prompt, k = unpack_teacher_prompt(per_sample[i])
+        sample_tokens = torch.as_tensor(rollout_data["tokens"][i]).long().reshape(-1)
+        tokens.append(torch.cat([torch.tensor(prompt, dtype=torch.long), sample_tokens[sample_tokens.numel() - r:].cpu()])
+                      .to(device))
+        lengths.append(r)
+        ks.add(k)
+    if len(ks) != 1:
+        raise ValueError(f"packed teacher prompts ask for different top-K sizes {sorted(ks)}")
+    topk = ks.pop()
+    lps, top_lp, top_ids = score_teacher_tokens(teacher, tokens, lengths,
+                                                float(getattr(args, "rollout_temperature", 1.0) or 1.0), topk)
+    for n, i in enumerate(wanted):
+        home = per_sample[i].device
+        lp = lps[n].to(home)
+        if top_lp is not None and top_ids is not None:
+            setattr(lp, LOG_PROBS_ATTR, top_lp[n].to(home))
+            setattr(lp, INDICES_ATTR, top_ids[n].to(home))
+        per_sample[i] = lp
+    return len(wanted)
+
+
+def score_and_unpack(args: Any, rollout_id: int | None = None,
+                     rollout_data: MutableMapping[str, Any] | None = None) -> None:
+    """Slime ``--rollout-data-postprocess-path`` hook: the in-trainer teacher, then ``topk.py``'s unpacking.
+    Runs after Slime's advantages and before it logs the rollout data or trains."""
+    if rollout_data is None:
+        raise ValueError("the in-trainer teacher needs a Slime that passes rollout_data to "
+                         "--rollout-data-postprocess-path (THUDM/slime; the bundled Slime passes args only)")
+    fill_trainer_teacher(args, rollout_data)
+    unpack_teacher_topk(args, rollout_id, rollout_data)
