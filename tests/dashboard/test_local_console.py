@@ -12,9 +12,9 @@ from openclaw_rl.embedded.local import (
     attach_run_log,
     configure_local_logging,
     detach_run_log,
-    drop_text,
     summary_text,
 )
+from openclaw_rl.embedded.local_console import drop_text
 from openclaw_rl.metrics import ProxyMetrics
 from openclaw_rl.turns import DropReason
 

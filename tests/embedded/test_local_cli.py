@@ -8,12 +8,11 @@ import logging
 from openclaw_rl.cli import build_parser
 from openclaw_rl.embedded.local import (
     LocalConfig,
-    PlainProgress,
     configure_local_logging,
-    make_progress,
     provider_json,
     set_aside_earlier_run,
 )
+from openclaw_rl.embedded.local_console import PlainProgress, make_progress
 
 
 def test_session_ttl_flag_defaults_to_serves():
