@@ -14,8 +14,10 @@ that reuses it. Touched only under the core's lock.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -93,3 +95,9 @@ class PrefixCache:
         if self._items:
             self.stats.flushes += 1
         self._items = []
+
+
+def prefix_counters(model: Any) -> dict[str, int] | None:
+    """A core's prefix-cache counters (``PrefixStats``), when it has a prefix cache."""
+    stats = getattr(getattr(model, "prefixes", None), "stats", None)
+    return dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) else None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import time
@@ -26,7 +25,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
 
+from openclaw_rl.engine.lora_routes import lora_route
 from openclaw_rl.engine.model import EngineModel, TokenStep
+from openclaw_rl.engine.prefix_cache import prefix_counters
 from openclaw_rl.engine.protocol import (
     FLUSH_CACHE_TEXT,
     FLUSH_REFUSED,
@@ -483,12 +484,6 @@ class EngineService:
         return not self._running or self._pause_mode in ("abort", "retract")
 
 
-def prefix_counters(model: Any) -> dict[str, int] | None:
-    """A core's prefix-cache counters (``PrefixStats``), when it has a prefix cache."""
-    stats = getattr(getattr(model, "prefixes", None), "stats", None)
-    return dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) else None
-
-
 def json_response(obj: Any, status_code: int = 200) -> Response:
     return Response(compact_json(obj), status_code=status_code, media_type="application/json")
 
@@ -602,39 +597,3 @@ def make_engine_app(model: EngineModel, tokenizer: TokenizerLike, *, served_mode
         return Response(FLUSH_CACHE_TEXT)  # plain body without a content-type, as SGLang
 
     return app
-
-
-async def lora_route(model: Any, request: Request, *, load: bool) -> Response:
-    """SGLang's ``/load_lora_adapter`` (``lora_name``, ``lora_path``: a PEFT adapter directory) and
-    ``/unload_lora_adapter`` (``lora_name``). ``weight_version`` (this engine's addition) labels the
-    adapter's tokens, as ``/update_weights_from_disk`` labels the base model's."""
-    from openclaw_rl.engine.adapters import read_adapter
-
-    def answer(ok: bool, message: str = "", status: int = 200) -> Response:
-        names = getattr(model, "adapter_names", lambda: None)() or []
-        return json_response({"success": ok, "error_message": message,
-                              "loaded_adapters": {n: n for n in names}}, status_code=status)
-
-    if getattr(model, "adapter_names", lambda: None)() is None:
-        return answer(False, "LoRA is not enabled on this engine.", 400)
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except ValueError:
-        body = None
-    name = body.get("lora_name") if isinstance(body, dict) else None
-    if not isinstance(name, str) or not name:
-        return answer(False, "lora_name is required.", 400)
-    try:
-        if not load:
-            await asyncio.to_thread(model.unload_adapter, name)
-            return answer(True)
-        path, version = body.get("lora_path"), body.get("weight_version") or "default"
-        if not isinstance(path, str) or not path:
-            return answer(False, "lora_path is required.", 400)
-        state = await asyncio.to_thread(read_adapter, path)
-        await asyncio.to_thread(model.load_adapter, name, state, str(version))
-    except KeyError:
-        return answer(False, f"LoRA adapter {name} is not loaded.", 400)
-    except (OSError, ValueError) as exc:
-        return answer(False, f"{type(exc).__name__}: {exc}", 400)
-    return answer(True)
