@@ -43,7 +43,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from openclaw_opd.loss import _cat_tokens, distill_subset, in_student_topk, teacher_rows_valid
+from openclaw_opd.loss import (
+    _cat_tokens,
+    distill_subset,
+    in_student_topk,
+    teacher_rows_valid,
+    teacher_topk_rows,
+)
 from openclaw_rl.config import ENV_FALLBACKS, PREFIX, load_settings
 from openclaw_rl.losses.logprobs import active_tp_group, gather_log_probs, iter_response_logits
 from openclaw_rl.losses.policy_loss import ppo_policy_loss
@@ -130,15 +136,9 @@ def topk_select_loss_function(
         rows = logits_RV.size(0)
         if rows == 0:
             continue
-        if lp.dim() != 2 or lp.size(0) != rows:
-            raise ValueError(f"sample {i}: teacher top-K log-probs {tuple(lp.shape)} for {rows} response rows")
-        teacher_RK = lp.to(device=logits_RV.device).reshape(rows, -1)
-        ids_RK = ids.to(device=logits_RV.device, dtype=torch.long).reshape(rows, -1)
-        if teacher_RK.shape != ids_RK.shape:
-            raise ValueError(f"sample {i}: teacher log-probs {tuple(teacher_RK.shape)} vs ids {tuple(ids_RK.shape)}")
-        vocab = logits_RV.size(-1) * tp_size
+        teacher_RK, ids_RK, valid_RK, vocab = teacher_topk_rows(i, logits_RV, lp, ids, tp_size)
         row_ok_R = teacher_rows_valid(teacher_RK)
-        valid_RK = teacher_RK.isfinite() & (ids_RK >= 0) & (ids_RK < vocab) & row_ok_R.unsqueeze(-1)
+        valid_RK = valid_RK & row_ok_R.unsqueeze(-1)
         safe_ids = ids_RK.clamp(0, vocab - 1)
         if subset == "overlap":
             valid_RK = valid_RK & in_student_topk(logits_RV, safe_ids, ids_RK.size(-1), tp_group)

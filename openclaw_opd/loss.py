@@ -177,6 +177,22 @@ def teacher_rows_valid(teacher_RK: torch.Tensor) -> torch.Tensor:
     return ~broken_R & mass_ok_R
 
 
+def teacher_topk_rows(i: int, logits_RV: torch.Tensor, lp: torch.Tensor, ids: torch.Tensor, tp_size: int,
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Sample ``i``'s teacher top-K rows on the logits' device, checked against its response rows:
+    (log-probs [R, K], ids [R, K], usable entries [R, K]: finite and inside the whole vocabulary, the
+    vocabulary's size over the TP shards). Shared by the top-K distillation loss and ``topk_select``."""
+    rows = logits_RV.size(0)
+    if lp.dim() != 2 or lp.size(0) != rows:
+        raise ValueError(f"sample {i}: teacher top-K log-probs {tuple(lp.shape)} for {rows} response rows")
+    teacher_RK = lp.to(device=logits_RV.device).reshape(rows, -1)
+    ids_RK = ids.to(device=logits_RV.device, dtype=torch.long).reshape(rows, -1)
+    if teacher_RK.shape != ids_RK.shape:
+        raise ValueError(f"sample {i}: teacher log-probs {tuple(teacher_RK.shape)} vs ids {tuple(ids_RK.shape)}")
+    vocab = logits_RV.size(-1) * tp_size
+    return teacher_RK, ids_RK, teacher_RK.isfinite() & (ids_RK >= 0) & (ids_RK < vocab), vocab
+
+
 def topk_distillation_loss_function(
     args: Any,
     batch: Mapping[str, Any],
@@ -206,14 +222,7 @@ def topk_distillation_loss_function(
         rows = logits_RV.size(0)
         if rows == 0:
             continue
-        if lp.dim() != 2 or lp.size(0) != rows:
-            raise ValueError(f"sample {i}: teacher top-K log-probs {tuple(lp.shape)} for {rows} response rows")
-        teacher_RK = lp.to(device=logits_RV.device).reshape(rows, -1)
-        ids_RK = ids.to(device=logits_RV.device, dtype=torch.long).reshape(rows, -1)
-        if teacher_RK.shape != ids_RK.shape:
-            raise ValueError(f"sample {i}: teacher log-probs {tuple(teacher_RK.shape)} vs ids {tuple(ids_RK.shape)}")
-        vocab = logits_RV.size(-1) * tp_size
-        valid_RK = teacher_RK.isfinite() & (ids_RK >= 0) & (ids_RK < vocab)
+        teacher_RK, ids_RK, valid_RK, vocab = teacher_topk_rows(i, logits_RV, lp, ids, tp_size)
         if subset == "overlap":
             valid_RK = valid_RK & in_student_topk(logits_RV, ids_RK.clamp(0, vocab - 1), ids_RK.size(-1), tp_group)
         student_RK = gather_log_probs(logits_RV, ids_RK.clamp(0, vocab - 1), tp_group)
