@@ -354,12 +354,7 @@ class EmbeddedTrainer:
         self._log(metrics)
 
     def _log(self, metrics: dict[str, float]) -> None:
-        if self.cfg.metrics_path:
-            with writing("the step's metrics", self.cfg.metrics_path):
-                Path(self.cfg.metrics_path).parent.mkdir(parents=True, exist_ok=True)
-                with open(self.cfg.metrics_path, "a") as f:
-                    f.write(json.dumps({"step": self.step, "time": time.time(), **metrics}) + "\n")
-        self.sinks.write(metrics, self.step)
+        log_step_metrics(self.cfg.metrics_path, self.step, metrics, self.sinks)
 
     def close(self) -> None:
         """Flush and close TensorBoard and W&B (the metrics file is appended per step)."""
@@ -399,3 +394,13 @@ class EmbeddedTrainer:
         self.serving = f"step-{self.step}"
         log.info("resumed from %s (step %d)", ckpt, self.step)
         return True
+
+
+def log_step_metrics(metrics_path: str, step: int, metrics: dict[str, float], sinks: Any) -> None:
+    """One step's metrics: a line of ``metrics_path`` (JSON, appended) and the TensorBoard/W&B sinks."""
+    if metrics_path:
+        with writing("the step's metrics", metrics_path):
+            Path(metrics_path).parent.mkdir(parents=True, exist_ok=True)
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps({"step": step, "time": time.time(), **metrics}) + "\n")
+    sinks.write(metrics, step)

@@ -31,7 +31,7 @@ from openclaw_rl.samples import TrainingSample
 from openclaw_rl.users.adapters import AdapterDirectory, adapter_name
 from openclaw_rl.users.identity import user_of
 
-from .trainer import EmbeddedTrainer, StepResult, TrainerConfig, latest_checkpoint
+from .trainer import EmbeddedTrainer, StepResult, TrainerConfig, latest_checkpoint, log_step_metrics
 from .write_failure import writing
 
 log = logging.getLogger(__name__)
@@ -209,12 +209,7 @@ class PerUserTrainer:
         return (time.perf_counter() - t0) * 1000
 
     def log(self, metrics: dict[str, float]) -> None:
-        if self.cfg.metrics_path:
-            with writing("the step's metrics", self.cfg.metrics_path):
-                Path(self.cfg.metrics_path).parent.mkdir(parents=True, exist_ok=True)
-                with open(self.cfg.metrics_path, "a") as f:
-                    f.write(json.dumps({"step": self.step, "time": time.time(), **metrics}) + "\n")
-        self.sinks.write(metrics, self.step)
+        log_step_metrics(self.cfg.metrics_path, self.step, metrics, self.sinks)
 
     def close(self) -> None:
         self.sinks.close()
