@@ -21,9 +21,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -31,6 +31,7 @@ from .backend import GenerateResult, PolicyBackend
 from .errors import BackendResponseTooLarge, BackendUnavailable, GenerationAborted
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 DOWN_RETRY_S = 30.0  # an engine marked down is tried again after this long even without a probe
 
@@ -145,48 +146,50 @@ class EnginePool:
                     log.info("policy engine %s answers again", url)
                     state.down_since = None
 
-    async def generate(self, payload: dict[str, Any], routing_key: str | None = None) -> GenerateResult:
+    async def _first_answer(self, routing_key: str | None, start: Callable[[int], Awaitable[_T]]) -> _T:
+        """``start(i)`` on the session's engines in order until one answers: an error that may move
+        (``_moves``) fails over to the next engine, the last engine's error is the caller's."""
         order = self.order(routing_key)
         for n, i in enumerate(order):
             self.states[i].requests += 1
             try:
-                result = await self.backends[i].generate(payload, routing_key)
+                answer = await start(i)
             except Exception as e:
                 if not _moves(e):
                     raise
-                self._failed(i, e, left=n + 1 < len(order))
-                if n + 1 == len(order):
+                last = n + 1 == len(order)
+                self._failed(i, e, left=not last)
+                if last:
                     raise
                 continue
             self._served(i, routing_key)
-            return result
+            return answer
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def generate(self, payload: dict[str, Any], routing_key: str | None = None) -> GenerateResult:
+        return await self._first_answer(routing_key, lambda i: self.backends[i].generate(payload, routing_key))
 
     async def generate_stream(self, payload: dict[str, Any], routing_key: str | None = None,
                               gather_s: float = 0.0) -> AsyncIterator[GenerateResult]:
-        order = self.order(routing_key)
-        for n, i in enumerate(order):
-            self.states[i].requests += 1
+        async def opened(i: int) -> tuple[AsyncGenerator[GenerateResult, None], GenerateResult | None]:
             stream = self.backends[i].generate_stream(payload, routing_key, gather_s)
             try:
-                try:
-                    first = await anext(stream)
-                except StopAsyncIteration:
-                    return
-                except Exception as e:
-                    if not _moves(e):
-                        raise
-                    self._failed(i, e, left=n + 1 < len(order))
-                    if n + 1 == len(order):
-                        raise
-                    continue
-                self._served(i, routing_key)
-                yield first
-                async for snap in stream:  # from here on an error reaches the client: tokens were sent
-                    yield snap
-                return
-            finally:
+                return stream, await anext(stream)
+            except StopAsyncIteration:
+                return stream, None
+            except BaseException:
                 await stream.aclose()
+                raise
+
+        stream, first = await self._first_answer(routing_key, opened)
+        try:
+            if first is None:
+                return
+            yield first
+            async for snap in stream:  # from here on an error reaches the client: tokens were sent
+                yield snap
+        finally:
+            await stream.aclose()
 
     def health(self) -> list[dict[str, Any]]:
         return [state.view() for state in self.states]
