@@ -9,7 +9,9 @@ the proxy's writer) and counts, over the turns that made a sample:
   signal it keeps; ``token_optimal``: the candidate most of its tokens came from; ``shortest``: candidate 0);
 - ``tokens``: for the scored rules, how many response tokens took their teacher values from each kind.
 
-Prints one JSON object per run directory.
+Prints one JSON object per run directory. ``--teacher-openers`` instead prints how informative each kind is
+as a teacher: the untrained tiny model's (the frozen teacher's) exact probability of each style's opener
+on 32 requests with that kind of hint appended as the teacher sees it (the correction "formal").
 """
 
 from __future__ import annotations
@@ -42,10 +44,38 @@ def hint_picks(judge_records: Path) -> dict[str, Any]:
             "tokens": {k: tokens[k] for k in KINDS} if tokens else None}
 
 
+def teacher_openers(preset: str = "h128", seed: int = 0, style: str = "formal") -> dict[str, dict[str, float]]:
+    """{hint kind (and "none"): {style: P(opener)}} for the untrained tiny model, the frozen OPD teacher."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from openclaw_rl.embedded import task
+    from openclaw_rl.embedded.hint_judge import kind_hint
+    from openclaw_rl.embedded.pretrain import style_probabilities
+    from openclaw_rl.embedded.tiny_model import ensure_tiny_model
+
+    model_dir = ensure_tiny_model(preset, seed=seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32").eval()
+    precise = task.STYLES[style].instruction
+    out = {}
+    for kind in ("none", *KINDS):
+        prompts = []
+        for r in task.REQUESTS[:32]:
+            hint = "" if kind == "none" else kind_hint(kind, precise, task.correction(style, r.text), seed)
+            prompts.append([{"role": "user", "content": task.with_hint(r.text, hint) if hint else r.text}])
+        out[kind] = {k: round(v, 4) for k, v in style_probabilities(model, tokenizer, prompts).items()}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m openclaw_rl.bench.hint_picks", description=__doc__.splitlines()[0])
-    p.add_argument("run_dirs", nargs="+", help="openclaw-rl local --out-dir directories")
+    p.add_argument("run_dirs", nargs="*", help="openclaw-rl local --out-dir directories")
+    p.add_argument("--teacher-openers", action="store_true", help="P(opener) of the frozen teacher per hint kind")
+    p.add_argument("--seed", type=int, default=0, help="--teacher-openers: the tiny model's seed")
     ns = p.parse_args(argv)
+    if ns.teacher_openers:
+        print(json.dumps({"seed": ns.seed, **teacher_openers(seed=ns.seed)}))
+        return 0
     for run in ns.run_dirs:
         path = Path(run) / "records" / "judge.jsonl"
         if not path.exists():
