@@ -58,6 +58,7 @@ class LocalConfig:
     teacher_checkpoint: str = ""  # teacher_source trainer: another checkpoint (same tokenizer) as the teacher
     max_steps: int = 0  # 0 = until the simulation ends (or Ctrl-C without --simulate)
     judge_votes: int = 1  # the rule judge is deterministic: one vote is as good as m
+    judge_hints: str = "one"  # several: vote k gets a precise / vague / verbose hint (hint_judge.py), 3 votes
     save_every: int = 0
     simulate: bool = False
     interactions: int = 320
@@ -205,7 +206,8 @@ class LocalStack:
         from transformers import AutoModelForCausalLM
 
         from openclaw_rl.config import load_settings
-        from openclaw_rl.embedded.rule_judge import RuleJudgeModel
+        from openclaw_rl.embedded.hint_judge import VOTES as HINT_VOTES
+        from openclaw_rl.embedded.hint_judge import judge_core
         from openclaw_rl.engine.server import make_engine_app
         from openclaw_rl.engine.torch_core import TorchModel
         from openclaw_rl.runtime import ProxyRuntime
@@ -221,7 +223,7 @@ class LocalStack:
         self.policy_server = self._serve(BackgroundServer(policy_app, cfg.host))
         teacher = TorchModel.from_pretrained(str(model_dir), seed=cfg.seed + 1)  # frozen initial policy
         self.cores.append(teacher)
-        judge_app = make_engine_app(RuleJudgeModel(self.tokenizer, teacher=teacher), self.tokenizer,
+        judge_app = make_engine_app(judge_core(cfg.judge_hints, self.tokenizer, teacher, cfg.seed), self.tokenizer,
                                     served_model_name="rule-judge", model_path=str(model_dir))
         self.judge_server = self._serve(BackgroundServer(judge_app, cfg.host))
         from .local_users import make_user_trainer, user_settings
@@ -230,7 +232,8 @@ class LocalStack:
             **({"proxy_api_keys": list(cfg.api_keys)} if cfg.api_keys else {}), **user_settings(cfg),
             "mode": cfg.mode, "proxy_host": cfg.host, "proxy_port": cfg.port, "proxy_tokenizer": str(model_dir),
             "proxy_policy_url": self.policy_server.url, "judge_url": self.judge_server.url,
-            "judge_votes": cfg.judge_votes, "judge_max_new_tokens": 128, "spool_dir": str(self.out / "spool"),
+            "judge_votes": max(cfg.judge_votes, HINT_VOTES) if cfg.judge_hints == "several" else cfg.judge_votes,
+            "judge_max_new_tokens": 128, "spool_dir": str(self.out / "spool"),
             "proxy_record_dir": str(self.out / "records"), "proxy_pause_mode": "hold",
             "proxy_max_new_tokens": cfg.max_new_tokens, "proxy_served_model_name": "tiny",
             "proxy_rollout_temperature": 1.0, "opd_distill_topk": cfg.distill_topk, "proxy_session_ttl_s": cfg.session_ttl_s,
@@ -455,7 +458,10 @@ def register_local_command(sub: Any) -> None:
                    "(default: the initial policy weights; a different tokenizer is refused)")
     p.add_argument("--hint-selection", choices=HINT_SELECTIONS, default="longest",
                    help="opd/combine: which candidate hint's teacher signal a sample keeps (the rule judge gives one "
-                        "hint per turn, so every rule picks it; see openclaw_opd/selection.py)")
+                        "hint per turn, so every rule picks it unless --judge-hints several; see openclaw_opd/selection.py)")
+    p.add_argument("--judge-hints", choices=("one", "several"), default="one",
+                   help="one: the rule judge's one hint per turn; several: 3 votes, each with a hint of its own kind "
+                        "(precise, vague, verbose; openclaw_rl/embedded/hint_judge.py), for --hint-selection")
     p.add_argument("--combine-loss", choices=COMBINE_LOSSES, default="ppo",
                    help="combine: ppo (one PPO loss on the mixed advantage), or topk_select (GRPO + a PPO surrogate "
                         "over the teacher's top-K ids, upstream's recommended method; --distill-topk defaults to "
@@ -543,7 +549,8 @@ def local_config(ns: Any) -> LocalConfig:
         lr=ns.lr if ns.lr is not None else defaults["lr"],
         kl_coef=ns.kl_coef if ns.kl_coef is not None else defaults["kl_coef"],
         center_rewards=ns.center_rewards, distill_topk=topk, max_steps=ns.max_steps,
-        hint_selection=ns.hint_selection, distill_subset=ns.distill_subset, teacher_url=ns.teacher_url,
+        hint_selection=ns.hint_selection, judge_hints=getattr(ns, "judge_hints", "one"),
+        distill_subset=ns.distill_subset, teacher_url=ns.teacher_url,
         teacher_source=getattr(ns, "teacher_source", "server"), teacher_checkpoint=getattr(ns, "teacher_checkpoint", ""),
         save_every=ns.save_every, simulate=ns.simulate, concurrency=ns.concurrency,
         interactions=ns.interactions or int(defaults["interactions"]),
