@@ -8,7 +8,9 @@ judge and judges them. The first judgement of a session starts one extraction ca
 (``experience.py``: the judge reads the whole conversation and writes do/don't rules, deduplicated and
 capped at ``oel.max_experience_tokens``); every turn then awaits it, and the teacher (the judge server
 or ``--teacher-url``) scores the turn's exact response ids under the prompt with the experience added,
-with its top-K (``oel.topk``, upstream's K=50). The sample (kind ``oel``, reward 1.0) trains the top-K +
+with its top-K (``oel.topk``, upstream's K=50); with ``openclaw_opd_teacher_source: trainer`` no server is
+called: the sample stores that prompt's exact ids and the trainer's frozen teacher scores them (the same
+K, ``openclaw_rl/embedded/frozen_teacher.py``), exactly as OPD's hinted prompt. The sample (kind ``oel``, reward 1.0) trains the top-K +
 tail reverse KL of ``openclaw_opd.loss.topk_distillation_loss_function``. Drops, each counted:
 extraction failed → ``judge_failed``; no rule extracted → ``no_hint``; teacher failed → ``teacher_failed``.
 
@@ -25,7 +27,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from openclaw_opd.teacher import TeacherSignal, teacher_signal
+from openclaw_opd.teacher import TeacherSignal, teacher_signal, trainer_signal
 from openclaw_rl.chat import ChatRenderer
 from openclaw_rl.config import Settings
 from openclaw_rl.errors import OpenClawError
@@ -96,6 +98,7 @@ class OELScorer:
     def __init__(self, settings: Settings, judge: JudgeClient, renderer: ChatRenderer,
                  teacher: JudgeClient | None = None, store: ExperienceStore | None = None):
         self.cfg = settings.oel
+        self.teacher_source = settings.opd.teacher_source  # trainer: the trainer's frozen teacher scores the ids
         if self.cfg.topk < 1:
             raise ValueError("openclaw_oel_topk must be >= 1: OEL trains the top-K distillation loss")
         self.judge_client, self.renderer, self.teacher = judge, renderer, teacher
@@ -191,10 +194,13 @@ class OELScorer:
         result = OELJudgement(experience)
         if experience.failed or not experience.rules or turn.messages is None:
             return result
+        messages = experience_messages(turn.messages, experience.text)
+        if self.teacher_source == "trainer":  # no server call: the prompt's exact ids for the trainer's teacher
+            result.teacher = trainer_signal(turn, "", self.renderer, messages)
+            return result
         try:
             result.teacher = await teacher_signal(turn, "", self.teacher or self.judge_client, self.renderer,
-                                                  self.cfg.topk,
-                                                  messages=experience_messages(turn.messages, experience.text))
+                                                  self.cfg.topk, messages=messages)
         except OpenClawError as e:
             result.teacher_error = e.message
         return result
@@ -211,9 +217,10 @@ class OELScorer:
         if t is None:
             return Outcome(drop=DropReason.TEACHER_FAILED, drop_detail=judgement.teacher_error, record=record)
         ledger.effective += 1
+        teacher = ({"teacher_prompt_ids": list(t.prompt_ids)} if t.prompt_ids is not None else
+                   {"teacher_log_probs": t.log_probs, "teacher_topk_log_probs": t.topk_log_probs,
+                    "teacher_topk_indices": t.topk_indices})
         sample = TrainingSample.from_turn(
             turn, kind="oel", reward=1.0, loss_mask=list(t.mask),
-            metadata={"experience": exp.text, "teacher_unscored": t.mask.count(0)},
-            teacher_log_probs=t.log_probs, teacher_topk_log_probs=t.topk_log_probs,
-            teacher_topk_indices=t.topk_indices)
+            metadata={"experience": exp.text, "teacher_unscored": t.mask.count(0)}, **teacher)
         return Outcome(samples=[sample], record=record)

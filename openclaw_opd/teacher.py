@@ -73,10 +73,12 @@ def hinted_prompt_ids(turn: Turn, hint: str, renderer: ChatRenderer, messages: l
     return list(prompt_ids)
 
 
-def trainer_signal(turn: Turn, hint: str, renderer: ChatRenderer) -> TeacherSignal:
-    """teacher_source trainer: the hinted prompt ids for the trainer's frozen teacher; every token scored."""
+def trainer_signal(turn: Turn, hint: str, renderer: ChatRenderer, messages: list[dict] | None = None) -> TeacherSignal:
+    """teacher_source trainer: the hinted prompt ids (or ``messages``' ids: OEL's experience-augmented prompt) for
+    the trainer's frozen teacher; every token scored."""
     assert turn.generation is not None
-    return TeacherSignal([], [1] * len(turn.generation.response_ids), prompt_ids=hinted_prompt_ids(turn, hint, renderer))
+    return TeacherSignal([], [1] * len(turn.generation.response_ids),
+                         prompt_ids=hinted_prompt_ids(turn, hint, renderer, messages))
 
 
 async def teacher_signal(turn: Turn, hint: str, judge: JudgeClient, renderer: ChatRenderer, top_k: int = 0,

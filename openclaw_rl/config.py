@@ -148,6 +148,7 @@ HINT_SELECTIONS = ("longest", "shortest", "sequence_optimal", "token_optimal")  
 DISTILL_SUBSETS = ("teacher", "overlap")  # OPDSettings.distill_subset (openclaw_opd.loss reads the same list)
 COMBINE_LOSSES = ("ppo", "topk_select")  # CombineSettings.loss
 TEACHER_SOURCES = ("server", "trainer")  # OPDSettings.teacher_source
+TRAINER_TEACHER_MODES = ("opd", "combine", "oel")  # the modes whose teacher can run in the trainer (frozen_teacher.py)
 # upstream's spellings of OPENCLAW_COMBINE_OPD_TEACHER_SOURCE (combine_loss.py, prm_teacher_postprocess.py)
 TEACHER_SOURCE_ALIASES = {"inference": "server", "infer": "server", "sglang": "server", "rollout": "server",
                           "megatron": "trainer", "mcore": "trainer", "ref": "trainer"}
@@ -308,8 +309,9 @@ class Settings:
                 raise ValueError("openclaw_opd_teacher_checkpoint is the in-trainer teacher's checkpoint: set "
                                  "openclaw_opd_teacher_source: trainer too (or leave it empty)")
             return
-        if MODES[self.mode].needs_teacher and self.mode not in ("opd", "combine"):
-            raise ValueError(f"openclaw_opd_teacher_source: trainer is built for modes opd and combine, not {self.mode}")
+        if MODES[self.mode].needs_teacher and self.mode not in TRAINER_TEACHER_MODES:
+            raise ValueError(f"openclaw_opd_teacher_source: trainer is built for modes {', '.join(TRAINER_TEACHER_MODES)}, "
+                             f"not {self.mode}")
         if o.teacher_url:
             raise ValueError("openclaw_opd_teacher_source: trainer computes the teacher log-probs in the trainer; "
                              "openclaw_opd_teacher_url (TEACHER_URL) names a teacher server: set one or the other")

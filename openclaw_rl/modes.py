@@ -196,8 +196,8 @@ MODES: dict[str, Mode] = {m.name: m for m in (
             ("--teacher-url", "opd_teacher_url", {
                 "help": "opd and combine: SGLang server for the teacher log-probs (default: the judge's)"}),
             ("--teacher-source", "opd_teacher_source", {
-                "help": "opd and combine: server (the teacher server's log-probs, stored in the sample) or trainer "
-                        "(the sample stores the hinted prompt ids; a frozen teacher in the trainer scores them: "
+                "help": "opd, combine and oel: server (the teacher server's log-probs, stored in the sample) or "
+                        "trainer (the sample stores the hinted (oel: experience-augmented) prompt ids; a frozen teacher in the trainer scores them: "
                         "`train` and `local`); upstream's OPENCLAW_COMBINE_OPD_TEACHER_SOURCE values are accepted"}),
             ("--teacher-checkpoint", "opd_teacher_checkpoint", {
                 "help": "--teacher-source trainer: the teacher's checkpoint (default: the initial policy weights)"}),

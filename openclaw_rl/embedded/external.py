@@ -135,6 +135,7 @@ class ExternalStack:
     def _start(self, cfg: ExternalConfig) -> None:
         from openclaw_rl.runtime import ProxyRuntime
 
+        from .frozen_teacher import trainer_teacher_source, trainer_topk
         from .hf_policy import load_policy
         from .trainer import EmbeddedTrainer, TrainerConfig
         from .version_guard import VersionGuard
@@ -147,11 +148,11 @@ class ExternalStack:
         self.metrics_path = str(self.out / "metrics.jsonl")
         temperature = settings.proxy.rollout_temperature
         tcfg = TrainerConfig(mode=settings.mode, rollout_batch_size=cfg.rollout_batch_size, lr=cfg.lr,
-                             kl_coef=cfg.kl_coef, distill_topk=settings.opd.distill_topk,
+                             kl_coef=cfg.kl_coef, distill_topk=trainer_topk(settings, settings.opd.distill_topk),
                              distill_subset=settings.opd.distill_subset,
                              w_rl=settings.combine.w_rl, w_opd=settings.combine.w_opd,
                              combine_loss=settings.combine.loss, topk_adv_diff_clip=settings.combine.topk_adv_diff_clip,
-                             teacher_source=settings.opd.teacher_source if settings.mode in ("opd", "combine") else "server",
+                             teacher_source=trainer_teacher_source(settings),
                              teacher_checkpoint=settings.opd.teacher_checkpoint,
                              rollout_temperature=1.0 if temperature is None else temperature,
                              save_every=cfg.save_every, ckpt_dir=str(self.out / "checkpoints") if cfg.save_every else "",

@@ -36,6 +36,19 @@ from openclaw_rl.samples import TrainingSample
 log = logging.getLogger(__name__)
 
 
+def trainer_teacher_source(settings: Any) -> str:
+    """The trainer's ``teacher_source``: the setting for a mode whose teacher can run in the trainer, else server."""
+    from openclaw_rl.config import TRAINER_TEACHER_MODES
+
+    return settings.opd.teacher_source if settings.mode in TRAINER_TEACHER_MODES else "server"
+
+
+def trainer_topk(settings: Any, distill_topk: int) -> int:
+    """The K of the top-K rows the trainer's teacher fills: OEL's ``oel.topk`` (its loss is always top-K), else
+    ``distill_topk``."""
+    return int(settings.oel.topk) if settings.mode == "oel" else distill_topk
+
+
 class TeacherTokenizerMismatch(ValueError):
     """The teacher checkpoint's tokenizer does not map ids as the policy's (token-level OPD would be wrong)."""
 

@@ -54,7 +54,7 @@ class LocalConfig:
     distill_subset: str = "teacher"  # opd top-K: which ids the loss compares
     combine_loss: str = "ppo"  # combine: ppo, or topk_select (upstream's recommended method; K defaults to 4)
     teacher_url: str = ""  # opd/combine: a teacher server instead of the embedded frozen copy
-    teacher_source: str = "server"  # opd/combine: trainer = the teacher runs in the trainer (frozen_teacher.py)
+    teacher_source: str = "server"  # opd/combine/oel: trainer = the teacher runs in the trainer (frozen_teacher.py)
     teacher_checkpoint: str = ""  # teacher_source trainer: another checkpoint (same tokenizer) as the teacher
     max_steps: int = 0  # 0 = until the simulation ends (or Ctrl-C without --simulate)
     judge_votes: int = 1  # the rule judge is deterministic: one vote is as good as m
@@ -213,6 +213,7 @@ class LocalStack:
         from openclaw_rl.runtime import ProxyRuntime
         from openclaw_rl.servers import BackgroundServer
 
+        from .frozen_teacher import trainer_teacher_source, trainer_topk
         from .trainer import EmbeddedTrainer, TrainerConfig
 
         self.policy = TorchModel.from_pretrained(str(model_dir), seed=cfg.seed)
@@ -246,9 +247,10 @@ class LocalStack:
         self.runtime.proxy.dashboard.metrics_path = Path(self.metrics_path)  # /dashboard's training curves
         trainer_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
         tcfg = TrainerConfig(mode=cfg.mode, rollout_batch_size=cfg.rollout_batch_size, lr=cfg.lr, kl_coef=cfg.kl_coef,
-                             center_rewards=cfg.center_rewards, distill_topk=cfg.distill_topk, save_every=cfg.save_every,
+                             center_rewards=cfg.center_rewards, save_every=cfg.save_every,
+                             distill_topk=trainer_topk(settings, cfg.distill_topk),
                              distill_subset=cfg.distill_subset, combine_loss=cfg.combine_loss,
-                             teacher_source=settings.opd.teacher_source if cfg.mode in ("opd", "combine") else "server",
+                             teacher_source=trainer_teacher_source(settings),
                              teacher_checkpoint=cfg.teacher_checkpoint,
                              ckpt_dir=str(self.out / "checkpoints"), metrics_path=self.metrics_path,
                              tensorboard_dir=str(self.out / "tensorboard"), seed=cfg.seed,
@@ -451,8 +453,8 @@ def register_local_command(sub: Any) -> None:
     p.add_argument("--teacher-url", default="", help="opd/combine: an SGLang server (the policy's tokenizer) for the "
                    "teacher log-probs, instead of the embedded frozen copy of the initial policy")
     p.add_argument("--teacher-source", default="server", type=teacher_source_name, metavar="{server,trainer}",
-                   help="opd/combine: server (the judge engine's frozen copy scores, the sample stores its log-probs) or "
-                        "trainer (the sample stores the hinted prompt ids; a frozen teacher in the trainer scores them, "
+                   help="opd/combine/oel: server (the judge engine's frozen copy scores, the sample stores its log-probs) "
+                        "or trainer (the sample stores the hinted (oel: experience-augmented) prompt ids; a frozen teacher in the trainer scores them, "
                         "upstream's OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=megatron)")
     p.add_argument("--teacher-checkpoint", default="", help="--teacher-source trainer: the teacher's checkpoint "
                    "(default: the initial policy weights; a different tokenizer is refused)")

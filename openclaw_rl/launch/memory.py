@@ -19,6 +19,16 @@ The estimate (bytes per GPU, an upper-bound style model, not a measurement; docs
   softmax, entropy and gradient copies (24 B x vocabulary);
 * attention scores of the longest sample, should attention not run fused (upstream #52 failed exactly there,
   in TransformerEngine's softmax): one layer's (S / CP)^2 x heads / TP x 6 B (bf16 scores, fp32 softmax).
+* the in-trainer teacher (``OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=trainer``, ``slime_hooks/trainer_teacher.py``):
+  a whole frozen bf16 HF copy on every actor GPU (params x 2 B, no gradients or optimizer, not split by TP: the
+  hook loads the whole model on each rank), and its no-grad forward of the longest sample, one sample and one
+  layer at a time (not split by TP or CP): 2 B x (3 x hidden + 4 x heads x kv_channels + 3 x ffn) per token
+  (residual, normed input, attention output; q, k and v repeated to every head, attention result; the MLP's
+  gate, up and product) plus the R + 1 kept rows' logits, R up to ``--rollout-max-response-len`` (8192), at
+  12 B per vocabulary entry (fp32 logits, their temperature-scaled copy, the log-softmax). That forward runs
+  in a hook before the training pass, so the total takes the larger of it and the training activations;
+  the few tokens of the hint are not counted. Context parallelism must be 1 with it (Slime slices the
+  packed teacher prompt per CP rank; the plan refuses CP > 1), so only CP 1 is chosen.
 
 The usable memory is 90 % of ``GPU_MEMORY_GB``.
 """
@@ -36,6 +46,9 @@ LOGIT_BYTES = 24  # per token and vocabulary entry (bf16 logits + fp32 copies an
 LAYER_BYTES = 34  # per token and hidden unit: one recomputed layer (without the attention scores)
 SCORE_BYTES = 6  # per attention score: bf16 score + fp32 softmax
 CP_CHOICES = (1, 2, 4, 8)
+TEACHER_WEIGHT_BYTES = 2  # the in-trainer teacher's bf16 weights, per parameter (a whole copy per actor GPU)
+TEACHER_LOGIT_BYTES = 12  # per kept response row and vocabulary entry: fp32 logits, / T copy, log-softmax
+MAX_RESPONSE_TOKENS = 8192  # --rollout-max-response-len (slime_args): the teacher's kept rows per sample
 
 
 @dataclass(frozen=True)
@@ -77,6 +90,7 @@ class Estimate:
     tp: int
     cp: int
     gpu_bytes: int
+    teacher: bool = False  # the in-trainer teacher's copy and forward (module docstring)
 
     @property
     def budget(self) -> float:
@@ -94,8 +108,28 @@ class Estimate:
     def scores(self, sample: int) -> float:
         return SCORE_BYTES * self.shape.heads / self.tp * math.ceil(sample / self.cp) ** 2
 
+    @property
+    def teacher_weights(self) -> float:
+        """The in-trainer teacher's whole bf16 copy (0 without it): not split by TP."""
+        return self.shape.params * TEACHER_WEIGHT_BYTES if self.teacher else 0.0
+
+    @property
+    def teacher_per_token(self) -> float:
+        s = self.shape
+        return 2 * (3 * s.hidden + 4 * s.heads * s.kv_channels + 3 * s.ffn)
+
+    def teacher_rows(self, sample: int) -> int:
+        return min(MAX_RESPONSE_TOKENS, sample) + 1
+
+    def teacher_forward(self, sample: int) -> float:
+        """The teacher's no-grad forward of one whole sample (0 without it): not split by TP or CP."""
+        if not self.teacher:
+            return 0.0
+        return self.teacher_per_token * sample + self.teacher_rows(sample) * self.shape.vocab * TEACHER_LOGIT_BYTES
+
     def total(self, sample: int, tokens_per_gpu: int) -> float:
-        return self.static + RESERVE + self.per_token * tokens_per_gpu + self.scores(sample)
+        training = self.per_token * tokens_per_gpu + self.scores(sample)
+        return self.static + RESERVE + self.teacher_weights + max(training, self.teacher_forward(sample))
 
     def fits(self, sample: int) -> bool:
         """A sample of ``sample`` tokens alone in a micro-batch (S / CP tokens on each GPU)."""
@@ -112,7 +146,7 @@ class Estimate:
     def tokens_per_gpu(self, sample: int, cap: int) -> int:
         """``--max-tokens-per-gpu``: what fits beside the longest sample's scores, in steps of 1024, at least the
         longest sample's share (S / CP, which Slime would run alone anyway) and at most ``cap``."""
-        room = (self.budget - self.static - RESERVE - self.scores(sample)) / self.per_token
+        room = (self.budget - self.static - RESERVE - self.teacher_weights - self.scores(sample)) / self.per_token
         return max(min(cap, int(room // 1024 * 1024)), math.ceil(sample / self.cp / 1024) * 1024, 1024)
 
 
@@ -131,11 +165,13 @@ def _gb(x: float) -> str:
 
 
 def choose(shape: ModelShape | None, *, actor_gpus: int, context: int, gpu_gb: float, tp: int | None,
-           cp: int | None, max_tokens: int | None, tp_default: int, node_gpus: Sequence[int] = ()) -> Choice:
+           cp: int | None, max_tokens: int | None, tp_default: int, node_gpus: Sequence[int] = (),
+           teacher: bool = False) -> Choice:
     """TP (unless set), CP (unless set) and max tokens per GPU (unless set) for samples up to ``context``
     tokens: the default TP with CP 1 when that fits; else the pair (TP x CP dividing the actor GPUs, TP
     dividing the heads and query groups and, over several nodes, each node's Ray GPUs ``node_gpus``, so that no TP
-    group spans nodes) that fits the longest sample, fewest CP ranks first."""
+    group spans nodes) that fits the longest sample, fewest CP ranks first. ``teacher``: the in-trainer
+    teacher's copy and forward are counted, and CP (unless set) is 1, the only CP it runs with."""
     if shape is None:
         t, c = tp or tp_default, cp or 1
         return Choice(t, c, max_tokens or context, None, ("# memory: model shape unknown (no --num-layers/--hidden-size/"
@@ -144,12 +180,12 @@ def choose(shape: ModelShape | None, *, actor_gpus: int, context: int, gpu_gb: f
     gpu = int(gpu_gb * 1e9)
     tps = [tp] if tp else [t for t in (1, 2, 4, 8) if t <= actor_gpus and not shape.heads % t and not shape.groups % t
                            and not any(n % t for n in node_gpus)]
-    pairs = [(t, c) for t in tps for c in ([cp] if cp else CP_CHOICES) if actor_gpus % (t * c) == 0]
+    pairs = [(t, c) for t in tps for c in ([cp] if cp else (1,) if teacher else CP_CHOICES) if actor_gpus % (t * c) == 0]
     if not pairs:
         t, c = tp or tp_default, cp or 1
         pairs = [(t, c)]
     default = (tp or tp_default, cp or 1) if (tp or tp_default) in tps else (max(tps, default=1), cp or 1)
-    estimates = {p: Estimate(shape, p[0], p[1], gpu) for p in pairs}
+    estimates = {p: Estimate(shape, p[0], p[1], gpu, teacher) for p in pairs}
     if default in estimates and estimates[default].fits(context):
         picked = default
     else:
@@ -170,12 +206,21 @@ def choose(shape: ModelShape | None, *, actor_gpus: int, context: int, gpu_gb: f
         f"CP) = {_gb(e.per_token * max(mt, math.ceil(context / e.cp)))}",
         f"#   scores   = {SCORE_BYTES} B x {s.heads} heads / TP {e.tp} x (CONTEXT_LENGTH {context} / CP {e.cp})^2 = "
         f"{_gb(e.scores(context))} (one layer, unfused attention)",
+        *(() if not teacher else (
+            f"#   teacher  = params x {TEACHER_WEIGHT_BYTES} B (in-trainer teacher: a whole bf16 copy on every actor "
+            f"GPU, no grads/optimizer, not split by TP) = {_gb(e.teacher_weights)}; its forward of the longest sample "
+            f"(not split by TP or CP) = 2 B x (3 x {s.hidden} + 4 x {s.heads} x {s.kv_channels} + 3 x {s.ffn}) x "
+            f"{context} tokens + (min({MAX_RESPONSE_TOKENS}, {context}) + 1) rows x {s.vocab} vocab x "
+            f"{TEACHER_LOGIT_BYTES} B = {_gb(e.teacher_forward(context))}, before the training pass: the total "
+            f"takes the larger of it and tokens + scores",)),
         f"#   total    = {_gb(total)} of {_gb(e.budget)}: {'fits' if total <= e.budget else 'DOES NOT FIT'}; "
         f"longest sample that fits at TP {e.tp} x CP {e.cp}: {e.longest()} tokens; a micro-batch packs up to "
         f"MAX_TOKENS_PER_GPU x CP = {mt * e.cp} tokens",
     )
     warning = "" if total <= e.budget else (
         f"estimated {_gb(total)} per actor GPU at TP {e.tp} x CP {e.cp} for CONTEXT_LENGTH={context} exceeds 90% of "
-        f"GPU_MEMORY_GB={gpu_gb:g}: samples longer than about {e.longest()} tokens may run out of memory. Add actor "
-        "GPUs (more CP ranks), lower CONTEXT_LENGTH or MAX_TOKENS_PER_GPU")
+        f"GPU_MEMORY_GB={gpu_gb:g}: samples longer than about {e.longest()} tokens may run out of memory. " + (
+            "The in-trainer teacher runs at CP 1 only and adds a whole copy: lower CONTEXT_LENGTH, raise TRAIN_TP "
+            "(more actor GPUs), or use the teacher server" if teacher else
+            "Add actor GPUs (more CP ranks), lower CONTEXT_LENGTH or MAX_TOKENS_PER_GPU"))
     return Choice(e.tp, e.cp, mt, e, lines, warning)

@@ -72,7 +72,9 @@ def trainer_teacher(env: Mapping[str, str], script: str, variant: str) -> str:
         raise LaunchError(f"{TEACHER_SOURCE}={env[TEACHER_SOURCE]}: one of {', '.join(SERVER_TEACHER[1:])} (the teacher "
                           f"server, the default) or {', '.join(TRAINER_TEACHER)} (the teacher inside the trainer)")
     why = ("which LoRA's FSDP backend cannot train on" if v.lora else
-           f"but {mode.name} has no teacher" if not mode.needs_teacher else "")
+           f"but {mode.name} has no teacher" if not mode.needs_teacher else
+           "which OEL runs in `openclaw-rl local` and `train` only (its Slime run with it is not built or checked)"
+           if mode.name == "oel" else "")
     if why:
         raise LaunchError(TEACHER_IN_TRAINER.format(script=script, var=TEACHER_SOURCE, value=env[TEACHER_SOURCE],
                                                     why=why))

@@ -199,7 +199,7 @@ def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -
         ckpt += ["--rotary-base", str(s.rotary_base)]
     rollout = ["--disable-rollout-global-dataset", "--rollout-function-path", hooks.rollout, "--num-rollout",
                "100000000", "--rollout-batch-size", str(s.rollout_batch_size), "--n-samples-per-prompt", "1",
-               "--rollout-max-response-len", "8192", "--rollout-max-context-len", str(s.context_length),
+               "--rollout-max-response-len", str(memory.MAX_RESPONSE_TOKENS), "--rollout-max-context-len", str(s.context_length),
                "--rollout-temperature", s.proxy["rollout_temperature"], "--reward-key", "score", "--num-steps-per-rollout", "1"]
     if lora:
         perf = ["--use-dynamic-batch-size", "--max-tokens-per-gpu", str(s.max_tokens_per_gpu), "--gradient-checkpointing"]
@@ -278,7 +278,8 @@ def size_for_long_samples(s: ScriptSettings, margs: Sequence[str], console: Cons
                            gpu_gb=s.gpu_memory_gb, tp=s.train_tp if s.train_tp_set else None,
                            cp=s.context_parallel or None, max_tokens=s.max_tokens_per_gpu if s.max_tokens_set else None,
                            tp_default=s.train_tp,
-                           node_gpus=(s.head_ray_gpus, s.gpus_per_node) if s.num_nodes > 1 else ())
+                           node_gpus=(s.head_ray_gpus, s.gpus_per_node) if s.num_nodes > 1 else (),
+                           teacher=s.teacher_source == "trainer")
     if s.actor_gpus % (choice.tp * choice.cp):
         raise LaunchError(f"ACTOR_GPUS={s.actor_gpus} is not a multiple of TRAIN_TP x CONTEXT_PARALLEL = {choice.tp} x "
                           f"{choice.cp}")

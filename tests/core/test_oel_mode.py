@@ -411,6 +411,42 @@ def test_oel_through_the_proxy_holds_extracts_once_and_distils_every_turn(policy
     assert proxy.tracker.scorer.store.get("default").rules == [PROXY_RULE]
 
 
+def test_oel_with_the_trainer_teacher_stores_the_experience_prompt_ids_and_calls_no_teacher(
+        policy_server, oel_judge, make_proxy, tokenizer, monkeypatch):
+    """openclaw_opd_teacher_source: trainer: the sample carries the exact ids of the experience-augmented prompt
+    (the trainer's frozen teacher scores them); the judge extracts but is never asked for log-probs."""
+    import httpx
+    from support import settle, wait_for_samples
+
+    from openclaw_oel.experience import experience_messages
+    from openclaw_rl.chat import ChatRenderer
+    from openclaw_rl.judge import JudgeClient
+
+    asked: list[int] = []
+
+    async def no_teacher_call(self, prompt_ids, *args, **kwargs):
+        asked.append(len(prompt_ids))
+        raise AssertionError("teacher_source trainer must not ask a server for teacher log-probs")
+    monkeypatch.setattr(JudgeClient, "teacher_log_probs", no_teacher_call)
+    proxy, url = make_proxy(policy_server.url, oel_judge.url, mode="oel", judge_votes=1, oel_topk=3,
+                            opd_teacher_source="trainer")
+    convo: list[dict] = []
+    for i, text in enumerate(["hello", "that is wrong"]):
+        convo.append({"role": "user", "content": text})
+        headers = {"X-Session-Id": "t", **({"X-Session-Done": "1"} if i == 1 else {})}
+        r = httpx.post(f"{url}/v1/chat/completions", json={"messages": convo}, headers=headers, timeout=30)
+        assert r.status_code == 200, r.text
+        convo.append(r.json()["choices"][0]["message"])
+    first = sorted(wait_for_samples(proxy, 2), key=lambda s: s.turn)[0]
+    settle(proxy)
+    assert first.teacher_source == "trainer" and first.teacher_log_probs is None and first.teacher_topk_indices is None
+    _, want = ChatRenderer(tokenizer).render(experience_messages(convo[:1], f"- {PROXY_RULE}"))
+    assert first.teacher_prompt_ids == list(want) and first.loss_mask == [1] * first.response_length
+    assert PROXY_RULE in tokenizer.decode(first.teacher_prompt_ids) and PROXY_RULE not in tokenizer.decode(first.prompt_ids)
+    assert asked == [] and any("[EXPERIENCE_START]" in c for c in oel_judge.calls)  # extraction only
+    assert proxy.tracker.scorer.extractions == 1
+
+
 def test_held_turns_survive_a_restart_and_are_distilled_when_the_session_ends(policy_server, oel_judge, make_proxy,
                                                                             tmp_path):
     """Turns held for the session's end are waiting turns in the spool: a proxy stopped mid-session and

@@ -66,17 +66,20 @@ def direct(model: torch.nn.Module, sample: TrainingSample, temperature: float, k
     return (lp, *logp.topk(k, dim=-1)) if k else (lp, None, None)
 
 
-@pytest.mark.parametrize("mode,topk", [("opd", 0), ("opd", 3), ("combine", 0)])
-def test_the_teacher_log_probs_the_loss_sees_are_a_direct_forward_of_the_frozen_model(models, mode, topk):
+@pytest.mark.parametrize("mode,topk,loss", [("opd", 0, "ppo"), ("opd", 3, "ppo"), ("combine", 0, "ppo"),
+                                            ("combine", 4, "topk_select"), ("oel", 3, "ppo")])
+def test_the_teacher_log_probs_the_loss_sees_are_a_direct_forward_of_the_frozen_model(models, mode, topk, loss):
     tok, model = models
     initial = copy.deepcopy(model).eval()
-    trainer = EmbeddedTrainer(TrainerConfig(mode=mode, rollout_temperature=0.7, distill_topk=topk,
+    trainer = EmbeddedTrainer(TrainerConfig(mode=mode, rollout_temperature=0.7, distill_topk=topk, combine_loss=loss,
                                             teacher_source="trainer", fidelity_copies=0), model,
                               sync=lambda sd, v: None, tokenizer=tok)
     seen = capture(trainer)
     samples = trainer_samples(tok, kind=mode)
     result = trainer.train(samples)
     assert result.metrics["train/trainer_teacher_samples"] == 3.0
+    if loss == "topk_select":  # its surrogate ran on the teacher's K ids of every token (none invalid)
+        assert result.metrics["train/distill_subset_size"] == topk and result.metrics["train/teacher_invalid_frac"] == 0
     for s, view in zip(samples, seen):
         lp, top_lp, top_ids = direct(initial, s, 0.7, topk)
         torch.testing.assert_close(view["teacher_log_probs"][0], lp, atol=2e-5, rtol=0)
@@ -218,6 +221,18 @@ def test_the_scorer_stores_the_hinted_prompt_ids_and_calls_no_teacher(policy_ser
     assert next(calls) == 0  # the scorer asked no server for teacher log-probs
 
 
+def test_oel_takes_the_trainer_teacher_with_its_own_k():
+    """OEL's teacher is the policy on the experience-augmented prompt: the trainer's teacher fills oel.topk rows."""
+    from openclaw_rl.embedded.frozen_teacher import trainer_teacher_source, trainer_topk
+
+    oel = load_settings({"mode": "oel", "opd_teacher_source": "trainer", "oel_topk": 7}, env={})
+    assert (trainer_teacher_source(oel), trainer_topk(oel, 0)) == ("trainer", 7)
+    opd = load_settings({"mode": "opd", "opd_teacher_source": "trainer", "opd_distill_topk": 2}, env={})
+    assert (trainer_teacher_source(opd), trainer_topk(opd, 2)) == ("trainer", 2)
+    rl = load_settings({"mode": "rl", "opd_teacher_source": "trainer"}, env={})
+    assert trainer_teacher_source(rl) == "server"  # no teacher to hold
+
+
 def test_the_flags_reach_local_and_train(monkeypatch):
     from openclaw_rl.cli import build_parser, settings_from_cli
     from openclaw_rl.embedded.local import local_config
@@ -232,3 +247,6 @@ def test_the_flags_reach_local_and_train(monkeypatch):
                                     "--teacher-checkpoint", "/ckpt"])
     settings = settings_from_cli(ns)
     assert (settings.opd.teacher_source, settings.opd.teacher_checkpoint) == ("trainer", "/ckpt")
+    oel = settings_from_cli(build_parser().parse_args(["train", "--mode", "oel", "--model", "/m", "--teacher-source",
+                                                       "megatron"]))
+    assert oel.opd.teacher_source == "trainer"  # OEL's teacher runs in the trainer too (not refused)

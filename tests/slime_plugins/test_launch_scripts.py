@@ -854,7 +854,10 @@ def test_a_teacher_inside_the_trainer_runs_on_thudm_slime_with_the_actor_side_ho
     assert server.rc == 0 and "trainer_teacher" not in server.out
     bad = launch(variant, OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="gpu")
     assert bad.rc != 0 and "OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=gpu: one of" in bad.err
-    cp2 = launch(variant, flavour="thudm", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer")  # CONTEXT_LENGTH 32768: CP 2
+    # CONTEXT_LENGTH 32768: the plan keeps CP 1 with the teacher (and warns); CP 2 set by hand is refused
+    cp1 = launch(variant, flavour="thudm", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer")
+    assert cp1.rc == 0 and "--context-parallel-size 1 " in cp1.out and "in-trainer teacher runs at CP 1" in cp1.err
+    cp2 = launch(variant, flavour="thudm", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer", CONTEXT_PARALLEL="2")
     assert cp2.rc != 0 and "needs CONTEXT_PARALLEL=1" in cp2.err, cp2.err
     refused = launch(variant, flavour="bundled", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer", CONTEXT_LENGTH="24576")
     if variant == "opd":
