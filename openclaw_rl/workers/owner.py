@@ -110,7 +110,10 @@ class OwnerHub:
                 self.conns.add(conn)
                 self.connected.notify_all()
             while (record := await wire.read_record(reader)) is not None:
-                self._handle(conn, record)
+                try:
+                    self._handle(conn, record)
+                except (KeyError, TypeError, ValueError) as e:  # e.g. a drop reason this owner does not know
+                    raise wire.ProtocolError(f"{type(record).__name__}: {type(e).__name__}: {e}") from None
         except wire.ProtocolError as e:
             log.error("worker %d (pid %d) sent a bad record, its connection is closed: %s", conn.worker, conn.pid, e)
         finally:

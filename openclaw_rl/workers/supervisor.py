@@ -69,7 +69,8 @@ class Supervisor:
         args = [sys.executable, "-m", "openclaw_rl.workers.process", "--index", str(index), "--fd", str(fd),
                 "--owner", os.path.join(self.rundir, "owner.sock"), "--settings", self.settings_path,
                 "--log-level", self.log_level, *(["--log-json"] if self.log_json else [])]
-        return await asyncio.create_subprocess_exec(*args, pass_fds=(fd,))
+        # its own session: a terminal's Ctrl-C reaches the owner only, which stops the workers in order
+        return await asyncio.create_subprocess_exec(*args, pass_fds=(fd,), start_new_session=True)
 
     async def _keep(self, index: int) -> None:
         delay = RESTART_FIRST_S
