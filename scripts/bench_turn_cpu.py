@@ -113,14 +113,16 @@ async def run(ns: argparse.Namespace, tokenizer_dir: str, cases: dict[int, list[
                 for h, sessions in cases.items():
                     for pid in pids:
                         await stack.settle(pid=pid)
-                    load0, cpu0 = os.getloadavg()[0], tree_cpu(pids)
+                    load0, cpu0, owner0 = os.getloadavg()[0], tree_cpu(pids), tree_cpu(pids[:1])
                     turns, errors, wall = await drive(load, urls, sessions[4:], ns.concurrency,
                                                       f"r{rep}h{h}", ns.reply)
                     for pid in pids:
                         await stack.settle(pid=pid)
-                    cpu = tree_cpu(pids) - cpu0
+                    cpu, owner = tree_cpu(pids) - cpu0, tree_cpu(pids[:1]) - owner0
                     rows.append({"history": h, "rep": rep, "turns": turns, "errors": errors,
                                  "cpu_ms_per_turn": round(cpu / max(turns, 1) * 1e3, 3),
+                                 # with --workers: the owner's part (tracker, judge, spool writer)
+                                 "owner_cpu_ms_per_turn": round(owner / max(turns, 1) * 1e3, 3),
                                  "turns_per_s": round(turns / wall, 1), "load": round(load0, 2),
                                  "load_end": round(os.getloadavg()[0], 2)})
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)

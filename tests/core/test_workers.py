@@ -283,3 +283,17 @@ def test_killing_a_worker_mid_stream_loses_nothing_acknowledged(tokenizer, judge
             owner.run(sup.stop())
             listener.close()
             owner.stop()
+
+
+def test_serve_with_workers_starts_the_owner_and_one_without_is_one_process(monkeypatch, tmp_path):
+    """``serve --workers 2`` goes to the supervisor with the parsed settings; the default stays one process."""
+    from openclaw_rl import cli
+    from openclaw_rl.workers import supervisor
+
+    calls: list[tuple] = []
+    monkeypatch.setattr(supervisor, "serve_workers", lambda settings, n, level, as_json: calls.append((settings, n)) or 0)
+    args = ["serve", "--port", "0", "--spool-dir", str(tmp_path / "s"), "--tokenizer", str(tmp_path)]
+    ns = cli.build_parser("serve").parse_args([*args, "--workers", "2"])
+    assert cli.cmd_serve(ns) == 0
+    assert [(s.spool.dir, n) for s, n in calls] == [(str(tmp_path / "s"), 2)]
+    assert cli.build_parser("serve").parse_args(args).workers == 1
