@@ -150,9 +150,10 @@ def main() -> int:
              for h in map(int, ns.histories.split(","))}
     with tempfile.TemporaryDirectory(prefix="openclaw-turn-cpu-") as tmp:
         rows = asyncio.run(run(ns, tokenizer_dir, cases, Path(tmp)))
-    print(f"{'history':>8}{'CPU ms/turn':>13}{'turns/s':>9}{'turns':>7}{'errors':>8}{'load':>7}")
+    print(f"{'history':>8}{'CPU ms/turn':>13}{'owner ms':>10}{'turns/s':>9}{'turns':>7}{'errors':>8}{'load':>7}")
     for r in rows:
-        print(f"{r['history']:>8}{r['cpu_ms_per_turn']:>13}{r['turns_per_s']:>9}{r['turns']:>7}{r['errors']:>8}{r['load']:>7}")
+        print(f"{r['history']:>8}{r['cpu_ms_per_turn']:>13}{r['owner_cpu_ms_per_turn']:>10}{r['turns_per_s']:>9}"
+              f"{r['turns']:>7}{r['errors']:>8}{r['load']:>7}")
     for h in cases:
         sel = [float(r["cpu_ms_per_turn"]) for r in rows if r["history"] == h]  # type: ignore[arg-type]
         print(f"~{h} tokens: CPU ms/turn best {min(sel):.3f}, mean {sum(sel) / len(sel):.3f} (proxies {ns.proxies}, workers {ns.workers})")
