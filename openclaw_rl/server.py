@@ -3,8 +3,9 @@
 Stage: client → **routes** → serving. ``Proxy.build(settings)`` wires tokenizer, backend client, judge,
 mode scorer, session tracker, spool writer and gate; ``proxy.app`` is the ASGI app: the FastAPI app, with
 ``POST /v1/chat/completions`` served in front of FastAPI's routing layers (``DirectRoute``). No module
-globals: two proxies can run in one process (tests do). Bodies are read and size-checked before
-parsing; every error leaves as OpenAI's error JSON with a 4xx/5xx status (``errors.py``).
+globals: two proxies can run in one process (tests do). The request-side code (reading and checking
+bodies, the chat endpoint, the error handlers) is ``routes.py``, shared with the ``--workers`` HTTP
+workers, whose owner process is a ``Proxy`` that serves no HTTP (``workers/``).
 """
 
 from __future__ import annotations

@@ -117,6 +117,12 @@ def converse(http: httpx.Client, urls: list[str], pick: Any) -> list[list[str]]:
                 content = r.json()["choices"][0]["message"]["content"] or ""
             replies[-1].append(content)
             messages.append({"role": "assistant", "content": content})
+            if t == 0:  # a side turn on the same session id, on the other worker: answered, never trained
+                side = http.post(f"{urls[(pick(s, t) + 1) % len(urls)]}/v1/chat/completions",
+                                 headers={"X-Session-Id": f"s{s}", "X-Turn-Type": "side"},
+                                 json={"model": "m", "messages": [{"role": "user", "content": "summarise"}]})
+                assert side.status_code == 200, side.text
+                replies[-1].append(side.json()["choices"][0]["message"]["content"])
     return replies
 
 
@@ -148,7 +154,7 @@ def test_turns_alternating_between_two_workers_pair_and_match_one_process(
     with http_client() as http:  # /metrics (any worker) is the owner's, with every worker's counters added in
         text = http.get(f"{urls[0]}/metrics").text
         health = http.get(f"{urls[1]}/healthz").json()
-    assert 'openclaw_turns_total{type="main"} 6.0' in text
+    assert 'openclaw_turns_total{type="main"} 6.0' in text and 'openclaw_turns_total{type="side"} 2.0' in text
     assert health["ok"] and health["worker"] == 1 and health["workers"]["connected"] == 2
 
 
