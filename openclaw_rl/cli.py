@@ -103,6 +103,8 @@ def ensure_port_free(host: str, port: int, setting: str) -> None:
 
 def cmd_serve(ns: argparse.Namespace) -> int:
     settings = settings_from_cli(ns)  # first: a configuration error costs no server import
+    if getattr(ns, "workers", 1) < 1:
+        raise CommandError(f"--workers must be at least 1, not {ns.workers}")
     ensure_port_free(settings.proxy.host, settings.proxy.port, "--port (openclaw_proxy_port)")
     if getattr(ns, "workers", 1) > 1:  # an owner process and N HTTP workers (openclaw_rl/workers/)
         from .workers.supervisor import serve_workers

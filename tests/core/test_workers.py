@@ -23,6 +23,7 @@ import pytest
 from support import http_client, metric, scripted_server, settle, wait_for_samples, wait_until
 
 from openclaw_rl.config import load_settings
+from openclaw_rl.errors import CommandError
 from openclaw_rl.server import Proxy
 from openclaw_rl.servers import BackgroundServer
 from openclaw_rl.spool import Spool, SpoolLocked
@@ -303,3 +304,5 @@ def test_serve_with_workers_starts_the_owner_and_one_without_is_one_process(monk
     assert cli.cmd_serve(ns) == 0
     assert [(s.spool.dir, n) for s, n in calls] == [(str(tmp_path / "s"), 2)]
     assert cli.build_parser("serve").parse_args(args).workers == 1
+    with pytest.raises(CommandError, match="--workers must be at least 1"):
+        cli.cmd_serve(cli.build_parser("serve").parse_args([*args, "--workers", "0"]))
