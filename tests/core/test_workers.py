@@ -306,3 +306,23 @@ def test_serve_with_workers_starts_the_owner_and_one_without_is_one_process(monk
     assert cli.build_parser("serve").parse_args(args).workers == 1
     with pytest.raises(CommandError, match="--workers must be at least 1"):
         cli.cmd_serve(cli.build_parser("serve").parse_args([*args, "--workers", "0"]))
+
+
+def test_workers_refuse_while_the_owners_spool_is_full_and_feedback_reaches_the_owner(policy_server, owner_and_workers):
+    """The owner's spool state reaches every worker (Status): a full spool is a 503 before the policy is
+    called, as in one process; feedback sent to the other worker applies to the owner's waiting turn."""
+    owner, urls, workers = owner_and_workers(policy_server.url, "")
+    with http_client() as http:
+        assert chat(http, urls[0], "f", [{"role": "user", "content": "hello"}]).status_code == 200
+        r = http.post(f"{urls[1]}/v1/feedback", json={"session_id": "f", "rating": 1})
+        assert r.status_code == 200 and r.json()["turn"] == 1, r.text
+        assert http.post(f"{urls[1]}/v1/feedback", json={"session_id": "nobody", "rating": 1}).status_code == 404
+        bound = owner.proxy.writer.max_overflow
+        owner.on_loop(lambda: setattr(owner.proxy.writer, "max_overflow", 0))  # full: "overloaded" at once
+        wait_until(lambda: all(w.owner.state.overloaded for w in workers))
+        refused = chat(http, urls[1], "g", [{"role": "user", "content": "hello"}])
+        assert refused.status_code == 503 and "the spool is full" in refused.json()["error"]["message"]
+        owner.on_loop(lambda: setattr(owner.proxy.writer, "max_overflow", bound))
+        wait_until(lambda: not any(w.owner.state.overloaded for w in workers))
+        assert chat(http, urls[1], "g", [{"role": "user", "content": "hello"}]).status_code == 200
+        assert "openclaw_backpressure_total 1.0" in http.get(f"{urls[0]}/metrics").text
