@@ -49,6 +49,7 @@ class OwnerClient:
         self._answers: dict[int, asyncio.Future] = {}
         self._calls = itertools.count(1)
         self._reader: asyncio.Task | None = None
+        self._closing = False  # this worker is stopping: the end of the connection is expected
 
     @property
     def gone(self) -> bool:
@@ -65,6 +66,7 @@ class OwnerClient:
         self._reader = asyncio.get_running_loop().create_task(self._read(reader))
 
     async def close(self) -> None:
+        self._closing = True
         if self.link is not None:
             await self.link.close()
         if self._reader is not None:
@@ -109,8 +111,9 @@ class OwnerClient:
                     fut.set_exception(CommitFailed("the owner process is gone"))
             self._commits.clear()
             self._answers.clear()
-            log.warning("worker %d: the owner's connection ended", self.worker)
-            self.on_lost()
+            if not self._closing:
+                log.warning("worker %d: the owner's connection ended; this worker stops", self.worker)
+                self.on_lost()
 
     def expect_commit(self, turn_id: int) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
