@@ -103,7 +103,13 @@ def ensure_port_free(host: str, port: int, setting: str) -> None:
 
 def cmd_serve(ns: argparse.Namespace) -> int:
     settings = settings_from_cli(ns)  # first: a configuration error costs no server import
+    if getattr(ns, "workers", 1) < 1:
+        raise CommandError(f"--workers must be at least 1, not {ns.workers}")
     ensure_port_free(settings.proxy.host, settings.proxy.port, "--port (openclaw_proxy_port)")
+    if getattr(ns, "workers", 1) > 1:  # an owner process and N HTTP workers (openclaw_rl/workers/)
+        from .workers.supervisor import serve_workers
+
+        return serve_workers(settings, ns.workers, ns.log_level, ns.log_json)
 
     from .server import Proxy
 
@@ -178,6 +184,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the training proxy (no trainer attached; samples go to the spool)")
     add_serve_flags(serve)
+    serve.add_argument("--workers", type=int, default=1, help="HTTP worker processes around one owner of the "
+                       "sessions and spool (1: one process, as before; docs/deployment.md)")
     serve.set_defaults(fn=cmd_serve)
 
     samples = sub.add_parser("samples", help="print the spool's samples, one strict JSON object a line "

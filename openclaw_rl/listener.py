@@ -7,7 +7,7 @@ holds its file descriptor forever (slowloris): enough of them exhaust the fd lim
 accepting anyone. Here every connection must deliver a complete request head within
 ``header_timeout_s`` of its first byte (or of being accepted), and the body within ``body_timeout_s``
 (plus ``BODY_GRACE_S``) of its head, whatever route it goes to: the app answers a slow body 408 at
-``body_timeout_s`` (``server.read_body``), and this deadline closes the connection of any body the app
+``body_timeout_s`` (``routes.read_body``), and this deadline closes the connection of any body the app
 did not read in time. So one request holds a connection for at most head + body deadline.
 
 Connections are admitted at accept time, before a byte is read (``Admission``): beyond

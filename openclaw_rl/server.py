@@ -3,13 +3,13 @@
 Stage: client → **routes** → serving. ``Proxy.build(settings)`` wires tokenizer, backend client, judge,
 mode scorer, session tracker, spool writer and gate; ``proxy.app`` is the ASGI app: the FastAPI app, with
 ``POST /v1/chat/completions`` served in front of FastAPI's routing layers (``DirectRoute``). No module
-globals: two proxies can run in one process (tests do). Bodies are read and size-checked before
-parsing; every error leaves as OpenAI's error JSON with a 4xx/5xx status (``errors.py``).
+globals: two proxies can run in one process (tests do). The request-side code (reading and checking
+bodies, the chat endpoint, the error handlers) is ``routes.py``, shared with the ``--workers`` HTTP
+workers, whose owner process is a ``Proxy`` that serves no HTTP (``workers/``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import gc
 import hashlib
@@ -26,32 +26,16 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import ValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
+from fastapi.responses import Response
 
-from . import codec
 from .backend import PolicyBackend
 from .chat import ChatRenderer
-from .config import Settings
+from .config import ProxySettings, Settings
 from .dashboard.data import Sources, waiting_from_tracker
 from .dashboard.journal import TurnJournal
 from .dashboard.routes import dashboard_router
 from .engines import EnginePool, split_urls
-from .errors import (
-    BadRequest,
-    ClientGone,
-    NotDurable,
-    OpenClawError,
-    Overloaded,
-    PayloadTooLarge,
-    RateLimited,
-    RequestTimeout,
-    Unauthorized,
-    error_body,
-    internal_error_body,
-)
+from .errors import OpenClawError, RateLimited, Unauthorized
 from .gate import SubmissionGate
 from .identity import check_resolver_names
 from .judge import JudgeClient
@@ -59,7 +43,8 @@ from .metrics import ProxyMetrics
 from .modes import MODES
 from .parsers import OutputParser
 from .probes import BackendProbes
-from .protocol import ChatCompletionRequest, FeedbackRequest, has_lone_surrogate, models_response
+from .protocol import models_response
+from .routes import chat_endpoint, install_error_handlers, read_feedback, spool_refusal
 from .scoring import make_scorer
 from .serving import ChatService
 from .sessions import SessionTracker
@@ -114,27 +99,6 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context(trust_env=False)
 
 
-_TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
-
-
-def _is_branch_tag(part: Any) -> bool:
-    """pydantic's name for a union member in an error's path ("str", "list[union[TextPart,OtherPart]]"):
-    not a field of the request. Fields are lower snake_case; members are types."""
-    return isinstance(part, str) and ("[" in part or part[:1].isupper() or part in _TYPE_TAGS)
-
-
-def validation_message(e: ValidationError) -> tuple[str, str | None]:
-    """The first error, said of the field. Where a union's first member only says "should be a valid
-    string", the member that matched the input's type says more (``content: []``: at least 1 item)."""
-    errors = e.errors()
-    first = errors[0]
-    if first["type"].endswith("_type"):
-        first = next((x for x in errors if not x["type"].endswith("_type")
-                      and tuple(x["loc"][:-1]) == tuple(first["loc"][:-1])), first)
-    param = ".".join(str(p) for p in first.get("loc", ()) if not _is_branch_tag(p)) or None
-    return f"invalid request: {first.get('msg')}" + (f" (at {param})" if param else ""), param
-
-
 class Authenticator:
     """Bearer keys compared in constant time and exactly as configured (nothing stripped: an empty or
     whitespace key is refused at start-up, so no header can match "nothing"); each key is its own
@@ -176,6 +140,26 @@ class Authenticator:
         return found
 
 
+def backend_http(p: ProxySettings) -> httpx.AsyncClient:
+    """The client of the policy and judge servers. Pooled connections expire before the backend's keep-alive
+    timeout (uvicorn and SGLang: 5 s), so a request never races the server closing its idle connection (seen
+    as sporadic 502s under load)."""
+    limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256, keepalive_expiry=2.0)
+    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(p.request_timeout_s, connect=p.connect_timeout_s),
+                             trust_env=False, verify=tls_context())
+
+
+def policy_backend(http: httpx.AsyncClient, p: ProxySettings, renderer: ChatRenderer, metrics: ProxyMetrics) -> Any:
+    """The policy's engine, or a pool of them (``engines.py``) when several URLs are configured."""
+    engines = [PolicyBackend(http, url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key,
+                             connect_timeout_s=p.connect_timeout_s, stream_interval=p.stream_interval,
+                             end_ids=renderer.end_of_reply_ids, max_response_bytes=p.max_response_bytes,
+                             decode=lambda ids, skip: renderer.decoder(skip)(ids))
+               for url in split_urls(p.policy_url)]
+    return engines[0] if len(engines) == 1 else EnginePool(
+        engines, on_failover=lambda url, reason: metrics.policy_failovers.labels(url, reason).inc())
+
+
 @dataclass
 class Proxy:
     settings: Settings
@@ -203,11 +187,7 @@ class Proxy:
         tokenizer = tokenizer or load_tokenizer(p.tokenizer)
         if judge_tokenizer is None:
             judge_tokenizer = load_tokenizer(j.tokenizer, "openclaw_judge_tokenizer") if j.tokenizer and j.tokenizer != p.tokenizer else tokenizer
-        # Pooled connections expire before the backend's keep-alive timeout (uvicorn and SGLang: 5 s), so a
-        # request never races the server closing its idle connection (seen as sporadic 502s under load).
-        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256, keepalive_expiry=2.0)
-        http = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(p.request_timeout_s, connect=p.connect_timeout_s),
-                                 trust_env=False, verify=tls_context())
+        http = backend_http(p)
         renderer = ChatRenderer(tokenizer, p.enable_thinking)
         metrics = ProxyMetrics()
         teacher_slots = settings.opd.teacher_concurrency if MODES[settings.mode].needs_teacher else 0
@@ -236,15 +216,9 @@ class Proxy:
                                  on_end=renderer.forget)
         gate = SubmissionGate(is_open=gate_open, mode=p.pause_mode, hold_s=p.pause_hold_s)
         metrics.submission_open.set(1 if gate_open else 0)
-        engines = [PolicyBackend(http, url, timeout_s=p.request_timeout_s, api_key=p.policy_api_key,
-                                 connect_timeout_s=p.connect_timeout_s, stream_interval=p.stream_interval,
-                                 end_ids=renderer.end_of_reply_ids, max_response_bytes=p.max_response_bytes,
-                                 decode=lambda ids, skip: renderer.decoder(skip)(ids))
-                   for url in split_urls(p.policy_url)]
-        backend: Any = engines[0] if len(engines) == 1 else EnginePool(
-            engines, on_failover=lambda url, reason: metrics.policy_failovers.labels(url, reason).inc())
-        service = ChatService(p, renderer, OutputParser.named(p.reasoning_parser, p.tool_parser, renderer.format), backend, tracker,
-                              gate, metrics, keep_messages=scorer.keeps_messages)
+        service = ChatService(p, renderer, OutputParser.named(p.reasoning_parser, p.tool_parser, renderer.format),
+                              policy_backend(http, p, renderer, metrics), tracker, gate, metrics,
+                              keep_messages=scorer.keeps_messages)
         auth = Authenticator(p.api_keys, p.rate_limit_per_min)
         probes = BackendProbes(http, settings, service, judge, metrics)
         proxy = cls(settings, http, renderer, judge, spool, writer, tracker, gate, metrics, service, auth, probes,
@@ -252,6 +226,42 @@ class Proxy:
         proxy.dashboard = Sources(spool.dir, tokenizer=tokenizer, waiting=lambda: waiting_from_tracker(tracker))
         proxy.app = make_app(proxy)
         return proxy
+
+    async def start(self) -> None:
+        """Before the first request (the app's lifespan, or a ``--workers`` owner): waiting turns restored
+        from the spool, the idle sweeper and the backend probes started, start-up objects frozen."""
+        self.tracker.restore([Turn.from_record(json.loads(p)) for p in self.spool.pending_turns()])
+        self.tracker.start_sweeper()
+        await self.probes.refresh()  # learn the context lengths before the first request
+        self.probes.start()
+        # torch/transformers leave ~250K long-lived objects; without freezing them every full collection
+        # walks them all and stalls the event loop for 100-300 ms (measured by the benchmark).
+        gc.collect()
+        gc.freeze()
+
+    def refusal(self) -> OpenClawError | None:
+        """Why a chat request is refused before the policy spends a generation it cannot save (counted)."""
+        return spool_refusal(self.writer.overloaded, len(self.writer.overflow), self.writer.problem, self.metrics)
+
+    def health(self) -> dict[str, Any]:
+        """``/healthz``. Cheap: backend reachability comes from the background probe's cache, the spool's
+        state from the writer (``spool.error``: writes fail, or the file was deleted or replaced). ``ok``
+        is false while the policy is unreachable or the spool cannot take turns (the HTTP status stays 200:
+        the proxy itself is alive)."""
+        backends = self.probes.state
+        policy_ok = backends.get("policy", {}).get("reachable", True)
+        spool = self.writer.health()
+        return {"ok": policy_ok and spool["ok"], "submission_open": self.gate.is_open,
+                "sessions": len(self.tracker.sessions), "pending_turns": self.tracker.pending_turns,
+                "backends": backends, "spool": spool, "spool_overflow": len(self.writer.overflow)}
+
+    def refresh_gauges(self) -> None:
+        """The gauges ``/metrics`` reads from live state, set just before rendering."""
+        busy = sum(1 for sess in self.tracker.sessions.values() if sess.busy)
+        self.metrics.sessions.labels("active").set(busy)
+        self.metrics.sessions.labels("idle").set(len(self.tracker.sessions) - busy)
+        self.metrics.spool_depth.set(self.spool.ready_count())
+        self.metrics.submission_open.set(1 if self.gate.is_open else 0)
 
     async def shutdown(self) -> None:
         """Graceful stop (SIGTERM/SIGINT): judgements in flight finish, waiting turns stay persisted for
@@ -269,94 +279,10 @@ class Proxy:
         await self.http.aclose()
 
 
-async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
-    """The body, size-checked as it arrives and read within ``timeout_s`` (a slow body gets 408)."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the {limit}-byte limit")
-    body = bytearray()
-
-    async def read() -> None:
-        async for chunk in request.stream():
-            body.extend(chunk)
-            if len(body) > limit:
-                raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
-    try:
-        await asyncio.wait_for(read(), timeout_s)
-    except asyncio.TimeoutError:
-        raise RequestTimeout(f"request body not received within {timeout_s:g}s") from None
-    except ClientDisconnect:
-        log.info("client hung up on %s after %d bytes of its body", request.url.path, len(body))
-        raise ClientGone("client disconnected before its request body was complete") from None
-    return bytes(body)
-
-
-INLINE_PARSE_BYTES = 64 * 1024  # bodies above this are parsed and validated on a worker thread
-
-
-def parse_json_body(body: bytes) -> Any:
-    try:
-        data, unicode_ok = codec.loads_unicode(body)
-    except (*codec.DecodeError, RecursionError) as e:
-        raise BadRequest(f"request body is not valid JSON: {e}") from None
-    # escapes (\\ud800) and, through json's surrogatepass, raw CESU-8 bytes (ED A0 80) can smuggle them in
-    if not unicode_ok and has_lone_surrogate(data):
-        raise BadRequest("request body contains a lone UTF-16 surrogate (\\ud800-\\udfff): not valid Unicode")
-    return data
-
-
-async def read_json_body(request: Request, limit: int, timeout_s: float = 60.0) -> Any:
-    body = await read_body(request, limit, timeout_s)
-    if len(body) > INLINE_PARSE_BYTES:
-        return await asyncio.to_thread(parse_json_body, body)
-    return parse_json_body(body)
-
-
-def parse_chat_request(raw: Any, max_messages: int) -> ChatCompletionRequest:
-    """Cheap bounds first (the message count), then the schema."""
-    if not isinstance(raw, dict):
-        raise BadRequest("request body must be a JSON object")
-    messages = raw.get("messages")
-    if isinstance(messages, list) and len(messages) > max_messages:
-        raise BadRequest(f"too many messages: {len(messages)} (this proxy accepts at most {max_messages})",
-                         param="messages")
-    try:
-        return ChatCompletionRequest.model_validate(raw)
-    except ValidationError as e:
-        message, param = validation_message(e)
-        raise BadRequest(message, param=param) from None
-
-
-async def cancel_on_disconnect(request: Request, work: Any) -> Any:
-    """Run ``work`` (a coroutine) and cancel it if the client hangs up first: a non-streaming backend call
-    nobody waits for is stopped (its turn settles as client_disconnected). Returns None when the client
-    left. The body is fully read here, so the next ASGI message can only be the disconnect."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(request.receive())
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if not task.done() and watcher.done() and watcher.result().get("type") == "http.disconnect":
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            return None
-        return await task
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-
-
 def make_app(proxy: Proxy) -> Any:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        proxy.tracker.restore([Turn.from_record(json.loads(p)) for p in proxy.spool.pending_turns()])
-        proxy.tracker.start_sweeper()
-        await proxy.probes.refresh()  # learn the context lengths before the first request
-        proxy.probes.start()
-        # torch/transformers leave ~250K long-lived objects; without freezing them every full collection
-        # walks them all and stalls the event loop for 100-300 ms (measured by the benchmark).
-        gc.collect()
-        gc.freeze()
+        await proxy.start()
         yield
         await proxy.shutdown()
 
@@ -366,55 +292,14 @@ def make_app(proxy: Proxy) -> Any:
                   redirect_slashes=False)
     metrics = proxy.metrics
 
-    @app.exception_handler(OpenClawError)
-    async def _known(request: Request, exc: OpenClawError) -> JSONResponse:
-        return JSONResponse(error_body(exc), status_code=exc.status, headers=exc.headers)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        body = {"error": {"message": str(exc.detail), "type": "invalid_request_error", "param": None,
-                          "code": exc.status_code}}
-        return JSONResponse(body, status_code=exc.status_code)
-
-    @app.exception_handler(Exception)
-    async def _unknown(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s", request.url.path)
-        return JSONResponse(internal_error_body(), status_code=500)
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Any:
-        namespace = proxy.users.user(proxy.auth.namespace(request.headers.get("authorization")), request.headers)
-        if proxy.writer.overloaded:
-            metrics.backpressure.inc()
-            raise Overloaded(f"the spool is full and {len(proxy.writer.overflow)} samples wait in memory; retry "
-                             "when the trainer has caught up", headers={"Retry-After": "30"})
-        if proxy.writer.problem is not None:  # refused before the policy spends a generation it cannot save
-            metrics.not_durable.labels("spool_failing").inc()
-            raise NotDurable(f"the proxy cannot save turns to its spool now ({proxy.writer.problem}); retry "
-                             "shortly", headers={"Retry-After": "5"})
-        p = proxy.settings.proxy
-        body = await read_body(request, p.max_body_bytes, p.body_timeout_s)
-        if len(body) > INLINE_PARSE_BYTES:
-            req = await asyncio.to_thread(lambda: parse_chat_request(parse_json_body(body), p.max_messages))
-        else:
-            req = parse_chat_request(parse_json_body(body), p.max_messages)
-        work = proxy.service.complete(req, dict(request.headers), namespace, len(body))
-        result = await (work if req.stream else cancel_on_disconnect(request, work))
-        if result is None:  # the client hung up; nobody reads this
-            return Response(status_code=499)
-        if isinstance(result, dict):
-            return Response(codec.dumps(result), media_type="application/json")
-        return StreamingResponse(result, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    install_error_handlers(app)
+    chat_completions = app.post("/v1/chat/completions")(chat_endpoint(
+        proxy.settings.proxy, proxy.service, proxy.users, proxy.auth, metrics, proxy.refusal))
 
     @app.post("/v1/feedback")
     async def feedback(request: Request) -> dict[str, Any]:
         namespace = proxy.users.user(proxy.auth.namespace(request.headers.get("authorization")), request.headers)
-        raw = await read_json_body(request, 64 * 1024, proxy.settings.proxy.body_timeout_s)
-        try:
-            fb = FeedbackRequest.model_validate(raw)
-        except ValidationError as e:
-            message, param = validation_message(e)
-            raise BadRequest(message, param=param) from None
+        fb = await read_feedback(request, proxy.settings.proxy)
         turn, how = proxy.tracker.feedback(f"{namespace}\x1f{fb.session_id}", fb.rating, fb.text)
         return {"session_id": fb.session_id, "turn": turn, "applied_as": how}
 
@@ -426,24 +311,11 @@ def make_app(proxy: Proxy) -> Any:
     @app.get("/healthz")
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        """Cheap: backend reachability comes from the background probe's cache, the spool's state from
-        the writer (``spool.error``: writes fail, or the file was deleted or replaced). ``ok`` is false
-        while the policy is unreachable or the spool cannot take turns (the HTTP status stays 200: the
-        proxy itself is alive)."""
-        backends = proxy.probes.state
-        policy_ok = backends.get("policy", {}).get("reachable", True)
-        spool = proxy.writer.health()
-        return {"ok": policy_ok and spool["ok"], "submission_open": proxy.gate.is_open,
-                "sessions": len(proxy.tracker.sessions), "pending_turns": proxy.tracker.pending_turns,
-                "backends": backends, "spool": spool, "spool_overflow": len(proxy.writer.overflow)}
+        return proxy.health()
 
     @app.get("/metrics")
     async def prometheus() -> Response:
-        busy = sum(1 for sess in proxy.tracker.sessions.values() if sess.busy)
-        metrics.sessions.labels("active").set(busy)
-        metrics.sessions.labels("idle").set(len(proxy.tracker.sessions) - busy)
-        metrics.spool_depth.set(proxy.spool.ready_count())
-        metrics.submission_open.set(1 if proxy.gate.is_open else 0)
+        proxy.refresh_gauges()
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     if proxy.dashboard is not None:

@@ -6,8 +6,11 @@ concurrency C. For each history it prints the proxy's CPU seconds (all threads, 
 after the judge's votes and spool writes have settled, and the load average. ``--proxies N`` (issue #33 item 5)
 starts N independent proxies on the same mocks, each with its own spool directory (a spool has one writer), and
 sends each session to one of them by its index, as a router hashing the session id would (a session's turns must
-reach the proxy that holds its pending turn); CPU is summed over them. A benchmark: nothing is asserted.
-Usage: ``python scripts/bench_turn_cpu.py [--sessions 64] [--histories 1024,8192] [--profile out.pstat]``.
+reach the proxy that holds its pending turn); CPU is summed over them. ``--workers N`` runs one proxy as
+``serve --workers N`` (an owner process and N HTTP workers on one port, ``openclaw_rl/workers/``): sessions go
+to whichever worker the kernel gives each connection, and CPU is the owner's plus its workers'. A benchmark:
+nothing is asserted.
+Usage: ``python scripts/bench_turn_cpu.py [--sessions 64] [--histories 1024,8192] [--workers N] [--profile out.pstat]``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,27 @@ from openclaw_rl.bench import mock  # noqa: E402
 from openclaw_rl.bench.compare import sessions_at  # noqa: E402
 from openclaw_rl.bench.loadclient import LoadClient  # noqa: E402
 from openclaw_rl.servers import free_port  # noqa: E402
+
+
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (a ``--workers`` owner's workers)."""
+    out: list[int] = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+async def wait_workers(http: httpx.AsyncClient, url: str, n: int) -> None:
+    """Until the owner reports ``n`` workers connected (``/healthz`` answers once the first one is up)."""
+    for _ in range(1200):
+        health = (await http.get(f"{url}/healthz")).json()
+        if health.get("workers", {}).get("connected") == n:
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"the {n} workers did not all connect")
 
 
 def tree_cpu(pids: list[int]) -> float:
@@ -63,12 +87,15 @@ async def drive(load: LoadClient, urls: list[str], sessions: list[list[mock.Case
 async def run(ns: argparse.Namespace, tokenizer_dir: str, cases: dict[int, list[list[mock.Case]]], workdir: Path
               ) -> list[dict[str, object]]:
     stack = mock.Stack(tokenizer_dir, workdir, reply_tokens=ns.reply, judge_votes=3, replay=False,
-                       profile_proxy=ns.profile)
+                       profile_proxy=ns.profile, proxy_args=["--workers", str(ns.workers)] if ns.workers > 1 else None)
     rows: list[dict[str, object]] = []
     async with httpx.AsyncClient(timeout=120, trust_env=False) as http, LoadClient(120.0) as load:
         try:
             await stack.start(http)
             pids, urls = [stack.proxy_pid], [stack.proxy_url]
+            if ns.workers > 1:
+                await wait_workers(http, stack.proxy_url, ns.workers)
+                pids += children(stack.proxy_pid)
             for i in range(1, ns.proxies):  # the same command line, another port and spool directory
                 args = stack._proxy_args(f"spool-{i}")
                 port = str(free_port("127.0.0.1"))
@@ -86,15 +113,18 @@ async def run(ns: argparse.Namespace, tokenizer_dir: str, cases: dict[int, list[
                 for h, sessions in cases.items():
                     for pid in pids:
                         await stack.settle(pid=pid)
-                    load0, cpu0 = os.getloadavg()[0], tree_cpu(pids)
+                    load0, cpu0, owner0 = os.getloadavg()[0], tree_cpu(pids), tree_cpu(pids[:1])
                     turns, errors, wall = await drive(load, urls, sessions[4:], ns.concurrency,
                                                       f"r{rep}h{h}", ns.reply)
                     for pid in pids:
                         await stack.settle(pid=pid)
-                    cpu = tree_cpu(pids) - cpu0
+                    cpu, owner = tree_cpu(pids) - cpu0, tree_cpu(pids[:1]) - owner0
                     rows.append({"history": h, "rep": rep, "turns": turns, "errors": errors,
                                  "cpu_ms_per_turn": round(cpu / max(turns, 1) * 1e3, 3),
-                                 "turns_per_s": round(turns / wall, 1), "load": round(load0, 2)})
+                                 # with --workers: the owner's part (tracker, judge, spool writer)
+                                 "owner_cpu_ms_per_turn": round(owner / max(turns, 1) * 1e3, 3),
+                                 "turns_per_s": round(turns / wall, 1), "load": round(load0, 2),
+                                 "load_end": round(os.getloadavg()[0], 2)})
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
         finally:
             stack.stop()
@@ -109,6 +139,7 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--reply", type=int, default=64)
     p.add_argument("--proxies", type=int, default=1, help="independent proxies, sessions split between them (item 5)")
+    p.add_argument("--workers", type=int, default=1, help="serve --workers N: an owner and N HTTP workers (item 5)")
     p.add_argument("--profile", default="", help="profile the proxy (.pstat: yappi; .folded: py-spy)")
     ns = p.parse_args()
     from transformers import AutoTokenizer
@@ -119,12 +150,13 @@ def main() -> int:
              for h in map(int, ns.histories.split(","))}
     with tempfile.TemporaryDirectory(prefix="openclaw-turn-cpu-") as tmp:
         rows = asyncio.run(run(ns, tokenizer_dir, cases, Path(tmp)))
-    print(f"{'history':>8}{'CPU ms/turn':>13}{'turns/s':>9}{'turns':>7}{'errors':>8}{'load':>7}")
+    print(f"{'history':>8}{'CPU ms/turn':>13}{'owner ms':>10}{'turns/s':>9}{'turns':>7}{'errors':>8}{'load':>7}")
     for r in rows:
-        print(f"{r['history']:>8}{r['cpu_ms_per_turn']:>13}{r['turns_per_s']:>9}{r['turns']:>7}{r['errors']:>8}{r['load']:>7}")
+        print(f"{r['history']:>8}{r['cpu_ms_per_turn']:>13}{r['owner_cpu_ms_per_turn']:>10}{r['turns_per_s']:>9}"
+              f"{r['turns']:>7}{r['errors']:>8}{r['load']:>7}")
     for h in cases:
         sel = [float(r["cpu_ms_per_turn"]) for r in rows if r["history"] == h]  # type: ignore[arg-type]
-        print(f"~{h} tokens: CPU ms/turn best {min(sel):.3f}, mean {sum(sel) / len(sel):.3f} (proxies {ns.proxies})")
+        print(f"~{h} tokens: CPU ms/turn best {min(sel):.3f}, mean {sum(sel) / len(sel):.3f} (proxies {ns.proxies}, workers {ns.workers})")
     print(f"load average at end {tuple(round(x, 2) for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     return 0
 

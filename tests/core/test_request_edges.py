@@ -31,7 +31,7 @@ def _requests(proxy, code: str) -> float:
 def test_a_body_cut_off_by_the_client_is_a_499_with_one_log_line(policy_server, make_proxy, caplog):
     proxy, url = make_proxy(policy_server.url)
     host, port = url.removeprefix("http://").split(":")
-    caplog.set_level(logging.INFO, logger="openclaw_rl.server")
+    caplog.set_level(logging.INFO, logger="openclaw_rl.routes")
     for framing in (b"Content-Length: 100\r\n", b"Transfer-Encoding: chunked\r\n"):
         with socket.create_connection((host, int(port))) as s:
             body = b'{"messages"' if b"Length" in framing else b'b\r\n{"messages"\r\n'

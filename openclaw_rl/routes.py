@@ -1,0 +1,204 @@
+"""The proxy's request-side route code, shared by the one-process proxy and the ``--workers`` HTTP workers.
+
+Stage: client → **routes** → serving. Bodies are read and size-checked before parsing; the chat route
+refuses a request the spool cannot take before the policy spends a generation on it; every error leaves
+as OpenAI's error JSON with a 4xx/5xx status (``errors.py``). ``server.make_app`` (one process) and
+``workers/app.py`` (a worker process, its tracker in the owner process) build their apps from these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+
+from . import codec
+from .config import ProxySettings
+from .errors import (
+    BadRequest,
+    ClientGone,
+    NotDurable,
+    OpenClawError,
+    Overloaded,
+    PayloadTooLarge,
+    RequestTimeout,
+    error_body,
+    internal_error_body,
+)
+from .metrics import ProxyMetrics
+from .protocol import ChatCompletionRequest, FeedbackRequest, has_lone_surrogate
+from .serving import ChatService
+
+log = logging.getLogger(__name__)
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
+def _is_branch_tag(part: Any) -> bool:
+    """pydantic's name for a union member in an error's path ("str", "list[union[TextPart,OtherPart]]"):
+    not a field of the request. Fields are lower snake_case; members are types."""
+    return isinstance(part, str) and ("[" in part or part[:1].isupper() or part in _TYPE_TAGS)
+
+
+def validation_message(e: ValidationError) -> tuple[str, str | None]:
+    """The first error, said of the field. Where a union's first member only says "should be a valid
+    string", the member that matched the input's type says more (``content: []``: at least 1 item)."""
+    errors = e.errors()
+    first = errors[0]
+    if first["type"].endswith("_type"):
+        first = next((x for x in errors if not x["type"].endswith("_type")
+                      and tuple(x["loc"][:-1]) == tuple(first["loc"][:-1])), first)
+    param = ".".join(str(p) for p in first.get("loc", ()) if not _is_branch_tag(p)) or None
+    return f"invalid request: {first.get('msg')}" + (f" (at {param})" if param else ""), param
+
+
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The body, size-checked as it arrives and read within ``timeout_s`` (a slow body gets 408)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the {limit}-byte limit")
+    body = bytearray()
+
+    async def read() -> None:
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > limit:
+                raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
+    try:
+        await asyncio.wait_for(read(), timeout_s)
+    except asyncio.TimeoutError:
+        raise RequestTimeout(f"request body not received within {timeout_s:g}s") from None
+    except ClientDisconnect:
+        log.info("client hung up on %s after %d bytes of its body", request.url.path, len(body))
+        raise ClientGone("client disconnected before its request body was complete") from None
+    return bytes(body)
+
+
+INLINE_PARSE_BYTES = 64 * 1024  # bodies above this are parsed and validated on a worker thread
+
+
+def parse_json_body(body: bytes) -> Any:
+    try:
+        data, unicode_ok = codec.loads_unicode(body)
+    except (*codec.DecodeError, RecursionError) as e:
+        raise BadRequest(f"request body is not valid JSON: {e}") from None
+    # escapes (\\ud800) and, through json's surrogatepass, raw CESU-8 bytes (ED A0 80) can smuggle them in
+    if not unicode_ok and has_lone_surrogate(data):
+        raise BadRequest("request body contains a lone UTF-16 surrogate (\\ud800-\\udfff): not valid Unicode")
+    return data
+
+
+async def read_json_body(request: Request, limit: int, timeout_s: float = 60.0) -> Any:
+    body = await read_body(request, limit, timeout_s)
+    if len(body) > INLINE_PARSE_BYTES:
+        return await asyncio.to_thread(parse_json_body, body)
+    return parse_json_body(body)
+
+
+def parse_chat_request(raw: Any, max_messages: int) -> ChatCompletionRequest:
+    """Cheap bounds first (the message count), then the schema."""
+    if not isinstance(raw, dict):
+        raise BadRequest("request body must be a JSON object")
+    messages = raw.get("messages")
+    if isinstance(messages, list) and len(messages) > max_messages:
+        raise BadRequest(f"too many messages: {len(messages)} (this proxy accepts at most {max_messages})",
+                         param="messages")
+    try:
+        return ChatCompletionRequest.model_validate(raw)
+    except ValidationError as e:
+        message, param = validation_message(e)
+        raise BadRequest(message, param=param) from None
+
+
+async def cancel_on_disconnect(request: Request, work: Any) -> Any:
+    """Run ``work`` (a coroutine) and cancel it if the client hangs up first: a non-streaming backend call
+    nobody waits for is stopped (its turn settles as client_disconnected). Returns None when the client
+    left. The body is fully read here, so the next ASGI message can only be the disconnect."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(request.receive())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done() and watcher.done() and watcher.result().get("type") == "http.disconnect":
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return None
+        return await task
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+
+
+def spool_refusal(overloaded: bool, overflow: int, problem: str | None, metrics: ProxyMetrics) -> OpenClawError | None:
+    """503 while the spool and its overflow are full, or while commits fail (counted): refused before the
+    policy spends a generation that could not be saved."""
+    if overloaded:
+        metrics.backpressure.inc()
+        return Overloaded(f"the spool is full and {overflow} samples wait in memory; retry when the trainer has "
+                          "caught up", headers={"Retry-After": "30"})
+    if problem is not None:
+        metrics.not_durable.labels("spool_failing").inc()
+        return NotDurable(f"the proxy cannot save turns to its spool now ({problem}); retry shortly",
+                          headers={"Retry-After": "5"})
+    return None
+
+
+def chat_endpoint(p: ProxySettings, service: ChatService, users: Any, auth: Any, metrics: ProxyMetrics,
+                  refusal: Callable[[], OpenClawError | None]) -> Callable[[Request], Any]:
+    """``POST /v1/chat/completions``: authenticate, refuse what the spool cannot take, read and parse the
+    body (big ones on a thread), serve it; a client gone before a non-streamed answer gets nothing (499)."""
+
+    async def chat_completions(request: Request) -> Any:
+        namespace = users.user(auth.namespace(request.headers.get("authorization")), request.headers)
+        refused = refusal()
+        if refused is not None:
+            raise refused
+        body = await read_body(request, p.max_body_bytes, p.body_timeout_s)
+        if len(body) > INLINE_PARSE_BYTES:
+            req = await asyncio.to_thread(lambda: parse_chat_request(parse_json_body(body), p.max_messages))
+        else:
+            req = parse_chat_request(parse_json_body(body), p.max_messages)
+        work = service.complete(req, dict(request.headers), namespace, len(body))
+        result = await (work if req.stream else cancel_on_disconnect(request, work))
+        if result is None:  # the client hung up; nobody reads this
+            return Response(status_code=499)
+        if isinstance(result, dict):
+            return Response(codec.dumps(result), media_type="application/json")
+        return StreamingResponse(result, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    return chat_completions
+
+
+async def read_feedback(request: Request, p: ProxySettings) -> FeedbackRequest:
+    raw = await read_json_body(request, 64 * 1024, p.body_timeout_s)
+    try:
+        return FeedbackRequest.model_validate(raw)
+    except ValidationError as e:
+        message, param = validation_message(e)
+        raise BadRequest(message, param=param) from None
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Known errors as their status and OpenAI's error JSON; anything else logged and a bare 500 body."""
+
+    @app.exception_handler(OpenClawError)
+    async def _known(request: Request, exc: OpenClawError) -> JSONResponse:
+        return JSONResponse(error_body(exc), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        body = {"error": {"message": str(exc.detail), "type": "invalid_request_error", "param": None,
+                          "code": exc.status_code}}
+        return JSONResponse(body, status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _unknown(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s", request.url.path)
+        return JSONResponse(internal_error_body(), status_code=500)
