@@ -204,10 +204,13 @@ def test_a_turn_in_flight_during_the_deletion_keeps_nothing(deployment: Any) -> 
     turn = Turn(f"{ALICE}\x1fs-race", "s-race", 0, array("i", [5, 6, 7]), None, None, 1.0)
 
     on_loop(proxy, lambda: proxy.tracker.begin(turn, None))  # as serving does when the request arrives
+    waiting = proxy.tracker.sessions[f"{ALICE}\x1fs-alice"]  # turn 3 waits; say its judgement is running
     r = httpx.delete(f"{base}/v1/users/{ALICE}", headers={"Authorization": "Bearer root"}, timeout=60)
     assert r.status_code == 200 and r.json()["removed"]["dropped_turns"] == 2, r.text  # the race's and turn 3
     durable = on_loop(proxy, lambda: proxy.tracker.complete(turn, Generation.from_lists([9], [-0.1], "x", "stop")))
     assert durable is None  # nothing to save: the writer is never asked
+    on_loop(proxy, lambda: proxy.tracker._finish(waiting, 3, (object(), None)))  # the judgement ends now
+    assert waiting.judged == {} and waiting.turns == {}  # ignored: nothing of it is built or kept
     settle(proxy)
     assert proxy.spool.pending_turns() == [p for p in proxy.spool.pending_turns() if ALICE not in p]
     assert ALICE not in scan(RunDirs(proxy.spool.dir))
