@@ -247,3 +247,40 @@ def test_offline_deletion_while_a_proxy_runs_points_at_the_running_route(tmp_pat
     finally:
         running.close()
     assert json.loads(next(Spool(tmp_path / "spool").iter_samples()).to_json())["metadata"]["user"] == "alice"
+
+
+def test_the_writer_deletes_samples_it_holds_in_memory_and_those_leased(tmp_path: Path) -> None:
+    """A full spool: the writer holds the next turn's samples in memory (its overflow); the deletion takes
+    the user's out of it, and out of a batch already leased, and says which were leased."""
+    from openclaw_rl.metrics import ProxyMetrics
+    from openclaw_rl.samples import TrainingSample
+    from openclaw_rl.scoring import Outcome
+    from openclaw_rl.spool import Spool
+    from openclaw_rl.writer import SampleWriter
+
+    def turn_of(user: str, i: int) -> tuple[Turn, Outcome]:
+        from array import array
+
+        sample = TrainingSample(session_id=f"s{i}", turn=1, kind="rl", prompt_ids=[1], response_ids=[2],
+                                rollout_log_probs=[-1.0], loss_mask=[1], reward=1.0, sample_id=f"{user}-{i}",
+                                metadata={"user": user, "session_key": f"{user}\x1fs{i}"})
+        turn = Turn(f"{user}\x1fs{i}", f"s{i}", 1, array("i", [1]), None, None, 1.0)
+        return turn, Outcome(samples=[sample])
+
+    spool = Spool(tmp_path / "spool", max_bytes=1)  # the first put fills it; later samples wait in memory
+    writer = SampleWriter(spool, ProxyMetrics())
+    try:
+        writer(*turn_of(ALICE, 0))
+        writer.flush()
+        _, leased = spool.lease(10)
+        for i, user in enumerate((ALICE, BOB, ALICE), start=1):
+            writer(*turn_of(user, i))
+        writer.flush()
+        assert len(writer.overflow) == 3
+        counts, leased_ids = writer.delete_user(ALICE).result(30)
+        assert leased_ids == [f"{ALICE}-0"] and counts["spool_samples"] == 3
+        assert [s.sample_id for s in writer.overflow] == [f"{BOB}-2"]
+        assert list(spool.iter_samples()) == []
+    finally:
+        writer.close()
+        spool.close()
