@@ -134,6 +134,9 @@ class PerUserTrainer:
             known = user in self.users
             served = known and self.users[user].published is not None
             self.forget(user)
+            if _SCRATCH in self.model.peft_config:  # may hold an earlier version of theirs (fidelity scoring)
+                self.model.delete_adapter(_SCRATCH)
+                self.model.set_adapter(_PLACEHOLDER)
             if self.directory is not None:
                 self.directory.unloaded(user)
             unloaded = 0
