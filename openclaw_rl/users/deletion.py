@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +75,8 @@ class UserAdmin:
 def summary_row(u: UserSummary) -> dict[str, Any]:
     return {"user": u.user, "turns": u.turns, "samples": u.samples, "trained_samples": u.trained_samples,
             "samples_waiting": u.samples_waiting, "turns_waiting": u.turns_waiting, "adapter": u.adapter,
-            "adapter_version": u.adapter_version, "last_activity": u.last_activity, "record_lines": u.record_lines,
+            "adapter_version": u.adapter_version, "last_activity": u.last_activity,
+            "first_activity": u.first_activity, "record_lines": u.record_lines,
             "experience": u.experience, "adapter_checkpoints": len(u.paths)}
 
 
@@ -113,6 +115,7 @@ async def delete_user(proxy: Any, user: str) -> dict[str, Any]:
         on_disk = await asyncio.to_thread(scan, dirs)
         if user not in on_disk and user not in live_users(proxy):
             raise NotFound(f"no data of user {user!r} here (GET /v1/users lists them)")
+        deleted_at = time.time()  # what of the user is newer came after the deletion (they came back)
         removed: dict[str, int] = {"dropped_turns": proxy.tracker.delete_user(user)}
         if proxy.service.adapters is not None:
             proxy.service.adapters.unloaded(user)
@@ -142,7 +145,7 @@ async def delete_user(proxy: Any, user: str) -> dict[str, Any]:
     log.warning("user %s deleted from the running deployment: %s; %s", log_safe(user),
                 ", ".join(f"{k} {v}" for k, v in removed.items()),
                 "nothing remains" if after is None or not after.total else f"{after.total} items remain")
-    return {"deleted": user, "adapter": adapter_name(user), "removed": removed,
+    return {"deleted": user, "adapter": adapter_name(user), "deleted_at": deleted_at, "removed": removed,
             "remaining": 0 if after is None else after.total, "remaining_detail": remaining}
 
 

@@ -41,6 +41,7 @@ class UserSummary:
     samples: int = 0  # samples those turns became
     trained_samples: int = 0  # ... that a training step took
     last_activity: float | None = None  # unix time of the newest journal line
+    first_activity: float | None = None  # ... of the oldest (after a deletion: when the user came back)
     adapter: str = ""  # the adapter's name (a hash of the user)
     adapter_version: str | None = None  # the newest adapter checkpoint (step-N of the user's trainer)
     record_lines: int = 0
@@ -107,6 +108,7 @@ def scan(dirs: RunDirs) -> dict[str, UserSummary]:
             t = line.get("t")
             if isinstance(t, (int, float)):
                 u.last_activity = max(u.last_activity or 0.0, float(t))
+                u.first_activity = float(t) if u.first_activity is None else min(u.first_activity, float(t))
     db = dirs.spool_dir / "samples.sqlite3"
     if db.exists():
         import sqlite3

@@ -284,3 +284,14 @@ def test_the_writer_deletes_samples_it_holds_in_memory_and_those_leased(tmp_path
     finally:
         writer.close()
         spool.close()
+
+
+def test_a_user_listed_again_after_the_deletion_passes_only_with_newer_activity() -> None:
+    from openclaw_rl.users.remote import newer_than
+
+    row = {"first_activity": 100.0, "turns": 3, "samples_waiting": 1, "record_lines": 4, "experience": False,
+           "adapter_checkpoints": 0}
+    assert newer_than(row, 99.0) and not newer_than(row, 101.0)  # came back at 100 / data from before 101
+    waiting = {**row, "first_activity": None, "turns": 0, "samples_waiting": 0, "record_lines": 0}
+    assert newer_than(waiting, 101.0)  # a new turn waiting for its next state
+    assert not newer_than({**waiting, "adapter_checkpoints": 1}, 101.0)  # a checkpoint without any turn: old
