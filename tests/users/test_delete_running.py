@@ -295,3 +295,32 @@ def test_a_user_listed_again_after_the_deletion_passes_only_with_newer_activity(
     waiting = {**row, "first_activity": None, "turns": 0, "samples_waiting": 0, "record_lines": 0}
     assert newer_than(waiting, 101.0)  # a new turn waiting for its next state
     assert not newer_than({**waiting, "adapter_checkpoints": 1}, 101.0)  # a checkpoint without any turn: old
+
+
+def test_deleting_a_user_unloads_their_adapter_from_an_sglang_server(lora_engine: Any, tiny_model_dir: Path,
+                                                                     tmp_path: Path) -> None:
+    """``train --per-user-adapters``: the trainer's deletion unloads the versioned name through
+    ``/unload_lora_adapter`` (the embedded engine's implementation of SGLang's endpoint) and removes its files."""
+    from transformers import AutoModelForCausalLM
+
+    from openclaw_rl.samples import TrainingSample
+    from openclaw_rl.users.sglang_adapters import SGLangAdapterSync
+
+    core, url = lora_engine
+    sync = SGLangAdapterSync(url, tmp_path / "adapters", lora_config())
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    trainer = PerUserTrainer(TrainerConfig(mode="rl", lr=1e-2), model, lora_config(), load_adapter=sync.load,
+                             unload_adapter=sync.unload)
+    try:
+        for user in (ALICE, BOB):
+            trainer.train([TrainingSample(session_id="s", turn=1, kind="rl", prompt_ids=[5, 6, 7], response_ids=[8, 9],
+                                          rollout_log_probs=[-1.0, -1.0], loss_mask=[1, 1], reward=1.0,
+                                          sample_id=f"{user}-1", metadata={"user": user})])
+        trainer.sync()
+        assert sorted(core.adapter_names()) == sorted([f"{adapter_name(ALICE)}_step_1", f"{adapter_name(BOB)}_step_1"])
+        assert trainer.delete_user(ALICE)["engine_adapter"] == 1
+        assert core.adapter_names() == [f"{adapter_name(BOB)}_step_1"]
+        assert not (tmp_path / "adapters" / adapter_name(ALICE)).exists()
+        assert (tmp_path / "adapters" / adapter_name(BOB)).exists()
+    finally:
+        sync.close()
