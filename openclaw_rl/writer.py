@@ -24,6 +24,10 @@ anything in the group fails (a full spool, a full disk, SQLITE_FULL at COMMIT), 
 and its writes run again one by one through the path above, which attributes the error to the write that
 causes it (every spool write is idempotent: sample ids are fixed before the first try, waiting rows are
 replaced). Per-session turn order is the queue's order either way.
+
+Deleting a user while running (``delete_user``, ``users/deletion.py``) is a queued item too: it runs after
+every write queued before it, removes the user's samples from the spool (leased ones too) and from what is
+held in memory, and rewrites the record files without their lines, so the spool keeps this one writer.
 """
 
 from __future__ import annotations
