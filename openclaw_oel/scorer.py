@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +107,9 @@ class OELScorer:
             store = ExperienceStore.beside(settings.spool.dir) if settings.spool.dir else ExperienceStore(":memory:")
         self.store = store
         self._pending: dict[tuple[str, str], _Pending] = {}
+        self._deletions: dict[str, int] = {}  # store key -> times its user was deleted (an extraction started
+        # before a deletion must not write the deleted user's experience back)
+        self._deleting = threading.Lock()
         self.extractions = 0  # extraction calls made (tests count them)
         self.trimmed_extractions = 0  # extractions whose conversation was cut to the judge's context
 
@@ -121,6 +125,21 @@ class OELScorer:
             task = asyncio.get_running_loop().create_task(self._extract(turns))
             pending = self._pending[key] = _Pending(task)
         pending.waiting.update(t.index for t in turns)
+
+    def forget_user(self, user: str) -> int:
+        """Delete `user`'s experience (``DELETE /v1/users/{user}``); extractions of theirs already running keep
+        theirs to themselves. Returns the entries removed (0 or 1)."""
+        skey = store_key(user)
+        for key in [k for k in self._pending if _namespace(k[0]) == user]:
+            self._pending.pop(key).task.cancel()
+        with self._deleting:
+            self._deletions[skey] = self._deletions.get(skey, 0) + 1
+            return int(self.store.delete(skey))
+
+    def _put_unless_deleted(self, skey: str, rules: list[str], incarnation: int) -> None:
+        with self._deleting:  # checked and written as one step: a deletion comes wholly before or after
+            if self._deletions.get(skey, 0) == incarnation:
+                self.store.put(skey, rules)
 
     async def _experience_for(self, turn: Turn) -> Experience:
         key = (turn.session_key, turn.epoch)
@@ -145,6 +164,7 @@ class OELScorer:
         if last.next_state is not None:
             conversation.append(dict(last.next_state))
         skey = store_key(_namespace(last.session_key))
+        incarnation = self._deletions.get(skey, 0)
         previous: list[str] = []
         if self.cfg.accumulate:
             entry = await asyncio.to_thread(self.store.get, skey)
@@ -159,7 +179,7 @@ class OELScorer:
                                self.cfg.max_experience_tokens)
         if rules:
             try:
-                await asyncio.to_thread(self.store.put, skey, rules)
+                await asyncio.to_thread(self._put_unless_deleted, skey, rules, incarnation)
             except Exception as e:  # the store is a record: its failure must not cost the session's samples
                 log.warning("experience store: saving %s failed: %s", skey, e)
         return Experience(rules, cut=cut, raw=answered[0])

@@ -76,6 +76,7 @@ class ProxySettings:
     trusted_user_keys: list[str] = field(default_factory=list)  # keys whose user header names the user
     # (one key for many people, docs/users.md); from any other key the header is ignored
     user_header: str = "x-user-id"  # the header a trusted key names its user with
+    admin_keys: list[str] = field(default_factory=list)  # keys that may delete any user (DELETE /v1/users/..)
     per_user_adapters: bool = False  # each user's requests use that user's LoRA adapter once it exists
     stream_interval: int = 8  # streamed /generate calls ask SGLang for one event per this many tokens
     # (sampling_params.stream_interval; the first token and the finish come at once); 0 = send nothing,
@@ -202,9 +203,10 @@ class Settings:
         p, j = self.proxy, self.judge
         if not 0 <= p.port <= 65535:  # 0: any free port (in-process proxies, tests)
             raise ValueError(f"openclaw_proxy_port: expected a TCP port 0-65535 (0 = any free port), got {p.port}")
-        for i, key in enumerate(p.api_keys):
+        for i, key in enumerate([*p.api_keys, *p.admin_keys]):
             if not key or not key.isascii() or not key.isprintable() or any(c.isspace() for c in key):
-                raise ValueError(f"openclaw_proxy_api_keys: key #{i + 1} is empty or contains whitespace, control or "
+                which, n = ("api", i) if i < len(p.api_keys) else ("admin", i - len(p.api_keys))
+                raise ValueError(f"openclaw_proxy_{which}_keys: key #{n + 1} is empty or contains whitespace, control or "
                                  "non-ASCII characters (an unset $KEY expands to an empty key); refusing to start")
         positive = {"openclaw_proxy_request_timeout_s": p.request_timeout_s, "openclaw_proxy_max_body_bytes":
                     p.max_body_bytes, "openclaw_proxy_max_messages": p.max_messages, "openclaw_proxy_header_timeout_s":

@@ -51,6 +51,13 @@ class Unauthorized(OpenClawError):
     error_type = "authentication_error"
 
 
+class Forbidden(OpenClawError):
+    """A valid key asks for something it may not do (deleting a user it does not own)."""
+
+    status = 403
+    error_type = "permission_error"
+
+
 class NotFound(OpenClawError):
     status = 404
     error_type = "not_found_error"

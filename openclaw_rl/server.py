@@ -50,6 +50,7 @@ from .serving import ChatService
 from .sessions import SessionTracker
 from .spool import Spool
 from .turns import Turn
+from .users.deletion import UserAdmin, users_router
 from .users.identity import UserResolver
 from .writer import SampleWriter
 
@@ -178,6 +179,7 @@ class Proxy:
     journal: TurnJournal | None = None  # every turn's outcome and the step that trained it (the dashboard's)
     dashboard: Sources | None = None  # what /dashboard reads (a trainer adds its metrics.jsonl)
     users: UserResolver = field(default_factory=UserResolver)  # the user of a request (users/identity.py)
+    user_admin: UserAdmin = field(default_factory=UserAdmin)  # deleting a user while running (users/deletion.py)
 
     @classmethod
     def build(cls, settings: Settings, *, tokenizer: Any = None, judge_tokenizer: Any = None,
@@ -222,7 +224,8 @@ class Proxy:
         auth = Authenticator(p.api_keys, p.rate_limit_per_min)
         probes = BackendProbes(http, settings, service, judge, metrics)
         proxy = cls(settings, http, renderer, judge, spool, writer, tracker, gate, metrics, service, auth, probes,
-                    journal=journal, users=UserResolver(p.trusted_user_keys, p.user_header))
+                    journal=journal, users=UserResolver(p.trusted_user_keys, p.user_header),
+                    user_admin=UserAdmin(list(p.admin_keys)))
         proxy.dashboard = Sources(spool.dir, tokenizer=tokenizer, waiting=lambda: waiting_from_tracker(tracker))
         proxy.app = make_app(proxy)
         return proxy
@@ -320,6 +323,7 @@ def make_app(proxy: Proxy) -> Any:
 
     if proxy.dashboard is not None:
         app.include_router(dashboard_router(proxy.dashboard, proxy.auth.identify))
+    app.include_router(users_router(proxy))
     app.add_middleware(HeaderLimitMiddleware, limit=proxy.settings.proxy.max_header_bytes)
     app.add_middleware(ObserveMiddleware, metrics=metrics)
     return DirectRoute(app, "/v1/chat/completions", chat_completions)

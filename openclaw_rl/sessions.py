@@ -193,6 +193,31 @@ class SessionTracker:
             self._maybe_judge(session, turn)
         self.metrics.sessions.labels("tracked").set(len(self.sessions))
 
+    def delete_user(self, user: str) -> int:
+        """Forget every session of `user` (the namespace of their session keys): each turn not yet emitted, the
+        one being generated included, is emitted now as a ``user_deleted`` drop (counted and logged; its
+        spool row and record lines go with the user's deletion, ``users/deletion.py``). A judgement or
+        generation still running for one of them finds its turn gone and keeps nothing. Returns the turns
+        dropped. The user's next request opens a fresh session."""
+        doomed = {id(s): s for s in [*self.sessions.values(), *self._owner.values()] if _namespace(s.key) == user}
+        dropped = 0
+        for session in doomed.values():
+            if self.sessions.get(session.key) is session:
+                del self.sessions[session.key]
+                self._untouch(session.key)
+                self.on_end(session.key)
+            session.closing = True
+            dropped += len(session.turns)
+            for i in range(session.emit_next, session.next_index):
+                session.judged[i] = Outcome(drop=DropReason.USER_DELETED)
+            session.started.clear()
+            self._finish(session, session.next_index - 1, Outcome(drop=DropReason.USER_DELETED))
+        self.metrics.sessions.labels("tracked").set(len(self.sessions))
+        if dropped or doomed:
+            log.warning("user %s deleted: %d sessions forgotten, %d waiting turns dropped", log_safe(user),
+                        len(doomed), dropped)
+        return dropped
+
     # --- internals -----------------------------------------------------------------------------------
 
     @staticmethod
@@ -256,6 +281,8 @@ class SessionTracker:
         self._finish(session, turn.index, (judgement, None))
 
     def _finish(self, session: Session, index: int, result: Outcome | tuple[Any, None]) -> None:
+        if index < session.emit_next:  # emitted already (its user was deleted while it was judged): nothing to do
+            return
         session.judged[index] = result
         while session.emit_next in session.judged:
             i = session.emit_next

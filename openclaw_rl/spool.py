@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .errors import CommandError
@@ -419,6 +419,32 @@ class Spool:
         if n:
             log.warning("re-delivering %d samples from a batch that was never acknowledged", n)
         return n
+
+    def remove_user(self, owns: Callable[[str], bool], session_prefix: str) -> tuple[int, list[str], int]:
+        """Delete, in one transaction, the samples whose payload `owns` (leased or not) and the waiting turns
+        and next states of session keys starting with `session_prefix` (deleting a user, ``users/``).
+        ``secure_delete`` overwrites the freed cells, and a TRUNCATE checkpoint then moves the pages into
+        the database and empties the WAL (a reader still holding an old snapshot can keep it from
+        finishing: it is retried at the next one). Returns (samples removed, the ids of those a batch had
+        leased to the trainer, waiting turns removed)."""
+        with self._arrived:
+            self._db.execute("PRAGMA secure_delete=ON")
+            try:
+                with self._transaction(check=True):
+                    rows = self._db.execute("SELECT seq, sample_id, batch_id, payload FROM samples").fetchall()
+                    doomed = [(seq, sid, batch) for seq, sid, batch, payload in rows if owns(payload)]
+                    self._db.executemany("DELETE FROM samples WHERE seq = ?", [(seq,) for seq, _, _ in doomed])
+                    n = len(session_prefix)
+                    turns = self._db.execute("DELETE FROM pending_turns WHERE substr(session_key, 1, ?) = ?",
+                                             (n, session_prefix)).rowcount
+                    self._db.execute("DELETE FROM pending_next_states WHERE substr(session_key, 1, ?) = ?",
+                                     (n, session_prefix))
+                    self._db.execute("UPDATE spool_stats SET value = (SELECT COALESCE(SUM(LENGTH(CAST(payload AS "
+                                     "BLOB))), 0) FROM samples) WHERE name = 'live_bytes'")
+            finally:
+                self._db.execute("PRAGMA secure_delete=OFF")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return len(doomed), [sid for _, sid, batch in doomed if batch is not None], turns
 
     def iter_samples(self) -> Iterator[TrainingSample]:
         with self._lock:

@@ -54,6 +54,9 @@ class DropReason(str, Enum):
     """The spool could not commit the turn within ``DURABLE_WAIT_S`` (a full disk, an I/O error, the spool
     file deleted or replaced): its reply was refused with 503 (an error event in a stream), so the client
     never used it."""
+    USER_DELETED = "user_deleted"
+    """The turn's user was deleted (``DELETE /v1/users/{user}``, docs/users.md) while it waited for its next
+    state or judgement, or while it was being generated: nothing of it is kept."""
     SETTLE_FAILED = "settle_failed"
     """Recording the turn raised unexpectedly (a bug); the turn is dropped, the session goes on."""
 

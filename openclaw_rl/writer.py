@@ -24,6 +24,10 @@ anything in the group fails (a full spool, a full disk, SQLITE_FULL at COMMIT), 
 and its writes run again one by one through the path above, which attributes the error to the write that
 causes it (every spool write is idempotent: sample ids are fixed before the first try, waiting rows are
 replaced). Per-session turn order is the queue's order either way.
+
+Deleting a user while running (``delete_user``, ``users/deletion.py``) is a queued item too: it runs after
+every write queued before it, removes the user's samples from the spool (leased ones too) and from what is
+held in memory, and rewrites the record files without their lines, so the spool keeps this one writer.
 """
 
 from __future__ import annotations
@@ -105,6 +109,14 @@ class SampleWriter:
         whole turn where it has no row yet. Queued after the turn's own save, so that row exists."""
         done: Future = Future()
         self._queue.put(("next_state", turn, done))
+        return done
+
+    def delete_user(self, user: str) -> Future:
+        """Remove `user`'s samples (held in memory or in the spool, leased ones too), waiting turns and record
+        lines, on this thread after everything queued before it (the spool keeps one writer). The future's
+        result: (counts removed, ids of the removed samples a batch had leased to the trainer)."""
+        done: Future = Future()
+        self._queue.put(("delete_user", user, done))
         return done
 
     def retry(self) -> None:
@@ -205,6 +217,8 @@ class SampleWriter:
                 a.set()
             elif op == "retry":
                 self._retry()
+            elif op == "delete_user":
+                self._delete_user(a, b)
             elif op in ("turn", "next_state"):
                 self._save_turn(op, a, b)
             else:
@@ -372,6 +386,45 @@ class SampleWriter:
         if self.on_written:
             self.on_written(samples)
 
+    def _delete_user(self, user: str, done: Future) -> None:
+        from .users.store import RECORDS, payload_user, rewrite_jsonl
+
+        prefix = user + "\x1f"
+        try:
+            kept = deque(s for s in self.overflow if _user_of(s) != user)
+            held = len(self.overflow) - len(kept)
+            self.overflow = kept
+            self._overflow_settled = [k for k in self._overflow_settled if not k[0].startswith(prefix)]
+            self.metrics.overflow.set(len(self.overflow))
+            unsaved = [k for k in self.unsaved if k[0].startswith(prefix)]
+            for key in unsaved:
+                del self.unsaved[key]
+            samples, leased, turns = self.spool.remove_user(lambda payload: payload_user(payload) == user, prefix)
+            lines = 0
+            if self._records is not None:
+                directory = Path(self._records.name).parent
+                for f in (self._records, self._prm_records):
+                    f.close()  # type: ignore[union-attr]
+                try:
+                    lines = sum(rewrite_jsonl(directory / name, lambda o: o.get("user") != user) for name in RECORDS)
+                finally:
+                    self._records = open(directory / RECORDS[0], "ab")  # noqa: SIM115
+                    self._prm_records = open(directory / RECORDS[1], "ab")  # noqa: SIM115
+        except Exception as e:
+            log.exception("deleting user %s from the spool failed", log_safe(user))
+            _resolve(done, e)
+            return
+        self._recovered()
+        log.warning("user %s deleted from the spool: %d samples (%d leased to the trainer, %d held in memory), "
+                    "%d waiting turns, %d record lines", log_safe(user), samples + held, len(leased), held,
+                    turns + len(unsaved), lines)
+        counts = {"spool_samples": samples + held, "leased_samples": len(leased), "waiting_turns": turns + len(unsaved),
+                  "record_lines": lines}
+        try:
+            done.set_result((counts, leased))
+        except InvalidStateError:
+            pass
+
     def _record(self, turn: Turn, outcome: Outcome) -> None:
         gen = turn.generation
         line: dict[str, Any] = {
@@ -387,6 +440,10 @@ class SampleWriter:
                           "turn": turn.index, **outcome.record}
             self._prm_records.write(_record_line(judge_line))  # type: ignore[union-attr]
             self._prm_records.flush()  # type: ignore[union-attr]
+
+
+def _user_of(sample: TrainingSample) -> str:
+    return str(sample.metadata.get("user") or str(sample.metadata.get("session_key", "")).partition("\x1f")[0])
 
 
 def _record_line(obj: dict[str, Any]) -> bytes:

@@ -25,6 +25,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,13 @@ class TurnJournal:
     def trained(self, batch_id: str, step: int | None) -> None:
         self._queue.put(("line", {"ev": "trained", "t": time.time(), "batch": batch_id, "step": step}, None))
 
+    def delete_user(self, user: str) -> Future:
+        """Rewrite both files without `user`'s turn lines, on this thread after every line queued before it;
+        the future's result is the number of lines removed (``batch`` lines name sample ids only: kept)."""
+        done: Future = Future()
+        self._queue.put(("delete_user", user, done))
+        return done
+
     def flush(self, timeout: float = 10.0) -> None:
         if not self._thread.is_alive():
             return
@@ -134,6 +142,20 @@ class TurnJournal:
     def _handle(self, op: str, a: Any, b: Any) -> None:
         if op == "flush":
             a.set()
+            return
+        if op == "delete_user":
+            from openclaw_rl.users.store import rewrite_jsonl
+
+            try:
+                if self._file is not None:
+                    self._file.close()
+                    self._file = None  # reopened by the next line
+                b.set_result(sum(rewrite_jsonl(self.dir / name, lambda o: o.get("ns") != a)
+                                 for name in (ROTATED, JOURNAL)))
+            except Exception as e:
+                self.errors += 1
+                log.exception("journal: deleting a user's lines failed")
+                b.set_exception(e)
             return
         try:
             self._append(turn_line(a, b) if op == "turn" else a)

@@ -174,6 +174,9 @@ class ExternalStack:
         self.runtime = ProxyRuntime(settings, tokenizer=self.tokenizer)
         if cfg.per_user_adapters:  # the proxy's per-request choice follows the adapters the trainer publishes
             self.trainer.directory = self.runtime.proxy.service.adapters
+            from .local_users import admit_user_deletion
+
+            admit_user_deletion(self.runtime.proxy, self.trainer)
         self.guard = VersionGuard(getattr(self.weights, "engines", [self.weights]), self.runtime.proxy.gate,
                                   interval_s=cfg.version_check_s)
         self.guard.start()

@@ -35,9 +35,20 @@ def make_user_trainer(stack: LocalStack, tcfg: Any, trainer_model: Any) -> Any:
     cfg = stack.cfg
     lora = lora_config(cfg.adapter_rank, 2 * cfg.adapter_rank)
     stack.policy.enable_lora(lora)
-    return PerUserTrainer(tcfg, trainer_model, lora, load_adapter=stack.policy.load_adapter,
-                          directory=stack.runtime.proxy.service.adapters, min_samples=cfg.adapter_min_samples,
-                          tokenizer=stack.tokenizer)
+    trainer = PerUserTrainer(tcfg, trainer_model, lora, load_adapter=stack.policy.load_adapter,
+                             directory=stack.runtime.proxy.service.adapters, min_samples=cfg.adapter_min_samples,
+                             tokenizer=stack.tokenizer, unload_adapter=stack.policy.unload_adapter)
+    admit_user_deletion(stack.runtime.proxy, trainer)
+    return trainer
+
+
+def admit_user_deletion(proxy: Any, trainer: Any) -> None:
+    """``DELETE /v1/users/{user}`` on the run's proxy also deletes the user's adapter here (users/deletion.py)."""
+    from pathlib import Path
+
+    if trainer.cfg.ckpt_dir:
+        proxy.user_admin.ckpt_dir = Path(trainer.cfg.ckpt_dir)
+    proxy.user_admin.trainer_hooks.append(trainer.delete_user)
 
 
 def simulate_groups(stack: LocalStack, cfg: LocalConfig, out: dict[str, Any]) -> None:

@@ -19,8 +19,10 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import shutil
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -64,7 +66,8 @@ class PerUserTrainer:
     """``EmbeddedTrainer``'s interface (train, sync, log, close, step) over one adapter per user."""
 
     def __init__(self, cfg: TrainerConfig, base_model: torch.nn.Module, lora: Any, *, load_adapter: LoadAdapter,
-                 directory: AdapterDirectory | None = None, min_samples: int = 1, tokenizer: Any = None):
+                 directory: AdapterDirectory | None = None, min_samples: int = 1, tokenizer: Any = None,
+                 unload_adapter: Callable[[str], Any] | None = None):
         from peft import get_peft_model
 
         from .metric_sinks import MetricSinks
@@ -78,6 +81,10 @@ class PerUserTrainer:
         self.dirty: set[str] = set()  # trained since their last sync
         self.step = 0  # batches trained (the run's step count; each user has its own)
         self.sinks = MetricSinks(cfg.tensorboard_dir, cfg.wandb)
+        self.unload_adapter = unload_adapter  # takes an adapter out of the engine (deleting its user)
+        self.lock = threading.RLock()  # a step, a sync, a save or a deletion at a time (deletions come from
+        # the proxy's thread while the run's loop trains)
+        self.deleted_samples: set[str] = set()  # ids of deleted users' samples a batch may still hold
 
     # --- users ------------------------------------------------------------------------------------
 
@@ -117,6 +124,38 @@ class PerUserTrainer:
 
         return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model, adapter_name=u.name).items()}
 
+    def delete_user(self, user: str, sample_ids: Iterable[str] = ()) -> dict[str, int]:
+        """Delete `user` (``DELETE /v1/users/{user}``): the adapter and optimizer here, the adapter in the engine
+        and the proxy's directory, the adapter checkpoints on disk; `sample_ids` (theirs, in a batch already
+        leased) are never trained. Waits for a step in progress to end. Returns what was removed."""
+        with self.lock:
+            self.deleted_samples.update(sample_ids)
+            name = adapter_name(user)
+            known = user in self.users
+            served = known and self.users[user].published is not None
+            self.forget(user)
+            if _SCRATCH in self.model.peft_config:  # may hold an earlier version of theirs (fidelity scoring)
+                self.model.delete_adapter(_SCRATCH)
+                self.model.set_adapter(_PLACEHOLDER)
+            if self.directory is not None:
+                self.directory.unloaded(user)
+            unloaded = 0
+            if served and self.unload_adapter is not None:
+                try:
+                    self.unload_adapter(name)
+                    unloaded = 1
+                except KeyError:  # not loaded there (a restart of the engine)
+                    pass
+            checkpoints = 0
+            if self.cfg.ckpt_dir:
+                target = Path(self.cfg.ckpt_dir) / "users" / name
+                if target.exists():
+                    checkpoints = sum(1 for p in target.glob("step-*") if not p.name.endswith(".tmp"))
+                    shutil.rmtree(target)
+        log.warning("user %s deleted from the trainer: adapter %s (%s), %d checkpoints", user, name,
+                    "trained" if known else "none here", checkpoints)
+        return {"trainer_adapter": int(known), "engine_adapter": unloaded, "adapter_checkpoints": checkpoints}
+
     def forget(self, user: str) -> None:
         """Drop a user's adapter and optimizer here (the engine and the directory are the caller's)."""
         u = self.users.pop(user, None)
@@ -128,6 +167,15 @@ class PerUserTrainer:
     # --- the EmbeddedTrainer interface ------------------------------------------------------------
 
     def train(self, samples: list[TrainingSample], rollout_metrics: dict[str, float] | None = None) -> StepResult:
+        with self.lock:
+            if self.deleted_samples:
+                kept = [s for s in samples if s.sample_id not in self.deleted_samples]
+                if len(kept) < len(samples):
+                    log.warning("%d samples of deleted users left out of this step", len(samples) - len(kept))
+                samples = kept
+            return self._train(samples, rollout_metrics)
+
+    def _train(self, samples: list[TrainingSample], rollout_metrics: dict[str, float] | None = None) -> StepResult:
         t0 = time.perf_counter()
         by_user: dict[str, list[TrainingSample]] = {}
         for s in samples:
@@ -203,9 +251,10 @@ class PerUserTrainer:
     def sync(self) -> float:
         """Load every adapter trained since the last sync into the engine; returns milliseconds."""
         t0 = time.perf_counter()
-        for user in sorted(self.dirty):
-            self.users[user].trainer.sync()
-        self.dirty.clear()
+        with self.lock:
+            for user in sorted(self.dirty):
+                self.users[user].trainer.sync()
+            self.dirty.clear()
         return (time.perf_counter() - t0) * 1000
 
     def log(self, metrics: dict[str, float]) -> None:
@@ -220,10 +269,14 @@ class PerUserTrainer:
         return Path(self.cfg.ckpt_dir) / "users" / u.name
 
     def save(self) -> list[Path]:
+        with self.lock:
+            return self._save()
+
+    def _save(self) -> list[Path]:
         from safetensors.torch import save_file
 
         saved = []
-        for u in self.users.values():
+        for u in list(self.users.values()):
             out = self.user_dir(u) / f"step-{u.trainer.step:06d}"
             if out.exists():
                 continue

@@ -1,4 +1,5 @@
-"""``openclaw-rl users``: list a stopped run's users, or delete one user's every trace and verify it.
+"""``openclaw-rl users``: list a run's users, or delete one user's every trace and verify it (a stopped run's
+files directly; a running deployment through its proxy with ``--url``, ``users/remote.py``).
 
 Stage: operator tool over ``users/store.py`` (spool, journal, records, experience, adapter checkpoints).
 """
@@ -8,8 +9,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+from openclaw_rl.spool import SpoolLocked
 
 from .store import RunDirs, UserSummary, delete_user, scan
 
@@ -22,6 +26,11 @@ def register_users_command(sub: Any) -> None:
     p.add_argument("--ckpt-dir", help="the trainer's checkpoint directory (adapters under users/)")
     p.add_argument("--delete", metavar="USER", help="remove the user's samples, waiting turns, journal lines, "
                    "records, experience and adapter checkpoints (the proxy must be stopped), then verify")
+    p.add_argument("--url", help="a running proxy (http://host:port): list or delete through it "
+                   "(GET/DELETE /v1/users), while it serves and trains")
+    p.add_argument("--api-key", default=os.environ.get("OPENCLAW_ADMIN_KEY", ""),
+                   help="with --url: an admin key (openclaw_proxy_admin_keys) or a trusted key (its own users); "
+                        "default $OPENCLAW_ADMIN_KEY")
     p.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     p.set_defaults(fn=cmd_users)
 
@@ -46,6 +55,11 @@ def _row(u: UserSummary) -> dict[str, Any]:
 
 
 def cmd_users(ns: argparse.Namespace) -> int:
+    if ns.url:
+        from .remote import remote_users
+
+        return remote_users(ns.url, ns.api_key, ns.delete, as_json=ns.json, dirs=run_dirs(ns) if (
+            ns.run_dir or ns.spool_dir) else None)
     dirs = run_dirs(ns)
     if not dirs.spool_dir.exists():
         raise FileNotFoundError(f"no spool directory at {dirs.spool_dir}")
@@ -53,7 +67,11 @@ def cmd_users(ns: argparse.Namespace) -> int:
         known = scan(dirs)
         if ns.delete not in known:
             raise ValueError(f"no data of user {ns.delete!r} here (`openclaw-rl users` lists them)")
-        removed, after = delete_user(dirs, ns.delete)
+        try:
+            removed, after = delete_user(dirs, ns.delete)
+        except SpoolLocked as e:
+            raise SpoolLocked(f"{e}. To delete a user while the deployment runs: openclaw-rl users --url "
+                              f"http://PROXY --api-key ADMIN_KEY --delete {ns.delete}") from None
         print(json.dumps({"deleted": ns.delete, "removed": removed}) if ns.json else
               f"deleted {ns.delete}: " + ", ".join(f"{k} {v}" for k, v in removed.items()))
         if after.total:

@@ -41,6 +41,7 @@ class UserSummary:
     samples: int = 0  # samples those turns became
     trained_samples: int = 0  # ... that a training step took
     last_activity: float | None = None  # unix time of the newest journal line
+    first_activity: float | None = None  # ... of the oldest (after a deletion: when the user came back)
     adapter: str = ""  # the adapter's name (a hash of the user)
     adapter_version: str | None = None  # the newest adapter checkpoint (step-N of the user's trainer)
     record_lines: int = 0
@@ -107,6 +108,7 @@ def scan(dirs: RunDirs) -> dict[str, UserSummary]:
             t = line.get("t")
             if isinstance(t, (int, float)):
                 u.last_activity = max(u.last_activity or 0.0, float(t))
+                u.first_activity = float(t) if u.first_activity is None else min(u.first_activity, float(t))
     db = dirs.spool_dir / "samples.sqlite3"
     if db.exists():
         import sqlite3
@@ -114,7 +116,7 @@ def scan(dirs: RunDirs) -> dict[str, UserSummary]:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         try:
             for (payload,) in conn.execute("SELECT payload FROM samples"):
-                get(_sample_user(payload)).samples_waiting += 1
+                get(payload_user(payload)).samples_waiting += 1
             for (key,) in conn.execute("SELECT session_key FROM pending_turns"):
                 get(key.partition("\x1f")[0]).turns_waiting += 1
         finally:
@@ -147,7 +149,7 @@ def scan(dirs: RunDirs) -> dict[str, UserSummary]:
     return users
 
 
-def _sample_user(payload: str) -> str:
+def payload_user(payload: str) -> str:
     try:
         meta = json.loads(payload).get("metadata") or {}
     except ValueError:
@@ -155,7 +157,7 @@ def _sample_user(payload: str) -> str:
     return str(meta.get("user") or str(meta.get("session_key", "")).partition("\x1f")[0])
 
 
-def _rewrite_jsonl(path: Path, keep: Callable[[dict[str, Any]], bool]) -> int:
+def rewrite_jsonl(path: Path, keep: Callable[[dict[str, Any]], bool]) -> int:
     """Rewrite `path` without the lines `keep` refuses (atomically: a temporary file renamed over it)."""
     if not path.exists():
         return 0
@@ -188,24 +190,13 @@ def delete_user(dirs: RunDirs, user: str) -> tuple[dict[str, int], UserSummary]:
     removed: dict[str, int] = {}
     spool = Spool(dirs.spool_dir, exclusive=True)  # SpoolLocked while a proxy runs on it
     try:
-        db = spool._db
-        rows = db.execute("SELECT seq, payload FROM samples").fetchall()
-        doomed = [(seq,) for seq, payload in rows if _sample_user(payload) == user]
-        prefix = user + "\x1f"
-        db.execute("BEGIN IMMEDIATE")
-        db.executemany("DELETE FROM samples WHERE seq = ?", doomed)
-        turns = db.execute("DELETE FROM pending_turns WHERE substr(session_key, 1, ?) = ?",
-                           (len(prefix), prefix)).rowcount
-        db.execute("DELETE FROM pending_next_states WHERE substr(session_key, 1, ?) = ?", (len(prefix), prefix))
-        db.execute("UPDATE spool_stats SET value = (SELECT COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0) "
-                   "FROM samples) WHERE name = 'live_bytes'")
-        db.execute("COMMIT")
-        db.execute("VACUUM")  # deleted pages are overwritten, not merely marked free
-        removed["spool_samples"], removed["waiting_turns"] = len(doomed), turns
-        removed["journal_lines"] = sum(_rewrite_jsonl(dirs.spool_dir / name, lambda o: o.get("ns") != user)
+        samples, _, turns = spool.remove_user(lambda payload: payload_user(payload) == user, user + "\x1f")
+        spool._db.execute("VACUUM")  # stopped: the whole file is rewritten, so no free page keeps old bytes
+        removed["spool_samples"], removed["waiting_turns"] = samples, turns
+        removed["journal_lines"] = sum(rewrite_jsonl(dirs.spool_dir / name, lambda o: o.get("ns") != user)
                                        for name in JOURNALS)
         if dirs.record_dir is not None:
-            removed["record_lines"] = sum(_rewrite_jsonl(dirs.record_dir / name, lambda o: o.get("user") != user)
+            removed["record_lines"] = sum(rewrite_jsonl(dirs.record_dir / name, lambda o: o.get("user") != user)
                                           for name in RECORDS)
         experience = dirs.spool_dir / "experience.sqlite"
         if experience.exists():

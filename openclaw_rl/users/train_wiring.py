@@ -37,7 +37,8 @@ def per_user_trainer(stack: Any, cfg: Any, tcfg: Any, model: Any) -> Any:
     stack.adapter_sync = SGLangAdapterSync(settings.proxy.policy_url, stack.weights.dir / "adapters", lora,
                                            api_key=settings.proxy.policy_api_key)
     return PerUserTrainer(tcfg, model, lora, load_adapter=stack.adapter_sync.load,
-                          min_samples=cfg.adapter_min_samples, tokenizer=stack.tokenizer)
+                          min_samples=cfg.adapter_min_samples, tokenizer=stack.tokenizer,
+                          unload_adapter=stack.adapter_sync.unload)
 
 
 def add_train_user_flags(p: Any) -> None:
