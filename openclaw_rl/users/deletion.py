@@ -159,24 +159,35 @@ def _delete_experience(spool_dir: Path, user: str) -> int:
         store.close()
 
 
+async def list_users_as(proxy: Any, authorization: str | None) -> dict[str, Any]:
+    """``GET /v1/users`` for the caller: every user for an admin key, a trusted key's own users."""
+    scope = caller_scope(proxy, authorization)
+    found = await asyncio.to_thread(scan, run_dirs(proxy))
+    for user in live_users(proxy) - set(found):
+        found[user] = UserSummary(user, adapter=adapter_name(user))
+    rows = [summary_row(u) for u in sorted(found.values(), key=lambda u: u.user)
+            if scope is None or owner_key_of(u.user) == scope]
+    return {"object": "list", "data": rows}
+
+
+async def delete_user_as(proxy: Any, user: str, authorization: str | None) -> dict[str, Any]:
+    """``DELETE /v1/users/{user}`` for the caller (401/403 before anything is touched)."""
+    scope = caller_scope(proxy, authorization)
+    if scope is not None and owner_key_of(user) != scope:
+        raise Forbidden("a trusted key may delete only its own users (<its namespace>/<id>)")
+    return await delete_user(proxy, user)
+
+
 def users_router(proxy: Any) -> APIRouter:
+    """The routes of one process; ``serve --workers`` forwards the same calls to its owner (``workers/``)."""
     router = APIRouter()
 
     @router.get("/v1/users")
     async def list_users(request: Request) -> dict[str, Any]:
-        scope = caller_scope(proxy, request.headers.get("authorization"))
-        found = await asyncio.to_thread(scan, run_dirs(proxy))
-        for user in live_users(proxy) - set(found):
-            found[user] = UserSummary(user, adapter=adapter_name(user))
-        rows = [summary_row(u) for u in sorted(found.values(), key=lambda u: u.user)
-                if scope is None or owner_key_of(u.user) == scope]
-        return {"object": "list", "data": rows}
+        return await list_users_as(proxy, request.headers.get("authorization"))
 
     @router.delete("/v1/users/{user:path}")
     async def delete(user: str, request: Request) -> dict[str, Any]:
-        scope = caller_scope(proxy, request.headers.get("authorization"))
-        if scope is not None and owner_key_of(user) != scope:
-            raise Forbidden("a trusted key may delete only its own users (<its namespace>/<id>)")
-        return await delete_user(proxy, user)
+        return await delete_user_as(proxy, user, request.headers.get("authorization"))
 
     return router

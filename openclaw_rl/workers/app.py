@@ -141,6 +141,16 @@ def make_worker_app(worker: Worker, dashboard: Sources) -> Any:
         text = await worker.owner.call("metrics", timeout_s=10.0)
         return Response(text.encode(), media_type="text/plain; version=0.0.4")
 
+    @app.get("/v1/users")
+    async def list_users(request: Request) -> dict[str, Any]:
+        """The owner's answer: it holds the sessions, the spool and the admin keys (users/deletion.py)."""
+        return await worker.owner.call("users", authorization=request.headers.get("authorization"))
+
+    @app.delete("/v1/users/{user:path}")
+    async def delete_user(user: str, request: Request) -> dict[str, Any]:
+        return await worker.owner.call("delete_user", timeout_s=600.0, user=user,
+                                       authorization=request.headers.get("authorization"))
+
     app.include_router(dashboard_router(dashboard, worker.auth.identify))
     app.add_middleware(HeaderLimitMiddleware, limit=p.max_header_bytes)
     app.add_middleware(ObserveMiddleware, metrics=metrics)

@@ -30,6 +30,7 @@ from ..errors import OpenClawError
 from ..server import Proxy
 from ..spool import SpoolMissing
 from ..turns import DropReason, Generation, Turn, _unb64
+from ..users.deletion import delete_user_as, list_users_as
 from . import wire
 
 log = logging.getLogger(__name__)
@@ -205,6 +206,10 @@ class OwnerHub:
                                                        "restarts": self.restarts}}
         if call.what == "metrics":
             return (await self.metrics()).decode()
+        if call.what == "users":
+            return await list_users_as(self.proxy, call.args["authorization"])
+        if call.what == "delete_user":
+            return await delete_user_as(self.proxy, call.args["user"], call.args["authorization"])
         raise wire.ProtocolError(f"unknown call {call.what!r}")
 
     async def metrics(self) -> bytes:

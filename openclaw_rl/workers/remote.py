@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import NotDurable, NotFound, OpenClawError
+from ..errors import Forbidden, NotDurable, NotFound, OpenClawError, Unauthorized
 from ..metrics import ProxyMetrics
 from ..spool import SpoolMissing
 from ..turns import DropReason, Generation, Turn, _b64
@@ -33,6 +33,11 @@ class CommitFailed(Exception):
 class OwnerGone(OpenClawError):
     status = 503
     error_type = "server_error"
+
+
+_FORWARDED: dict[int, type[OpenClawError]] = {cls.status: cls for cls in (Unauthorized, Forbidden, NotFound, NotDurable)}
+"""The owner's refusals a worker answers with the same status (401/403 of user admin, 404 of feedback or an
+unknown user, 503 of a spool that cannot delete); any other owner error is ``OwnerGone``."""
 
 
 class OwnerClient:
@@ -138,9 +143,7 @@ class OwnerClient:
             self._answers.pop(call, None)
             raise OwnerGone(f"the owner did not answer within {timeout_s:g}s") from None
         if answer.error is not None:
-            if answer.status == NotFound.status:
-                raise NotFound(answer.error)
-            raise OwnerGone(answer.error)
+            raise _FORWARDED.get(answer.status or 0, OwnerGone)(answer.error)
         return answer.value
 
     def refusal(self) -> OpenClawError | None:

@@ -28,6 +28,7 @@ from openclaw_rl.server import Proxy
 from openclaw_rl.servers import BackgroundServer
 from openclaw_rl.spool import Spool, SpoolLocked
 from openclaw_rl.turns import DropReason
+from openclaw_rl.users.identity import key_namespace
 from openclaw_rl.workers.app import Worker
 from openclaw_rl.workers.owner import OwnerHub
 
@@ -81,8 +82,8 @@ def settings_for(tmp_path: Path, tiny_model_dir: Path) -> Any:
 def owner_and_workers(settings_for: Any, tokenizer: Any, tmp_path: Path) -> Any:
     started: list[Any] = []
 
-    def start(policy_url: str, judge_url: str, workers: int = 2) -> tuple[Owner, list[str], list[Worker]]:
-        settings = settings_for(policy_url, judge_url, "spool-owner")
+    def start(policy_url: str, judge_url: str, workers: int = 2, **values: Any) -> tuple[Owner, list[str], list[Worker]]:
+        settings = settings_for(policy_url, judge_url, "spool-owner", **values)
         owner = Owner(settings, tokenizer, workers, str(tmp_path / "owner.sock"))
         started.append(owner)
         ws, urls = [], []
@@ -326,3 +327,29 @@ def test_workers_refuse_while_the_owners_spool_is_full_and_feedback_reaches_the_
         wait_until(lambda: not any(w.owner.state.overloaded for w in workers))
         assert chat(http, urls[1], "g", [{"role": "user", "content": "hello"}]).status_code == 200
         assert "openclaw_backpressure_total 1.0" in http.get(f"{urls[0]}/metrics").text
+
+
+def test_users_are_listed_and_deleted_through_any_worker(policy_server, owner_and_workers):
+    """``GET``/``DELETE /v1/users`` on a worker are the owner's answers (it holds the sessions, the spool and
+    the admin keys): a user who chatted on worker 0 is deleted through worker 1, their waiting turn is a
+    ``user_deleted`` drop, another user's stays; a plain key gets the owner's 403, an unknown user its 404."""
+    owner, urls, _ = owner_and_workers(policy_server.url, "", proxy_api_keys=["alice", "bob"],
+                                       proxy_admin_keys=["root"])
+    alice_id, bob_id = key_namespace("alice"), key_namespace("bob")
+    root, alice = {"Authorization": "Bearer root"}, {"Authorization": "Bearer alice"}
+    with http_client() as http:
+        for key, url in (("alice", urls[0]), ("bob", urls[1])):
+            r = chat(http, url, "s", [{"role": "user", "content": "hello"}], headers={"Authorization": f"Bearer {key}"})
+            assert r.status_code == 200, r.text
+        listed = http.get(f"{urls[1]}/v1/users", headers=root)
+        assert listed.status_code == 200, listed.text
+        assert {row["user"] for row in listed.json()["data"]} == {alice_id, bob_id}
+        assert http.get(f"{urls[0]}/v1/users", headers=alice).status_code == 403
+        assert http.delete(f"{urls[0]}/v1/users/{bob_id}", headers=alice).status_code == 403
+        assert http.delete(f"{urls[1]}/v1/users/nobody", headers=root).status_code == 404
+        done = http.delete(f"{urls[1]}/v1/users/{alice_id}", headers=root)
+        assert done.status_code == 200, done.text
+        assert done.json()["removed"]["dropped_turns"] == 1
+        left = {row["user"] for row in http.get(f"{urls[0]}/v1/users", headers=root).json()["data"]}
+    assert left == {bob_id}
+    assert drops(owner.proxy)["user_deleted"] == 1
