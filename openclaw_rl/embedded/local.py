@@ -530,6 +530,8 @@ def wants_openclaw_model(ns: Any) -> bool:
 
 def local_config(ns: Any) -> LocalConfig:
     """The command line's `LocalConfig`: flags left unset take the mode's tuned defaults."""
+    from .local_users import default_lr
+
     defaults = MODE_DEFAULTS[ns.mode]
     combine_loss = getattr(ns, "combine_loss", "ppo") if ns.mode == "combine" else "ppo"
     if getattr(ns, "combine_loss", "ppo") != "ppo" and ns.mode != "combine":
@@ -540,7 +542,7 @@ def local_config(ns: Any) -> LocalConfig:
         mode=ns.mode, preset=ns.preset, seed=ns.seed, host=ns.host, port=ns.port,
         out_dir=ns.out_dir or f"runs/local-{ns.mode}{suffix}", combine_loss=combine_loss,
         rollout_batch_size=ns.batch_size or int(defaults["batch_size"]),
-        lr=ns.lr if ns.lr is not None else defaults["lr"],
+        lr=ns.lr if ns.lr is not None else default_lr(getattr(ns, "per_user_adapters", False), defaults["lr"]),
         kl_coef=ns.kl_coef if ns.kl_coef is not None else defaults["kl_coef"],
         center_rewards=ns.center_rewards, distill_topk=topk, max_steps=ns.max_steps,
         hint_selection=ns.hint_selection, distill_subset=ns.distill_subset, teacher_url=ns.teacher_url,
