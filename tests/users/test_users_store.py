@@ -126,3 +126,20 @@ def test_local_flags_name_the_users_and_trust_the_runs_key() -> None:
     for bad in ("", "posh:2", "formal:0", "formal:x"):
         with pytest.raises(ValueError, match="--user-groups"):
             parse_groups(bad)
+
+
+def test_per_user_adapters_train_at_the_adapters_learning_rate_unless_lr_is_given() -> None:
+    """The full-weight 5e-4 barely moves a rank-8 LoRA; 5e-3 drifted and collapsed one user's adapter
+    (docs/users.md): `local --per-user-adapters` without --lr trains at ADAPTER_LR."""
+    from openclaw_rl.cli import build_parser
+    from openclaw_rl.embedded.local import MODE_DEFAULTS, local_config
+    from openclaw_rl.embedded.local_users import ADAPTER_LR
+
+    def lr(*flags: str) -> float:
+        return local_config(build_parser().parse_args(["local", "--simulate", *flags])).lr
+
+    assert ADAPTER_LR == 2.5e-3
+    assert lr("--per-user-adapters") == ADAPTER_LR
+    assert lr("--per-user-adapters", "--mode", "combine") == ADAPTER_LR
+    assert lr("--per-user-adapters", "--lr", "1e-3") == 1e-3
+    assert lr() == lr("--user-groups", "formal:1,casual:1") == MODE_DEFAULTS["rl"]["lr"]
