@@ -437,7 +437,7 @@ def register_local_command(sub: Any) -> None:
     p.add_argument("--concurrency", type=int, default=LocalConfig.concurrency, help="simulated users at once")
     p.add_argument("--preferred-style", default="", help="the simulated users' hidden preference")
     p.add_argument("--batch-size", type=int, default=None, help="samples per step (default: per mode)")
-    p.add_argument("--lr", type=float, default=None, help="default: 5e-4 (rl), per-mode tuned otherwise")
+    p.add_argument("--lr", type=float, default=None, help="default: 5e-4 (rl), per-mode tuned otherwise; 2.5e-3 with --per-user-adapters")
     p.add_argument("--kl-coef", type=float, default=None, help="KL to the initial weights (low_var_kl)")
     p.add_argument("--center-rewards", action="store_true",
                    help="rl/combine: advantages r - batch mean instead of upstream's A = r (steadier when most "
