@@ -442,7 +442,7 @@ def register_local_command(sub: Any) -> None:
     p.add_argument("--concurrency", type=int, default=LocalConfig.concurrency, help="simulated users at once")
     p.add_argument("--preferred-style", default="", help="the simulated users' hidden preference")
     p.add_argument("--batch-size", type=int, default=None, help="samples per step (default: per mode)")
-    p.add_argument("--lr", type=float, default=None, help="default: 5e-4 (rl), per-mode tuned otherwise")
+    p.add_argument("--lr", type=float, default=None, help="default: 5e-4 (rl), per-mode tuned otherwise; 2.5e-3 with --per-user-adapters")
     p.add_argument("--kl-coef", type=float, default=None, help="KL to the initial weights (low_var_kl)")
     p.add_argument("--center-rewards", action="store_true",
                    help="rl/combine: advantages r - batch mean instead of upstream's A = r (steadier when most "
@@ -538,6 +538,8 @@ def wants_openclaw_model(ns: Any) -> bool:
 
 def local_config(ns: Any) -> LocalConfig:
     """The command line's `LocalConfig`: flags left unset take the mode's tuned defaults."""
+    from .local_users import default_lr
+
     defaults = MODE_DEFAULTS[ns.mode]
     combine_loss = getattr(ns, "combine_loss", "ppo") if ns.mode == "combine" else "ppo"
     if getattr(ns, "combine_loss", "ppo") != "ppo" and ns.mode != "combine":
@@ -548,7 +550,7 @@ def local_config(ns: Any) -> LocalConfig:
         mode=ns.mode, preset=ns.preset, seed=ns.seed, host=ns.host, port=ns.port,
         out_dir=ns.out_dir or f"runs/local-{ns.mode}{suffix}", combine_loss=combine_loss,
         rollout_batch_size=ns.batch_size or int(defaults["batch_size"]),
-        lr=ns.lr if ns.lr is not None else defaults["lr"],
+        lr=ns.lr if ns.lr is not None else default_lr(getattr(ns, "per_user_adapters", False), defaults["lr"]),
         kl_coef=ns.kl_coef if ns.kl_coef is not None else defaults["kl_coef"],
         center_rewards=ns.center_rewards, distill_topk=topk, max_steps=ns.max_steps,
         hint_selection=ns.hint_selection, judge_hints=getattr(ns, "judge_hints", "one"),

@@ -91,22 +91,34 @@ class GroupSimulation:
 
 def plot_group_curves(runs: dict[str, GroupSimulation], path: str, *, title: str | None = None) -> None:
     """Every run's every group's moving preferred rate, in one figure (x: the group's uninstructed replies)."""
+    plot_group_panels({title or "each group's preferred-style rate (moving window)": runs}, path)
+
+
+def plot_group_panels(panels: dict[str, dict[str, GroupSimulation]], path: str, *, title: str | None = None) -> None:
+    """One panel per entry (e.g. per seed), each with every run's every group's moving preferred rate."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    cols = min(len(panels), 2)
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(8 * cols, 4.5 * rows), dpi=100, squeeze=False)
     styles = ["-", "--", ":", "-."]
-    for i, (label, run) in enumerate(runs.items()):
-        for style, result in run.groups.items():
-            curve = result.rate_curve()
-            name = f"{label}: {style} group" if label else f"{style} group"
-            ax.plot(range(1, len(curve) + 1), curve, linestyle=styles[i % len(styles)], label=name)
-    ax.axhline(0.9, color="green", linestyle=":", label="90%")
-    ax.set(xlabel="the group's uninstructed replies", ylabel="replies in the group's preferred style",
-           ylim=(0, 1.02), title=title or "each group's preferred-style rate (moving window)")
-    ax.legend(loc="lower right", fontsize=8)
+    for ax, (panel, runs) in zip(axes.flat, panels.items()):
+        for i, (label, run) in enumerate(runs.items()):
+            for style, result in run.groups.items():
+                curve = result.rate_curve()
+                name = f"{label}: {style} group" if label else f"{style} group"
+                ax.plot(range(1, len(curve) + 1), curve, linestyle=styles[i % len(styles)], label=name)
+        ax.axhline(0.9, color="green", linestyle=":", label="90%")
+        ax.set(xlabel="the group's uninstructed replies", ylabel="replies in the group's preferred style",
+               ylim=(0, 1.02), title=panel)
+        ax.legend(loc="lower right", fontsize=8)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -183,6 +183,8 @@ class PerUserTrainer:
         sums: dict[str, float] = {}
         diffs: list[tuple[float, float]] = []  # (mean |Δlogprob|, samples) per user that measured it
         worst = 0.0
+        entropy_max = 0.0  # the highest of the users' policy entropies: one adapter collapsing into babble shows
+        # here while the batch mean hides it (a 5e-3 run's collapse did, docs/users.md)
         for user, group in sorted(by_user.items()):
             u = self.user_state(user)
             self.model.set_adapter(u.name)
@@ -202,6 +204,7 @@ class PerUserTrainer:
                 diffs.append((result.metrics["fidelity/earlier_sum"] / count, count))
                 worst = max(worst, result.metrics["fidelity/earlier_max"])
             worst = max(worst, result.metrics.get("train/rollout_fidelity_max_abs_diff", 0.0))
+            entropy_max = max(entropy_max, result.metrics.get("train/entropy_loss", 0.0))
         self.model.set_adapter(_PLACEHOLDER)
         self.step += 1
         n = max(len(samples), 1)
@@ -211,7 +214,10 @@ class PerUserTrainer:
             metrics["train/rollout_fidelity_abs_diff"] = sum(d * c for d, c in diffs) / max(count, 1)
             metrics["train/rollout_fidelity_samples"] = count
             metrics["train/rollout_fidelity_max_abs_diff"] = worst
+        sizes = [len(group) for group in by_user.values()] or [0]
         metrics.update({"users/trained": float(len(by_user)), "users/known": float(len(self.users)),
+                        "users/samples_min": float(min(sizes)), "users/samples_max": float(max(sizes)),
+                        "users/entropy_max": entropy_max,
                         "users/served_adapters": float(sum(u.published is not None for u in self.users.values())),
                         "perf/train_seconds": time.perf_counter() - t0, "rollout/samples": float(len(samples)),
                         **(rollout_metrics or {})})

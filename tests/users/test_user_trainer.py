@@ -56,8 +56,11 @@ def test_each_users_samples_train_only_that_users_adapter(stack: Any) -> None:
     published: list[tuple[str, str]] = []
     trainer = PerUserTrainer(TrainerConfig(mode="rl", lr=1e-2), model, lora_config(),
                              load_adapter=lambda name, sd, v: published.append((name, v)))
-    trainer.train(samples_of(tok, core, "alice") + samples_of(tok, core, "bob", reward=-1.0))
+    first = trainer.train(samples_of(tok, core, "alice") + samples_of(tok, core, "bob", n=1, reward=-1.0)).metrics
     assert sorted(trainer.users) == ["alice", "bob"]
+    # per step: the fewest and most samples an adapter got, and the highest of the users' entropies
+    assert (first["users/samples_min"], first["users/samples_max"], first["users/trained"]) == (1, 2, 2)
+    assert first["users/entropy_max"] >= first["train/entropy_loss"] > 0
     bob_before = state(trainer, "bob")
     alice_before = state(trainer, "alice")
     # crafted traffic: only alice's samples, with bob's session names in them; bob's adapter must not move

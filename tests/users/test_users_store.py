@@ -126,3 +126,43 @@ def test_local_flags_name_the_users_and_trust_the_runs_key() -> None:
     for bad in ("", "posh:2", "formal:0", "formal:x"):
         with pytest.raises(ValueError, match="--user-groups"):
             parse_groups(bad)
+
+
+def test_per_user_adapters_train_at_the_adapters_learning_rate_unless_lr_is_given() -> None:
+    """The full-weight 5e-4 barely moves a rank-8 LoRA; 5e-3 drifted and collapsed one user's adapter
+    (docs/users.md): `local --per-user-adapters` without --lr trains at ADAPTER_LR."""
+    from openclaw_rl.cli import build_parser
+    from openclaw_rl.embedded.local import MODE_DEFAULTS, local_config
+    from openclaw_rl.embedded.local_users import ADAPTER_LR
+
+    def lr(*flags: str) -> float:
+        return local_config(build_parser().parse_args(["local", "--simulate", *flags])).lr
+
+    assert ADAPTER_LR == 2.5e-3
+    assert lr("--per-user-adapters") == ADAPTER_LR
+    assert lr("--per-user-adapters", "--mode", "combine") == ADAPTER_LR
+    assert lr("--per-user-adapters", "--lr", "1e-3") == 1e-3
+    assert lr() == lr("--user-groups", "formal:1,casual:1") == MODE_DEFAULTS["rl"]["lr"]
+
+
+def test_the_group_benchmark_figure_has_a_panel_per_seed(tmp_path: Path) -> None:
+    """bench_per_user.py's one figure: a panel per seed, each with both setups' groups (simulate_groups.py)."""
+    from PIL import Image
+
+    from openclaw_rl.embedded.simulate import Interaction, SimulationResult
+    from openclaw_rl.embedded.simulate_groups import GroupSimulation, plot_group_curves, plot_group_panels
+
+    def run(rate_formal: float) -> GroupSimulation:
+        groups = {}
+        for style, rate in (("formal", rate_formal), ("casual", 1 - rate_formal)):
+            result = SimulationResult(style, window=4)
+            result.interactions = [Interaction(f"s{i}", 0, style, i < rate * 10, False) for i in range(10)]
+            groups[style] = result
+        return GroupSimulation(groups, window=4)
+
+    panels = {f"seed {s}": {"shared model": run(0.2), "per-user adapters": run(0.9)} for s in range(3)}
+    plot_group_panels(panels, str(tmp_path / "grid.png"))
+    plot_group_curves(panels["seed 0"], str(tmp_path / "one.png"))
+    grid, one = Image.open(tmp_path / "grid.png"), Image.open(tmp_path / "one.png")
+    assert grid.size == (1600, 900)  # 2 x 2 panels (the fourth hidden) of 800 x 450
+    assert one.size == (800, 450)
