@@ -117,20 +117,11 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     p = settings.proxy
     logging.getLogger(__name__).info("openclaw-rl proxy (%s mode) on http://%s:%d/v1 → policy %s, spool %s",
                                      settings.mode, p.host, p.port, p.policy_url, proxy.spool.path)
-    from .listener import uvicorn_config
+    from .listener import proxy_uvicorn_config
     from .servers import KEEP_ALIVE_S, PromptStopServer
 
     # SIGTERM and SIGINT both run the app's graceful shutdown (waiting turns stay in the spool).
-    # loop/http "auto": uvloop and httptools when installed (uvicorn[standard]); the benchmark sets
-    # OPENCLAW_RL_UVICORN_LOOP=asyncio / _HTTP=h11 to measure what they buy.
-    config = uvicorn_config(proxy.app, host=p.host, port=p.port, header_timeout_s=p.header_timeout_s,
-                            max_connections=p.max_connections, max_header_bytes=p.max_header_bytes,
-                            body_timeout_s=p.body_timeout_s, max_per_client=p.max_connections_per_client,
-                            reserved=p.reserved_connections, keep_alive_s=KEEP_ALIVE_S,
-                            on_drop=lambda why: proxy.metrics.slow_clients.labels(why).inc(),
-                            http_impl=os.environ.get("OPENCLAW_RL_UVICORN_HTTP", "auto"),
-                            loop=os.environ.get("OPENCLAW_RL_UVICORN_LOOP", "auto"),
-                            log_level="warning", access_log=False, timeout_graceful_shutdown=30)
+    config = proxy_uvicorn_config(proxy.app, p, lambda why: proxy.metrics.slow_clients.labels(why).inc(), KEEP_ALIVE_S)
     try:
         PromptStopServer(config).run()
     except KeyboardInterrupt:  # uvicorn re-raises SIGINT after its graceful shutdown

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -181,6 +182,19 @@ def uvicorn_config(app: Any, *, host: str, port: int, header_timeout_s: float, m
                             max_per_client=max_per_client, reserved=reserved, on_drop=on_drop)
     return uvicorn.Config(app, host=host, port=port, http=http, timeout_keep_alive=keep_alive_s,
                           h11_max_incomplete_event_size=max_header_bytes, **kw)
+
+
+def proxy_uvicorn_config(app: Any, p: Any, on_drop: Callable[[str], None], keep_alive_s: int) -> uvicorn.Config:
+    """``serve``'s listener (one process, or each of ``--workers``) from its ``ProxyConfig`` ``p``. loop/http
+    "auto": uvloop and httptools when installed (uvicorn[standard]); the benchmark sets
+    OPENCLAW_RL_UVICORN_LOOP=asyncio / _HTTP=h11 to measure what they buy."""
+    return uvicorn_config(app, host=p.host, port=p.port, header_timeout_s=p.header_timeout_s,
+                          max_connections=p.max_connections, max_header_bytes=p.max_header_bytes,
+                          body_timeout_s=p.body_timeout_s, max_per_client=p.max_connections_per_client,
+                          reserved=p.reserved_connections, keep_alive_s=keep_alive_s, on_drop=on_drop,
+                          http_impl=os.environ.get("OPENCLAW_RL_UVICORN_HTTP", "auto"),
+                          loop=os.environ.get("OPENCLAW_RL_UVICORN_LOOP", "auto"),
+                          log_level="warning", access_log=False, timeout_graceful_shutdown=30)
 
 
 def http_protocol(name: str = "auto") -> type:

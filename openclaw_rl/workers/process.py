@@ -1,7 +1,7 @@
 """A worker process of ``serve --workers N`` (started by ``supervisor.py``, not by hand).
 
 Stage: supervisor → **worker process**. Serves ``workers/app.py`` on the listening socket it inherited
-(``--fd``), with the one-process proxy's listener guards (``listener.uvicorn_config``), and exits when
+(``--fd``), with the one-process proxy's listener guards (``listener.proxy_uvicorn_config``), and exits when
 its owner's connection ends (the owner stopped or died: nothing this worker answers could be saved).
 SIGTERM: uvicorn's graceful shutdown (the requests in flight finish, their turns committed by the owner).
 """
@@ -9,11 +9,10 @@ SIGTERM: uvicorn's graceful shutdown (the requests in flight finish, their turns
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 
 from ..cli import setup_logging
-from ..listener import uvicorn_config
+from ..listener import proxy_uvicorn_config
 from ..servers import KEEP_ALIVE_S, PromptStopServer
 from .app import Worker
 from .supervisor import load_settings_file
@@ -32,14 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings_file(ns.settings)
     worker = Worker.build(settings, ns.owner, ns.index)
     p = settings.proxy
-    config = uvicorn_config(worker.app, host=p.host, port=p.port, header_timeout_s=p.header_timeout_s,
-                            max_connections=p.max_connections, max_header_bytes=p.max_header_bytes,
-                            body_timeout_s=p.body_timeout_s, max_per_client=p.max_connections_per_client,
-                            reserved=p.reserved_connections, keep_alive_s=KEEP_ALIVE_S,
-                            on_drop=lambda why: worker.metrics.slow_clients.labels(why).inc(),
-                            http_impl=os.environ.get("OPENCLAW_RL_UVICORN_HTTP", "auto"),
-                            loop=os.environ.get("OPENCLAW_RL_UVICORN_LOOP", "auto"),
-                            log_level="warning", access_log=False, timeout_graceful_shutdown=30)
+    config = proxy_uvicorn_config(worker.app, p, lambda why: worker.metrics.slow_clients.labels(why).inc(),
+                                  KEEP_ALIVE_S)
     server = PromptStopServer(config)
 
     def owner_lost() -> None:

@@ -11,10 +11,7 @@ import pytest
 import torch
 
 from openclaw_rl.engine.adapters import lora_config
-from openclaw_rl.engine.server import make_engine_app
-from openclaw_rl.engine.torch_core import TorchModel
 from openclaw_rl.errors import CommandError
-from openclaw_rl.servers import BackgroundServer
 from openclaw_rl.users.adapters import adapter_name
 from openclaw_rl.users.identity import key_namespace
 from openclaw_rl.users.sglang_adapters import AdapterSyncError, SGLangAdapterSync
@@ -31,17 +28,6 @@ def some_adapter(model_dir: Path) -> dict[str, torch.Tensor]:
         if "lora_B" in name:
             torch.nn.init.normal_(p, std=0.5)
     return {k: v.detach().clone() for k, v in get_peft_model_state_dict(peft, adapter_name="x").items()}
-
-
-@pytest.fixture
-def lora_engine(tiny_model_dir: Path, tokenizer: Any) -> Any:
-    core = TorchModel.from_pretrained(str(tiny_model_dir), seed=0)
-    core.enable_lora(lora_config())
-    server = BackgroundServer(make_engine_app(core, tokenizer, served_model_name="tiny",
-                                              model_path=str(tiny_model_dir))).start()
-    yield core, server.url
-    server.stop()
-    core.close()
 
 
 def generate(url: str, lora: str | None) -> httpx.Response:

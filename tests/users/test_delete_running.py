@@ -20,9 +20,6 @@ from openclaw_rl.embedded.local_users import admit_user_deletion
 from openclaw_rl.embedded.trainer import TrainerConfig
 from openclaw_rl.embedded.user_trainer import PerUserTrainer
 from openclaw_rl.engine.adapters import lora_config
-from openclaw_rl.engine.server import make_engine_app
-from openclaw_rl.engine.torch_core import TorchModel
-from openclaw_rl.servers import BackgroundServer
 from openclaw_rl.turns import Turn
 from openclaw_rl.users.adapters import adapter_name
 from openclaw_rl.users.identity import key_namespace
@@ -30,17 +27,6 @@ from openclaw_rl.users.store import RunDirs, scan
 
 FRONT = key_namespace("front")
 ALICE, BOB = f"{FRONT}/alice", f"{FRONT}/bob"
-
-
-@pytest.fixture
-def lora_engine(tiny_model_dir: Path, tokenizer: Any) -> Any:
-    core = TorchModel.from_pretrained(str(tiny_model_dir), seed=0)
-    core.enable_lora(lora_config())
-    server = BackgroundServer(make_engine_app(core, tokenizer, served_model_name="tiny",
-                                              model_path=str(tiny_model_dir))).start()
-    yield core, server.url
-    server.stop()
-    core.close()
 
 
 class Chat:
