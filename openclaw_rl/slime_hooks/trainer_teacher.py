@@ -10,8 +10,9 @@ sends [R, 1 + 2K] rows through it). A sample whose teacher is scored here carrie
 ``[P, K, teacher_prompt_ids..., 0 padding]`` (ids < 2**24 are exact in float32; K: the top-K the loss
 reads, 0 for none). The response ids are the sample's own last R tokens on the actor.
 
-Scoring. :func:`fill_trainer_teacher` (called by the opd advantage hook and by the
-``--rollout-data-postprocess-path`` hook :func:`score_and_unpack`) replaces each such tensor by the
+Scoring. :func:`fill_trainer_teacher` (called by the opd advantage hook, by the
+``--rollout-data-postprocess-path`` hook :func:`score_and_unpack`, and on a Slime without the advantage hook by
+the postprocess hook :func:`score_opd_advantages`) replaces each such tensor by the
 teacher's [R] log-probs of the response under ``teacher_prompt_ids + response`` (and, K > 0, hangs the
 [R, K] top-K on it as ``topk.py`` does), with ``openclaw_rl.losses.teacher_scores`` (the embedded
 trainer's maths). It is idempotent: once filled, nothing even-width is left.
@@ -156,12 +157,34 @@ def fill_trainer_teacher(args: Any, rollout_data: MutableMapping[str, Any],
     return len(wanted)
 
 
-def score_and_unpack(args: Any, rollout_id: int | None = None,
-                     rollout_data: MutableMapping[str, Any] | None = None) -> None:
-    """Slime ``--rollout-data-postprocess-path`` hook: the in-trainer teacher, then ``topk.py``'s unpacking.
-    Runs after Slime's advantages and before it logs the rollout data or trains."""
+def _hook_data(rollout_id: Any, rollout_data: MutableMapping[str, Any] | None) -> MutableMapping[str, Any]:
+    """The rollout data of a postprocess call: THUDM/slime calls ``fn(args, rollout_id, rollout_data)``; the Slime
+    bundled in OpenClaw-RL since PR #85 (f48ac35) calls ``fn(args, rollout_data)`` for a hook of >= 2 parameters
+    (so the data lands in ``rollout_id``); 0d034dd's calls ``fn(args)`` and gives the hook nothing to score."""
+    if rollout_data is None and isinstance(rollout_id, MutableMapping):
+        return rollout_id
     if rollout_data is None:
         raise ValueError("the in-trainer teacher needs a Slime that passes rollout_data to "
-                         "--rollout-data-postprocess-path (THUDM/slime; the bundled Slime passes args only)")
-    fill_trainer_teacher(args, rollout_data)
-    unpack_teacher_topk(args, rollout_id, rollout_data)
+                         "--rollout-data-postprocess-path (THUDM/slime, or the Slime bundled in OpenClaw-RL since "
+                         "f48ac35; the bundled Slime of 0d034dd passes args only)")
+    return rollout_data
+
+
+def score_and_unpack(args: Any, rollout_id: Any = None, rollout_data: MutableMapping[str, Any] | None = None) -> None:
+    """Slime ``--rollout-data-postprocess-path`` hook: the in-trainer teacher, then ``topk.py``'s unpacking.
+    Runs after Slime's advantages and before it logs the rollout data or trains."""
+    data = _hook_data(rollout_id, rollout_data)
+    fill_trainer_teacher(args, data)
+    unpack_teacher_topk(args, None, data)
+
+
+def score_opd_advantages(args: Any, rollout_id: Any = None,
+                         rollout_data: MutableMapping[str, Any] | None = None) -> None:
+    """Slime ``--rollout-data-postprocess-path`` hook for token-level OPD on a Slime without
+    ``--custom-advantage-function-path`` (the bundled one): the launch runs Slime's ``grpo`` estimator (rewards
+    unused) and this hook, after it, scores the teacher and replaces ``advantages`` = ``returns`` with
+    teacher - old, what Slime's ``on_policy_distillation`` estimator computes (which would read the packed
+    prompt as log-probs, before any hook). No ``--normalize-advantages`` applies after it (the launch sets none)."""
+    from openclaw_opd.loss import on_policy_distillation_advantages
+
+    on_policy_distillation_advantages(args, _hook_data(rollout_id, rollout_data))

@@ -469,6 +469,11 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
                                                              tables["teacher"].weight.detach())
     if any(t.dim() == 2 and t.size(-1) % 2 == 0 for t in seen["sample_teacher"]):  # teacher_source trainer
         result["trainer_teacher"] = trainer_teacher_report(args, rollout_data, seen["sample_teacher"], loss_teacher)
+        if mode == "opd":  # token-level OPD: the advantages Slime trained on are teacher - old, the filled teacher
+            old = rollout_data.get("log_probs") or rollout_data["rollout_log_probs"]
+            result["trainer_teacher"]["opd_adv_max_abs_diff"] = max(
+                float((a.float() - (t.float()[-o.numel():] - o.float())).abs().max())
+                for a, t, o in zip(rollout_data["advantages"], rollout_data["teacher_log_probs"], old, strict=True))
     if rank == 0:
         Path(result_path).write_text(json.dumps(result, default=str))
     dist.destroy_process_group()

@@ -100,7 +100,11 @@ FAKE_ROLLOUT = """class RolloutManager:
 
 
 def fake_slime(root: Path, flavour: str) -> Path:
-    """An importable Slime checkout with the API the feature check inspects (argument provider, Sample)."""
+    """An importable Slime checkout with the API the feature check inspects (argument provider, Sample).
+    ``bundled_pr85``: the bundled Slime as at OpenClaw-RL f48ac35, whose actor passes the rollout data to the
+    postprocess hook (``fn(args, rollout_data)``); otherwise as ``bundled`` (0d034dd)."""
+    pr85 = flavour == "bundled_pr85"
+    flavour = "bundled" if pr85 else flavour
     (root / "slime" / "utils").mkdir(parents=True)
     (root / "slime" / "ray").mkdir()
     (root / "train_async.py").write_text("# fake\n")
@@ -129,7 +133,8 @@ def fake_slime(root: Path, flavour: str) -> Path:
     (root / "slime" / "ray" / "rollout.py").write_text(rollout)
     actor = root / "slime" / "backends" / "megatron_utils"
     actor.mkdir(parents=True, exist_ok=True)  # how the actor calls --rollout-data-postprocess-path (read as text)
-    (actor / "actor.py").write_text("self.rollout_data_postprocess(self.args)\n" if flavour == "bundled" else
+    (actor / "actor.py").write_text("fn(self.args, rollout_data)\n" if pr85 else
+                                    "self.rollout_data_postprocess(self.args)\n" if flavour == "bundled" else
                                     "self.rollout_data_postprocess(self.args, rollout_id, rollout_data)\n")
     return root
 
