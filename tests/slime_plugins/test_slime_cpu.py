@@ -270,10 +270,6 @@ def test_the_teacher_inside_the_trainer_scores_the_hinted_prompt_in_slimes_actor
     scores them in Slime's own actor, in the opd advantage hook or the postprocess hook (opd on the bundled
     Slime: its grpo estimator, then the postprocess hook sets teacher - old); the loss reads a plain forward of
     that teacher on prompt + hint + response."""
-    if slime == "bundled" and variant == "topk_select":
-        pytest.skip("topk_select with the in-trainer teacher is built for THUDM/slime: the bundled Slime forwards "
-                    "teacher_topk_* only when the batch's first Sample has them (a mixed batch of hinted and RL-only "
-                    "samples does not)")
     got = _run(TARGETS[slime], variant, tp, tmp_path, tiny_model_dir, tiny_model_args, next(PORTS),
                script_env={"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"})
     report = got["trainer_teacher"]
