@@ -71,12 +71,7 @@ def algorithm_args(s: ScriptSettings) -> list[str]:
         return args
     # the in-trainer teacher (slime_hooks/trainer_teacher.py) scores the packed teacher prompts on the actor:
     # token-level OPD in its advantage hook; the losses (combine, top-K) in the postprocess hook
-    if s.context_parallel > 1:
-        raise LaunchError(f"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=trainer needs CONTEXT_PARALLEL=1 (here "
-                          f"{s.context_parallel} for CONTEXT_LENGTH={s.context_length}): Slime slices each sample's "
-                          "teacher_log_probs across context-parallel ranks, which would cut the packed teacher prompt. "
-                          "Set CONTEXT_PARALLEL=1 (e.g. CONTEXT_LENGTH=24576: TP 4 x CP 1 on 4 actor GPUs), or use the "
-                          "teacher server")
+    # context parallelism: the hook gathers each packed prompt over the CP group and keeps its own rows
     if s.variant.algorithm == "opd_token" and s.opd_advantage == "estimator":
         # the bundled Slime's on_policy_distillation estimator reads teacher_log_probs before any hook: run
         # grpo instead (rewards unused) and set A = teacher - old in the postprocess hook, after it

@@ -22,8 +22,11 @@ policy's), else the policy's ``--hf-checkpoint`` (``HF_CKPT``): the initial poli
 (``functools.lru_cache``: one frozen model per actor process is the point) on the actor's current device,
 bf16 on CUDA, fp32 on CPU (``OPENCLAW_TEACHER_DTYPE`` overrides). Every training rank (TP, PP and DP) holds
 a whole copy and scores its own DP partition; TP ranks repeat the same work (the teacher is not sharded).
-Context parallelism must be 1: Slime slices ``teacher_log_probs`` per CP rank before any hook (the launch
-refuses CP > 1; a sliced packed prompt is refused here rather than misread).
+Context parallelism: Slime slices ``teacher_log_probs`` per CP rank before any hook (its
+``slice_log_prob_with_cp``, rows of the response). With CP > 1 the CP ranks (which hold the same samples)
+all-gather their slices of each packed prompt, each scores the whole sequence, then keeps the rows Slime's
+own slice gives it (that function applied to the row numbers), so the teacher is split as the student's
+log-probs are. A sliced packed prompt without a CP group is refused rather than misread.
 """
 
 from __future__ import annotations
@@ -128,15 +131,18 @@ def fill_trainer_teacher(args: Any, rollout_data: MutableMapping[str, Any],
     wanted = [i for i, t in enumerate(per_sample or []) if is_packed_prompt(t)]
     if not wanted:
         return 0
+    cp_group = _context_parallel_group()
+    own_rows = _cp_rows(rollout_data, wanted, cp_group) if cp_group is not None else None
     teacher = model if model is not None else actor_teacher(args)
     device = next(teacher.parameters()).device
     tokens, lengths, ks = [], [], set()
-    for i in wanted:
+    for n, i in enumerate(wanted):
         r = int(rollout_data["response_lengths"][i])
-        if per_sample[i].size(0) != r:
-            raise ValueError(f"sample {i}: a packed teacher prompt of {per_sample[i].size(0)} rows for {r} response "
-                             "tokens (context parallelism slices it; the in-trainer teacher needs CP = 1)")
-        prompt, k = unpack_teacher_prompt(per_sample[i])
+        packed = per_sample[i] if own_rows is None else _cp_whole_rows(per_sample[i], own_rows[n], r, cp_group)
+        if packed.size(0) != r:
+            raise ValueError(f"sample {i}: a packed teacher prompt of {packed.size(0)} rows for {r} response "
+                             "tokens (context parallelism sliced it and no context-parallel group is initialised)")
+        prompt, k = unpack_teacher_prompt(packed)
         sample_tokens = torch.as_tensor(rollout_data["tokens"][i]).long().reshape(-1)
         tokens.append(torch.cat([torch.tensor(prompt, dtype=torch.long), sample_tokens[sample_tokens.numel() - r:].cpu()])
                       .to(device))
@@ -149,12 +155,52 @@ def fill_trainer_teacher(args: Any, rollout_data: MutableMapping[str, Any],
                                                 float(getattr(args, "rollout_temperature", 1.0) or 1.0), topk)
     for n, i in enumerate(wanted):
         home = per_sample[i].device
-        lp = lps[n].to(home)
+        rows = slice(None) if own_rows is None else own_rows[n].to(lps[n].device)  # this CP rank's rows only
+        lp = lps[n][rows].to(home)
         if top_lp is not None and top_ids is not None:
-            setattr(lp, LOG_PROBS_ATTR, top_lp[n].to(home))
-            setattr(lp, INDICES_ATTR, top_ids[n].to(home))
+            setattr(lp, LOG_PROBS_ATTR, top_lp[n][rows].to(home))
+            setattr(lp, INDICES_ATTR, top_ids[n][rows].to(home))
         per_sample[i] = lp
     return len(wanted)
+
+
+def _context_parallel_group() -> Any:
+    """Megatron's context-parallel group when it has more than one rank, else None (no Megatron: None)."""
+    try:
+        from megatron.core import parallel_state as mpu
+    except ImportError:
+        return None
+    if not mpu.model_parallel_is_initialized() or mpu.get_context_parallel_world_size() == 1:
+        return None
+    return mpu.get_context_parallel_group()
+
+
+def _cp_rows(rollout_data: MutableMapping[str, Any], wanted: list[int], group: Any) -> list[torch.Tensor]:
+    """Per wanted sample, which of its R response rows this CP rank holds: Slime's own ``slice_log_prob_with_cp``
+    (the slice it applied to ``teacher_log_probs``) applied to the row numbers 0..R-1."""
+    from slime.backends.megatron_utils.cp_utils import slice_log_prob_with_cp
+
+    out = []
+    for i in wanted:
+        r, total = int(rollout_data["response_lengths"][i]), int(rollout_data["total_lengths"][i])
+        out.append(slice_log_prob_with_cp(torch.arange(r, dtype=torch.float64), total, r).round().long())
+    return out
+
+
+def _cp_whole_rows(local: torch.Tensor, rows: torch.Tensor, r: int, group: Any) -> torch.Tensor:
+    """The whole [R, W] packed prompt from every CP rank's slice (each rank holds the same samples)."""
+    import torch.distributed as dist
+
+    if local.size(0) != rows.numel():
+        raise ValueError(f"a CP slice of {local.size(0)} packed rows where Slime's slice holds {rows.numel()}")
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, (rows.cpu(), local.detach().cpu()), group=group)
+    whole = torch.full((r, local.size(1)), float("nan"), dtype=torch.float32)
+    for their_rows, their_local in gathered:
+        whole[their_rows] = their_local.float()
+    if torch.isnan(whole).any():
+        raise ValueError("the context-parallel ranks' slices do not cover the packed teacher prompt")
+    return whole
 
 
 def _hook_data(rollout_id: Any, rollout_data: MutableMapping[str, Any] | None) -> MutableMapping[str, Any]:

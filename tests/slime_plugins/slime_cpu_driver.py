@@ -320,9 +320,13 @@ def trainer_teacher_report(args, rollout_data: dict, sample_teacher: list, loss_
                                  / temperature, dim=-1)
         want = logp.gather(-1, ids[0, len(prompt):].unsqueeze(-1)).squeeze(-1)
         got, top_lp, top_ids = loss_teacher[tuple(tokens)]
+        values, ids = logp.topk(max(k, 1), dim=-1)
+        if got.numel() != r:  # context parallelism: this rank's rows, by Slime's own slice of the student's
+            from slime.backends.megatron_utils.cp_utils import slice_log_prob_with_cp
+
+            want, values, ids = (slice_log_prob_with_cp(x, len(tokens), r) for x in (want, values, ids))
         diffs.append(float((got.float() - want).abs().max()))
         if k:
-            values, ids = logp.topk(k, dim=-1)
             top_diffs.append(float((top_lp.float() - values).abs().max()))
             ids_equal = ids_equal and bool(torch.equal(top_ids.long(), ids))
     return {"n_scored": len(diffs), "n_hinted_prompt": hinted, "n_own_teacher": own,
@@ -348,6 +352,7 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     result: dict = {"parsed": {k: getattr(args, k, None) for k in (
         "rollout_function_path", "loss_type", "custom_loss_function_path", "custom_advantage_function_path",
         "rollout_data_postprocess_path", "advantage_estimator", "save", "save_interval", "tensor_model_parallel_size",
+        "context_parallel_size",
         "use_rollout_logprobs", "compute_advantages_and_returns", "use_opd", "opd_type")}}
 
     import slime.ray.rollout as slime_rollout
@@ -362,8 +367,9 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     slime_rollout.ray, slime_data.ray = passthrough, passthrough  # no Ray cluster: objects are passed through
     _cpu_device()
 
-    dist.init_process_group("gloo", rank=rank, world_size=tp)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
+    cp = int(getattr(args, "context_parallel_size", 1) or 1)  # CONTEXT_PARALLEL: tp x cp gloo ranks
+    dist.init_process_group("gloo", rank=rank, world_size=tp * cp)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, context_parallel_size=cp)
     from openclaw_rl.losses.logprobs import active_tp_group
 
     result["tp_group_size"] = 1 if active_tp_group() is None else dist.get_world_size(active_tp_group())

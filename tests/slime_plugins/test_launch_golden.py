@@ -145,7 +145,7 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict[str, str], str]] = {
     "opd_topk_teacher_in_trainer": ("opd_topk", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer", "CONTEXT_LENGTH": "24576"}, "thudm"),
     "combine_teacher_in_trainer_bundled_refused": ("combine", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer", "CONTEXT_LENGTH": "24576"},
                                                    "bundled"),
-    "opd_teacher_in_trainer_cp2_refused": ("opd", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"}, "thudm"),
+    "opd_teacher_in_trainer_cp2": ("opd", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"}, "thudm"),
     "opd_teacher_in_trainer_estimator_refused": ("opd", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer",
                                                          "CONTEXT_LENGTH": "24576"},
                                                  "bundled"),

@@ -93,13 +93,13 @@ def tiny_model_args(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Pa
 
 
 def _run(target: SlimeTarget, variant: str, tp: int, tmp_path: Path, tiny_model_dir: Path, model_args: Path,
-         port: int, extra: tuple[str, ...] = (), script_env: dict[str, str] | None = None) -> dict:
+         port: int, extra: tuple[str, ...] = (), script_env: dict[str, str] | None = None, cp: int = 1) -> dict:
     env = {**os.environ, **(script_env or {}), "DRY_RUN": "1", "SLIME_DIR": target.slime_dir, "MEGATRON_DIR": target.megatron_dir,
            "PYTHON": target.python,
            "PYTHONPATH": str(STUBS), "RUN_DIR": str(tmp_path / "run"), "SAVE_CKPT": str(tmp_path / "ckpt"),
            "USE_WANDB": "0", "HF_CKPT": str(tiny_model_dir), "MODEL_ARGS_FILE": str(model_args),
-           "ROTARY_BASE": "10000", "ROLLOUT_BATCH_SIZE": "4", "NUM_GPUS": str(tp + 2), "ACTOR_GPUS": str(tp),
-           "ROLLOUT_GPUS": "1", "PRM_GPUS": "1", "TP": "1", "TRAIN_TP": str(tp),
+           "ROTARY_BASE": "10000", "ROLLOUT_BATCH_SIZE": "4", "NUM_GPUS": str(tp * cp + 2), "ACTOR_GPUS": str(tp * cp),
+           "ROLLOUT_GPUS": "1", "PRM_GPUS": "1", "TP": "1", "TRAIN_TP": str(tp), "CONTEXT_PARALLEL": str(cp),
            "PORT": str(next(PORTS)), "PRM_PORT": str(next(PORTS)),  # the driver's proxy and scripted judge
            # 1.0: the teacher's log-probs are then not temperature-rescaled, so they can be checked exactly
            "ROLLOUT_TEMPERATURE": "1.0"}
@@ -114,7 +114,7 @@ def _run(target: SlimeTarget, variant: str, tp: int, tmp_path: Path, tiny_model_
                 "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1", **target.rank_env}
     ranks = [subprocess.Popen([target.python, str(HERE / "slime_cpu_driver.py"), str(tmp_path / "dry_run.txt"), variant,
                                str(tp), str(result)], env={**rank_env, "RANK": str(r)}, cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(tp)]
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(tp * cp)]
     logs = [rank.communicate(timeout=600)[0] for rank in ranks]
     assert all(rank.returncode == 0 for rank in ranks), "\n".join(log[-4000:] for log in logs)
     return json.loads(result.read_text())
@@ -272,6 +272,10 @@ def test_the_teacher_inside_the_trainer_scores_the_hinted_prompt_in_slimes_actor
     that teacher on prompt + hint + response."""
     got = _run(TARGETS[slime], variant, tp, tmp_path, tiny_model_dir, tiny_model_args, next(PORTS),
                script_env={"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"})
+    _check_trainer_teacher(got, slime, variant, f"TP={tp}")
+
+
+def _check_trainer_teacher(got: dict, slime: str, variant: str, layout: str) -> None:
     report = got["trainer_teacher"]
     if variant == "opd" and slime == "bundled":  # no advantage hook: grpo, then A = teacher - old after it
         assert got["parsed"]["advantage_estimator"] == "grpo", got["parsed"]
@@ -285,7 +289,29 @@ def test_the_teacher_inside_the_trainer_scores_the_hinted_prompt_in_slimes_actor
     if variant in ("opd_topk", "topk_select"):  # the top-K the loss reads: the frozen teacher's, on the actor
         assert report["topk_max_abs_diff"] < 1e-4 and report["topk_ids_equal"], report
     assert got["teacher_dims"] == [1] and got["grad_finite"] and got["grad_abs_sum"] > 1e-6, got
-    print(f"[slime-cpu] {slime} {variant} TP={tp} teacher in the trainer: {report['n_scored']} samples scored on "
+    print(f"[slime-cpu] {slime} {variant} {layout} teacher in the trainer: {report['n_scored']} samples scored on "
           f"the hinted prompt ({report['n_own_teacher']} kept their own), loss's teacher log-probs vs a direct "
           f"forward of the frozen teacher max |diff| {report['max_abs_diff']:.3g} (top-K {report['topk_max_abs_diff']}; "
           f"opd advantages vs teacher - old {report.get('opd_adv_max_abs_diff')}); losses {_fmt(got['losses'][0])}")
+
+
+@pytest.mark.parametrize("variant", ["opd", "combine", "opd_topk", "topk_select"])
+@pytest.mark.parametrize("slime", _trainer_teacher_targets())
+def test_the_teacher_inside_the_trainer_at_context_parallel_2_is_split_as_the_student(tmp_path, tiny_model_dir,
+                                                                                     tiny_model_args, slime, variant):
+    """CONTEXT_PARALLEL=2 (two gloo ranks, TP 1): Slime gives each CP rank its rows of the packed prompt; the hook
+    gathers them, scores the whole sequence and keeps the rank's own rows (Slime's own slice). The teacher the
+    loss reads on each rank equals that slice of a direct forward, and the losses equal CP 1's."""
+    env = {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"}
+    (tmp_path / "cp1").mkdir()
+    (tmp_path / "cp2").mkdir()
+    got = _run(TARGETS[slime], variant, 1, tmp_path / "cp2", tiny_model_dir, tiny_model_args, next(PORTS),
+               script_env=env, cp=2)
+    assert got["parsed"]["context_parallel_size"] == 2, got["parsed"]
+    _check_trainer_teacher(got, slime, variant, "TP=1 CP=2")
+    cp1 = _run(TARGETS[slime], variant, 1, tmp_path / "cp1", tiny_model_dir, tiny_model_args, next(PORTS),
+               script_env=env)["losses"][0]
+    for key, value in cp1.items():
+        assert got["losses"][0][key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+    print(f"[slime-cpu] {slime} {variant} CP=2 vs CP=1 teacher in the trainer: max |loss diff| "
+          f"{max(abs(got['losses'][0][k] - v) for k, v in cp1.items()):.3g} over {len(cp1)} values")
