@@ -448,10 +448,17 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     perf_owner.log_perf_data = lambda *a, **k: None
     seen: dict = {}
     original_get = actor_cls._get_rollout_data
-    def get_rollout_data(ref):  # also what the Samples carried as teacher log-probs, before Slime's own teacher
-        data = seen.setdefault("data", original_get(actor, ref))
-        seen["sample_teacher"] = [t.detach().clone() for t in data.get("teacher_log_probs", [])]
+    original_process = slime_actor.process_rollout_data
+
+    def process_rollout_data(*a, **k):  # this rank's samples before Slime's context-parallel slice
+        data = original_process(*a, **k)
+        seen["sample_teacher"] = [torch.as_tensor(t).detach().clone() for t in data.get("teacher_log_probs", [])]
         return data
+
+    slime_actor.process_rollout_data = process_rollout_data
+
+    def get_rollout_data(ref):  # also what the Samples carried as teacher log-probs, before Slime's own teacher
+        return seen.setdefault("data", original_get(actor, ref))
 
     actor._get_rollout_data = get_rollout_data
     actor.role = "actor"
@@ -465,6 +472,14 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     actor.train(0, refs)
     rollout_data = seen["data"]
 
+    if cp > 1:  # each CP rank's loss_function sees its rows only: the sums over the CP group, as Slime reduces them
+        group = parallel_state.get_context_parallel_group()
+        summed = []
+        for step in losses:
+            values = torch.tensor([step[k] for k in sorted(step)], dtype=torch.float64)
+            dist.all_reduce(values, group=group)
+            summed.append(dict(zip(sorted(step), values.tolist(), strict=True)))
+        result["losses_cp_rank0"], losses = losses, summed
     grad = model.weight.grad
     result.update(recomputed=recomputed, losses=losses, grad_abs_sum=float(grad.abs().sum()) if grad is not None else 0.0,
                   grad_finite=bool(grad is not None and torch.isfinite(grad).all()),

@@ -311,7 +311,8 @@ def test_the_teacher_inside_the_trainer_at_context_parallel_2_is_split_as_the_st
     _check_trainer_teacher(got, slime, variant, "TP=1 CP=2")
     cp1 = _run(TARGETS[slime], variant, 1, tmp_path / "cp1", tiny_model_dir, tiny_model_args, next(PORTS),
                script_env=env)["losses"][0]
+    print(f"[slime-cpu] {slime} {variant} CP=2 vs CP=1 teacher in the trainer: CP=1 losses {_fmt(cp1)}; CP=2 summed "
+          f"over the two ranks {_fmt(got['losses'][0])}; max |loss diff| "
+          f"{max(abs(got['losses'][0][k] - v) for k, v in cp1.items()):.3g} over {len(cp1)} values")
     for key, value in cp1.items():
         assert got["losses"][0][key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
-    print(f"[slime-cpu] {slime} {variant} CP=2 vs CP=1 teacher in the trainer: max |loss diff| "
-          f"{max(abs(got['losses'][0][k] - v) for k, v in cp1.items()):.3g} over {len(cp1)} values")
