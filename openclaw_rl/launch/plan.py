@@ -155,9 +155,6 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
         # the scored rules call the teacher server once per candidate hint in the proxy; the in-trainer teacher
         # runs after the proxy has chosen, so topk_select takes upstream's single (longest) hint
         hint_selection = "longest"
-        console.warn(f"{TEACHER_SOURCE}=trainer: {v.name}'s hint selection {v.hint_selection} scores candidates with a "
-                     "teacher server in the proxy; the in-trainer teacher scores the longest hint "
-                     "(OPENCLAW_TOPK_HINT_SELECTION=shortest picks the other unscored rule)")
     defaults = {"judge_votes": str(v.prm_m), "judge_max_new_tokens": str(v.prm_max_new_tokens),
                 "opd_eval_mode": str(int(v.eval_mode)), "opd_teacher_concurrency": str(v.teacher_concurrency),
                 "opd_distill_topk": str(v.distill_topk),
@@ -169,6 +166,10 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
         defaults, env)
     for w in warnings:
         console.warn(w)
+    if hint_selection != v.hint_selection and values.get("opd_hint_selection") == hint_selection:  # the default taken
+        console.warn(f"{TEACHER_SOURCE}=trainer: {v.name}'s hint selection {v.hint_selection} scores candidates with a "
+                     "teacher server in the proxy; the in-trainer teacher scores the longest hint "
+                     "(OPENCLAW_TOPK_HINT_SELECTION=shortest picks the other unscored rule)")
     # the Slime loss is chosen by the variant's algorithm: a run config naming the other combine loss would
     # have the proxy and the job disagree on what is trained
     wanted = values.get("combine_loss")

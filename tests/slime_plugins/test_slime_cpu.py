@@ -303,14 +303,25 @@ def test_the_teacher_inside_the_trainer_at_context_parallel_2_is_split_as_the_st
     gathers them, scores the whole sequence and keeps the rank's own rows (Slime's own slice). The teacher the
     loss reads on each rank equals that slice of a direct forward, and the losses equal CP 1's."""
     env = {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"}
-    (tmp_path / "cp1").mkdir()
     (tmp_path / "cp2").mkdir()
     got = _run(TARGETS[slime], variant, 1, tmp_path / "cp2", tiny_model_dir, tiny_model_args, next(PORTS),
                script_env=env, cp=2)
     assert got["parsed"]["context_parallel_size"] == 2, got["parsed"]
     _check_trainer_teacher(got, slime, variant, "TP=1 CP=2")
-    cp1 = _run(TARGETS[slime], variant, 1, tmp_path / "cp1", tiny_model_dir, tiny_model_args, next(PORTS),
-               script_env=env)["losses"][0]
+    # The two runs' losses compare only over the same batch: which 4 turns fill it (and so which are hinted)
+    # can differ between two live rollouts of the combine proxy (measured once for topk_select). A CP 1 run
+    # with another batch is run again, at most twice more.
+    def batch(result: dict) -> list:
+        return sorted((c["session"], c["turn"], c["reward"], c["teacher_is_hinted"]) for c in result["rollout"]["checks"])
+
+    for attempt in range(3):
+        (tmp_path / f"cp1-{attempt}").mkdir()
+        one = _run(TARGETS[slime], variant, 1, tmp_path / f"cp1-{attempt}", tiny_model_dir, tiny_model_args,
+                   next(PORTS), script_env=env)
+        if batch(one) == batch(got):
+            break
+    assert batch(one) == batch(got), (batch(one), batch(got))
+    cp1 = one["losses"][0]
     print(f"[slime-cpu] {slime} {variant} CP=2 vs CP=1 teacher in the trainer: CP=1 losses {_fmt(cp1)}; CP=2 summed "
           f"over the two ranks {_fmt(got['losses'][0])}; max |loss diff| "
           f"{max(abs(got['losses'][0][k] - v) for k, v in cp1.items()):.3g} over {len(cp1)} values")
