@@ -7,7 +7,8 @@ prepares it under /tmp and runs this module):
   does: ``OPENCLAW_SLIME_DIR``, ``OPENCLAW_MEGATRON_DIR``, ``OPENCLAW_SLIME_PYTHON``;
 * ``bundled``: the Slime and Megatron-LM trees shipped in Gen-Verse/OpenClaw-RL (checked at 0d034dd):
   ``OPENCLAW_BUNDLED_SLIME_DIR``, ``OPENCLAW_BUNDLED_MEGATRON_DIR``, ``OPENCLAW_BUNDLED_SLIME_PYTHON``
-  (default: ``OPENCLAW_SLIME_PYTHON``).
+  (default: ``OPENCLAW_SLIME_PYTHON``). The in-trainer teacher's tests need the later bundled tree of OpenClaw-RL
+  f48ac35 (its actor passes the rollout data to the postprocess hook) and skip, saying why, on 0d034dd's.
 
 Each target's tests are skipped, with the reason, when its directories are unset or its Slime does not
 import. What runs and what is stubbed: ``slime_cpu_driver.py`` and docs/deployment.md ("CPU integration check").
