@@ -20,8 +20,8 @@ trainer's maths). It is idempotent: once filled, nothing even-width is left.
 The teacher: ``OPENCLAW_TEACHER_CHECKPOINT`` (an HF checkpoint whose tokenizer must map ids as the
 policy's), else the policy's ``--hf-checkpoint`` (``HF_CKPT``): the initial policy. Loaded once per process
 (``functools.lru_cache``: one frozen model per actor process is the point) on the actor's current device,
-bf16 on CUDA, fp32 on CPU (``OPENCLAW_TEACHER_DTYPE`` overrides). Every training rank (TP, PP and DP) holds
-a whole copy and scores its own DP partition; TP ranks repeat the same work (the teacher is not sharded).
+bf16 on CUDA, fp32 on CPU (``OPENCLAW_TEACHER_DTYPE`` overrides). Every training rank (TP, PP, CP and DP)
+holds a whole copy and scores its own DP partition; TP and CP ranks repeat the same work (not sharded).
 Context parallelism: Slime slices ``teacher_log_probs`` per CP rank before any hook (its
 ``slice_log_prob_with_cp``, rows of the response). With CP > 1 the CP ranks (which hold the same samples)
 all-gather their slices of each packed prompt, each scores the whole sequence, then keeps the rows Slime's
