@@ -7,7 +7,8 @@
 # SLIME_DIR: a THUDM/slime checkout. MEGATRON_DIR: Megatron-LM at the commit Slime's docker/Dockerfile pins
 # (MEGATRON_COMMIT), with docker/patch/latest/megatron*.patch applied, as Slime's image does.
 # BUNDLED_*: optionally, the slime/ and Megatron-LM/ trees shipped in Gen-Verse/OpenClaw-RL, as they are;
-# the same tests then run against that Slime too. Either pair may be '-' '-' to skip it. Slime's Python
+# the same tests then run against that Slime too (the in-trainer teacher's need the slime/ tree of f48ac35,
+# whose actor passes the rollout data to the postprocess hook; with 0d034dd's they skip). Either pair may be '-' '-' to skip it. Slime's Python
 # dependencies that install on CPU (ray, psutil, six, triton, requests) go into a venv of this checkout,
 # CHECK_VENV [.cache/slime-cpu-venv, git-ignored], that reuses this project's .venv (run scripts/setup.sh
 # first) for everything else. OPENCLAW_CHECK_PORTS [29700-29899]: the range the check's servers listen in.

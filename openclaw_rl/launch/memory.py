@@ -27,8 +27,8 @@ The estimate (bytes per GPU, an upper-bound style model, not a measurement; docs
   gate, up and product) plus the R + 1 kept rows' logits, R up to ``--rollout-max-response-len`` (8192), at
   12 B per vocabulary entry (fp32 logits, their temperature-scaled copy, the log-softmax). That forward runs
   in a hook before the training pass, so the total takes the larger of it and the training activations;
-  the few tokens of the hint are not counted. Context parallelism must be 1 with it (Slime slices the
-  packed teacher prompt per CP rank; the plan refuses CP > 1), so only CP 1 is chosen.
+  the few tokens of the hint are not counted. With context parallelism every CP rank gathers the packed
+  teacher prompt and scores the whole sequence, so neither the copy nor its forward shrinks with CP.
 
 The usable memory is 90 % of ``GPU_MEMORY_GB``.
 """
@@ -171,7 +171,7 @@ def choose(shape: ModelShape | None, *, actor_gpus: int, context: int, gpu_gb: f
     tokens: the default TP with CP 1 when that fits; else the pair (TP x CP dividing the actor GPUs, TP
     dividing the heads and query groups and, over several nodes, each node's Ray GPUs ``node_gpus``, so that no TP
     group spans nodes) that fits the longest sample, fewest CP ranks first. ``teacher``: the in-trainer
-    teacher's copy and forward are counted, and CP (unless set) is 1, the only CP it runs with."""
+    teacher's copy and forward are counted (neither shrinks with TP or CP)."""
     if shape is None:
         t, c = tp or tp_default, cp or 1
         return Choice(t, c, max_tokens or context, None, ("# memory: model shape unknown (no --num-layers/--hidden-size/"
@@ -180,7 +180,7 @@ def choose(shape: ModelShape | None, *, actor_gpus: int, context: int, gpu_gb: f
     gpu = int(gpu_gb * 1e9)
     tps = [tp] if tp else [t for t in (1, 2, 4, 8) if t <= actor_gpus and not shape.heads % t and not shape.groups % t
                            and not any(n % t for n in node_gpus)]
-    pairs = [(t, c) for t in tps for c in ([cp] if cp else (1,) if teacher else CP_CHOICES) if actor_gpus % (t * c) == 0]
+    pairs = [(t, c) for t in tps for c in ([cp] if cp else CP_CHOICES) if actor_gpus % (t * c) == 0]
     if not pairs:
         t, c = tp or tp_default, cp or 1
         pairs = [(t, c)]
@@ -220,7 +220,7 @@ def choose(shape: ModelShape | None, *, actor_gpus: int, context: int, gpu_gb: f
     warning = "" if total <= e.budget else (
         f"estimated {_gb(total)} per actor GPU at TP {e.tp} x CP {e.cp} for CONTEXT_LENGTH={context} exceeds 90% of "
         f"GPU_MEMORY_GB={gpu_gb:g}: samples longer than about {e.longest()} tokens may run out of memory. " + (
-            "The in-trainer teacher runs at CP 1 only and adds a whole copy: lower CONTEXT_LENGTH, raise TRAIN_TP "
-            "(more actor GPUs), or use the teacher server" if teacher else
+            "The in-trainer teacher adds a whole copy and a whole-sample forward on every actor GPU: lower "
+            "CONTEXT_LENGTH, add actor GPUs, or use the teacher server" if teacher else
             "Add actor GPUs (more CP ranks), lower CONTEXT_LENGTH or MAX_TOKENS_PER_GPU"))
     return Choice(e.tp, e.cp, mt, e, lines, warning)

@@ -25,8 +25,11 @@ from typing import Any
 from ..config import is_loopback
 from ..modes import launch_variant
 from . import refusals, run_config, script, slime_args
+from .refusals import TEACHER_SOURCE
 from .script import Console, ScriptSettings
 from .slime_args import Commands
+
+SCORED_HINT_RULES = ("sequence_optimal", "token_optimal")  # openclaw_opd.selection.SCORED: a teacher call per candidate
 
 SAFE = re.compile(r"[A-Za-z0-9_./:=,@%+-]+")
 # run-config defaults of a launch model other than Qwen3-4B (upstream's run_qwen35_4b_openclaw_*.sh)
@@ -147,17 +150,26 @@ def make_plan(variant: str, env: Mapping[str, str], *, cwd: str, repo_root: str,
     script.assign_devices(s)
     script.check_slime_features(s, env, console)
     v = s.variant
+    hint_selection = v.hint_selection
+    if s.teacher_source == "trainer" and hint_selection in SCORED_HINT_RULES:
+        # the scored rules call the teacher server once per candidate hint in the proxy; the in-trainer teacher
+        # runs after the proxy has chosen, so topk_select takes upstream's single (longest) hint
+        hint_selection = "longest"
     defaults = {"judge_votes": str(v.prm_m), "judge_max_new_tokens": str(v.prm_max_new_tokens),
                 "opd_eval_mode": str(int(v.eval_mode)), "opd_teacher_concurrency": str(v.teacher_concurrency),
                 "opd_distill_topk": str(v.distill_topk),
                 **({"combine_loss": v.combine_loss} if v.combine_loss else {}),
-                **({"opd_hint_selection": v.hint_selection} if v.hint_selection else {}),
+                **({"opd_hint_selection": hint_selection} if hint_selection else {}),
                 **MODEL_PROXY_DEFAULTS.get(v.model, {})}
     config_text, values, warnings = run_config.build(
         s.mode.name, script_name, Path(s.openclaw_config), Path(s.run_dir), s.judge_url, s.prm_model_path,
         defaults, env)
     for w in warnings:
         console.warn(w)
+    if hint_selection != v.hint_selection and values.get("opd_hint_selection") == hint_selection:  # the default taken
+        console.warn(f"{TEACHER_SOURCE}=trainer: {v.name}'s hint selection {v.hint_selection} scores candidates with a "
+                     "teacher server in the proxy; the in-trainer teacher scores the longest hint "
+                     "(OPENCLAW_TOPK_HINT_SELECTION=shortest picks the other unscored rule)")
     # the Slime loss is chosen by the variant's algorithm: a run config naming the other combine loss would
     # have the proxy and the job disagree on what is trained
     wanted = values.get("combine_loss")

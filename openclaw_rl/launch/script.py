@@ -482,4 +482,6 @@ def check_slime_features(s: ScriptSettings, env: Mapping[str, str], console: Con
     if s.mode.name == "opd" and s.opd_advantage == "auto":
         s.opd_advantage = "custom"  # not inspected: THUDM/slime's advantage hook
     if s.variant.algorithm == "opd_token":
-        console.log(f"token-level OPD advantage: OPD_ADVANTAGE={s.opd_advantage}")
+        how = " (the teacher inside the trainer: Slime's grpo, then A = teacher - old in the postprocess hook)" \
+            if s.teacher_source == "trainer" and s.opd_advantage == "estimator" else ""
+        console.log(f"token-level OPD advantage: OPD_ADVANTAGE={s.opd_advantage}{how}")

@@ -23,6 +23,7 @@ from .script import Console, ScriptSettings
 
 TOPK_UNPACK = "openclaw_rl.slime_hooks.topk.unpack_teacher_topk"  # --rollout-data-postprocess-path (top-K OPD)
 TRAINER_TEACHER = "openclaw_rl.slime_hooks.trainer_teacher.score_and_unpack"  # the same, teacher_source trainer
+TRAINER_TEACHER_OPD = "openclaw_rl.slime_hooks.trainer_teacher.score_opd_advantages"  # opd on the bundled Slime
 ZERO = re.compile(r"[+-]?0*\.?0*([eE][+-]?[0-9]+)?")
 QWEN3_4B = [  # Slime's scripts/models/qwen3-4B.sh
     "--swiglu", "--num-layers", "36", "--hidden-size", "2560", "--ffn-hidden-size", "9728",
@@ -70,16 +71,12 @@ def algorithm_args(s: ScriptSettings) -> list[str]:
         return args
     # the in-trainer teacher (slime_hooks/trainer_teacher.py) scores the packed teacher prompts on the actor:
     # token-level OPD in its advantage hook; the losses (combine, top-K) in the postprocess hook
-    if s.context_parallel > 1:
-        raise LaunchError(f"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=trainer needs CONTEXT_PARALLEL=1 (here "
-                          f"{s.context_parallel} for CONTEXT_LENGTH={s.context_length}): Slime slices each sample's "
-                          "teacher_log_probs across context-parallel ranks, which would cut the packed teacher prompt. "
-                          "Set CONTEXT_PARALLEL=1 (e.g. CONTEXT_LENGTH=24576: TP 4 x CP 1 on 4 actor GPUs), or use the "
-                          "teacher server")
+    # context parallelism: the hook gathers each packed prompt over the CP group and keeps its own rows
     if s.variant.algorithm == "opd_token" and s.opd_advantage == "estimator":
-        raise LaunchError("OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=trainer with token-level OPD needs the advantage hook "
-                          "(THUDM/slime, OPD_ADVANTAGE=custom): the bundled Slime's on_policy_distillation estimator "
-                          "computes teacher - old before any hook can fill the teacher")
+        # the bundled Slime's on_policy_distillation estimator reads teacher_log_probs before any hook: run
+        # grpo instead (rewards unused) and set A = teacher - old in the postprocess hook, after it
+        return ["--advantage-estimator", "grpo", "--disable-rewards-normalization", "--entropy-coef", "0.00",
+                *kl_args(s), "--rollout-data-postprocess-path", TRAINER_TEACHER_OPD]
     if s.variant.algorithm == "opd_token":
         return args
     if TOPK_UNPACK in args:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 TESTED_SLIME = "THUDM/slime 624b824 (2026-08-21)"
 BUNDLED_SLIME = "the Slime bundled in Gen-Verse/OpenClaw-RL 0d034dd (its slime/ tree)"
+BUNDLED_SLIME_PR85 = "the Slime bundled in Gen-Verse/OpenClaw-RL f48ac35 (2026-05-22, after its PR #85)"
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ FEATURES = {  # name: (test, what it is, a Slime that has it)
                           TESTED_SLIME),
     "postprocess_rollout_data": (lambda f: f.postprocess_gets_data,
                                  "--rollout-data-postprocess-path called with the rollout data (the in-trainer "
-                                 "teacher scores it there; the bundled Slime calls fn(args))", TESTED_SLIME),
+                                 "teacher scores it there; the bundled Slime of 0d034dd calls fn(args))",
+                                 f"{TESTED_SLIME} or {BUNDLED_SLIME_PR85}"),
     "fsdp_lora": (lambda f: "--use-lora" in f.flags and "fsdp" in f.train_backends,
                   "an FSDP backend with LoRA (--train-backend fsdp --use-lora)", BUNDLED_SLIME),
 }
@@ -101,6 +103,7 @@ def forwarded_teacher_attributes() -> frozenset[str]:
     probe.args = argparse.Namespace(advantage_estimator="grpo", rewards_normalization=False, rollout_top_p=1.0,
                                     use_rollout_routing_replay=False)
     probe.custom_convert_samples_to_train_data_func = None
+    probe.train_parallel_config = {"dp_size": 1}  # read by the bundled Slime of f48ac35 (dummy samples up to DP)
     probe._post_process_rewards = lambda samples: ([0.0] * len(samples), [0.0] * len(samples))
     sample = Sample(tokens=[1, 2, 3], response_length=2, reward=0.0, loss_mask=[1, 1], rollout_log_probs=[-0.5, -0.5],
                     status=Sample.Status.COMPLETED, metadata={}, index=0, group_index=0)
@@ -167,6 +170,8 @@ def check_variant(features: SlimeFeatures, variant: str, opd_advantage: str = "a
         if opd_advantage not in ("estimator", "custom"):
             raise ValueError(f"OPD_ADVANTAGE must be auto, estimator or custom, got {opd_advantage!r}")
         needed.append("opd_estimator" if opd_advantage == "estimator" else "custom_advantage_hook")
+        if teacher_source == "trainer" and opd_advantage == "estimator":  # A = teacher - old in the postprocess hook
+            needed.append("postprocess_rollout_data")
         settings["opd_advantage"] = opd_advantage
     missing = [name for name in needed if not features.has(name)]
     refusals = [f"this Slime lacks {FEATURES[name][1]}; {FEATURES[name][2]} has it" for name in missing]

@@ -115,10 +115,15 @@ def to_slime_sample(ts: TrainingSample, teacher_topk: int = 0) -> Sample:
     if ts.teacher_topk_log_probs is not None and ts.teacher_topk_indices is not None:
         rows = ts.response_length
         k = len(ts.teacher_topk_log_probs[0]) if rows else 0
-        sample.teacher_topk_log_probs = torch.tensor(ts.teacher_topk_log_probs, dtype=torch.float32).reshape(rows, k)
-        sample.teacher_topk_indices = torch.tensor(ts.teacher_topk_indices, dtype=torch.int64).reshape(rows, k)
-        if not _slime_forwards_topk():  # today's Slime forwards only teacher_log_probs: the top-K rides inside it
-            teacher_R = pack_teacher_topk(teacher_R, sample.teacher_topk_log_probs, sample.teacher_topk_indices)
+        lp_RK = torch.tensor(ts.teacher_topk_log_probs, dtype=torch.float32).reshape(rows, k)
+        ids_RK = torch.tensor(ts.teacher_topk_indices, dtype=torch.int64).reshape(rows, k)
+        # Packed where today's Slime forwards only teacher_log_probs, and always beside the in-trainer teacher's
+        # top-K (teacher_topk > 0): a batch then mixes packed prompts with these rows, and the bundled Slime
+        # forwards teacher_topk_* only if the batch's first sample has them (for every sample, or fails).
+        if teacher_topk > 0 or not _slime_forwards_topk():
+            teacher_R = pack_teacher_topk(teacher_R, lp_RK, ids_RK)
+        if teacher_topk == 0:
+            sample.teacher_topk_log_probs, sample.teacher_topk_indices = lp_RK, ids_RK
     if ts.teacher_prompt_ids is not None:  # teacher_source trainer: the actor's frozen teacher scores it
         teacher_R = pack_teacher_prompt(list(ts.teacher_prompt_ids), ts.response_length, teacher_topk)
     if teacher_R is not None:

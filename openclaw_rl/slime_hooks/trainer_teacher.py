@@ -10,8 +10,9 @@ sends [R, 1 + 2K] rows through it). A sample whose teacher is scored here carrie
 ``[P, K, teacher_prompt_ids..., 0 padding]`` (ids < 2**24 are exact in float32; K: the top-K the loss
 reads, 0 for none). The response ids are the sample's own last R tokens on the actor.
 
-Scoring. :func:`fill_trainer_teacher` (called by the opd advantage hook and by the
-``--rollout-data-postprocess-path`` hook :func:`score_and_unpack`) replaces each such tensor by the
+Scoring. :func:`fill_trainer_teacher` (called by the opd advantage hook, by the
+``--rollout-data-postprocess-path`` hook :func:`score_and_unpack`, and on a Slime without the advantage hook by
+the postprocess hook :func:`score_opd_advantages`) replaces each such tensor by the
 teacher's [R] log-probs of the response under ``teacher_prompt_ids + response`` (and, K > 0, hangs the
 [R, K] top-K on it as ``topk.py`` does), with ``openclaw_rl.losses.teacher_scores`` (the embedded
 trainer's maths). It is idempotent: once filled, nothing even-width is left.
@@ -19,10 +20,13 @@ trainer's maths). It is idempotent: once filled, nothing even-width is left.
 The teacher: ``OPENCLAW_TEACHER_CHECKPOINT`` (an HF checkpoint whose tokenizer must map ids as the
 policy's), else the policy's ``--hf-checkpoint`` (``HF_CKPT``): the initial policy. Loaded once per process
 (``functools.lru_cache``: one frozen model per actor process is the point) on the actor's current device,
-bf16 on CUDA, fp32 on CPU (``OPENCLAW_TEACHER_DTYPE`` overrides). Every training rank (TP, PP and DP) holds
-a whole copy and scores its own DP partition; TP ranks repeat the same work (the teacher is not sharded).
-Context parallelism must be 1: Slime slices ``teacher_log_probs`` per CP rank before any hook (the launch
-refuses CP > 1; a sliced packed prompt is refused here rather than misread).
+bf16 on CUDA, fp32 on CPU (``OPENCLAW_TEACHER_DTYPE`` overrides). Every training rank (TP, PP, CP and DP)
+holds a whole copy and scores its own DP partition; TP and CP ranks repeat the same work (not sharded).
+Context parallelism: Slime slices ``teacher_log_probs`` per CP rank before any hook (its
+``slice_log_prob_with_cp``, rows of the response). With CP > 1 the CP ranks (which hold the same samples)
+all-gather their slices of each packed prompt, each scores the whole sequence, then keeps the rows Slime's
+own slice gives it (that function applied to the row numbers), so the teacher is split as the student's
+log-probs are. A sliced packed prompt without a CP group is refused rather than misread.
 """
 
 from __future__ import annotations
@@ -127,15 +131,18 @@ def fill_trainer_teacher(args: Any, rollout_data: MutableMapping[str, Any],
     wanted = [i for i, t in enumerate(per_sample or []) if is_packed_prompt(t)]
     if not wanted:
         return 0
+    cp_group = _context_parallel_group()
+    own_rows = _cp_rows(rollout_data, wanted, cp_group) if cp_group is not None else None
     teacher = model if model is not None else actor_teacher(args)
     device = next(teacher.parameters()).device
     tokens, lengths, ks = [], [], set()
-    for i in wanted:
+    for n, i in enumerate(wanted):
         r = int(rollout_data["response_lengths"][i])
-        if per_sample[i].size(0) != r:
-            raise ValueError(f"sample {i}: a packed teacher prompt of {per_sample[i].size(0)} rows for {r} response "
-                             "tokens (context parallelism slices it; the in-trainer teacher needs CP = 1)")
-        prompt, k = unpack_teacher_prompt(per_sample[i])
+        packed = per_sample[i] if own_rows is None else _cp_whole_rows(per_sample[i], own_rows[n], r, cp_group)
+        if packed.size(0) != r:
+            raise ValueError(f"sample {i}: a packed teacher prompt of {packed.size(0)} rows for {r} response "
+                             "tokens (context parallelism sliced it and no context-parallel group is initialised)")
+        prompt, k = unpack_teacher_prompt(packed)
         sample_tokens = torch.as_tensor(rollout_data["tokens"][i]).long().reshape(-1)
         tokens.append(torch.cat([torch.tensor(prompt, dtype=torch.long), sample_tokens[sample_tokens.numel() - r:].cpu()])
                       .to(device))
@@ -148,20 +155,82 @@ def fill_trainer_teacher(args: Any, rollout_data: MutableMapping[str, Any],
                                                 float(getattr(args, "rollout_temperature", 1.0) or 1.0), topk)
     for n, i in enumerate(wanted):
         home = per_sample[i].device
-        lp = lps[n].to(home)
+        rows = slice(None) if own_rows is None else own_rows[n].to(lps[n].device)  # this CP rank's rows only
+        lp = lps[n][rows].to(home)
         if top_lp is not None and top_ids is not None:
-            setattr(lp, LOG_PROBS_ATTR, top_lp[n].to(home))
-            setattr(lp, INDICES_ATTR, top_ids[n].to(home))
+            setattr(lp, LOG_PROBS_ATTR, top_lp[n][rows].to(home))
+            setattr(lp, INDICES_ATTR, top_ids[n][rows].to(home))
         per_sample[i] = lp
     return len(wanted)
 
 
-def score_and_unpack(args: Any, rollout_id: int | None = None,
-                     rollout_data: MutableMapping[str, Any] | None = None) -> None:
-    """Slime ``--rollout-data-postprocess-path`` hook: the in-trainer teacher, then ``topk.py``'s unpacking.
-    Runs after Slime's advantages and before it logs the rollout data or trains."""
+def _context_parallel_group() -> Any:
+    """Megatron's context-parallel group when it has more than one rank, else None (no Megatron: None)."""
+    try:
+        from megatron.core import parallel_state as mpu
+    except ImportError:
+        return None
+    if not mpu.model_parallel_is_initialized() or mpu.get_context_parallel_world_size() == 1:
+        return None
+    return mpu.get_context_parallel_group()
+
+
+def _cp_rows(rollout_data: MutableMapping[str, Any], wanted: list[int], group: Any) -> list[torch.Tensor]:
+    """Per wanted sample, which of its R response rows this CP rank holds: Slime's own ``slice_log_prob_with_cp``
+    (the slice it applied to ``teacher_log_probs``) applied to the row numbers 0..R-1."""
+    from slime.backends.megatron_utils.cp_utils import slice_log_prob_with_cp
+
+    out = []
+    for i in wanted:
+        r, total = int(rollout_data["response_lengths"][i]), int(rollout_data["total_lengths"][i])
+        out.append(slice_log_prob_with_cp(torch.arange(r, dtype=torch.float64), total, r).round().long())
+    return out
+
+
+def _cp_whole_rows(local: torch.Tensor, rows: torch.Tensor, r: int, group: Any) -> torch.Tensor:
+    """The whole [R, W] packed prompt from every CP rank's slice (each rank holds the same samples)."""
+    import torch.distributed as dist
+
+    if local.size(0) != rows.numel():
+        raise ValueError(f"a CP slice of {local.size(0)} packed rows where Slime's slice holds {rows.numel()}")
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, (rows.cpu(), local.detach().cpu()), group=group)
+    whole = torch.full((r, local.size(1)), float("nan"), dtype=torch.float32)
+    for their_rows, their_local in gathered:
+        whole[their_rows] = their_local.float()
+    if torch.isnan(whole).any():
+        raise ValueError("the context-parallel ranks' slices do not cover the packed teacher prompt")
+    return whole
+
+
+def _hook_data(rollout_id: Any, rollout_data: MutableMapping[str, Any] | None) -> MutableMapping[str, Any]:
+    """The rollout data of a postprocess call: THUDM/slime calls ``fn(args, rollout_id, rollout_data)``; the Slime
+    bundled in OpenClaw-RL since PR #85 (f48ac35) calls ``fn(args, rollout_data)`` for a hook of >= 2 parameters
+    (so the data lands in ``rollout_id``); 0d034dd's calls ``fn(args)`` and gives the hook nothing to score."""
+    if rollout_data is None and isinstance(rollout_id, MutableMapping):
+        return rollout_id
     if rollout_data is None:
         raise ValueError("the in-trainer teacher needs a Slime that passes rollout_data to "
-                         "--rollout-data-postprocess-path (THUDM/slime; the bundled Slime passes args only)")
-    fill_trainer_teacher(args, rollout_data)
-    unpack_teacher_topk(args, rollout_id, rollout_data)
+                         "--rollout-data-postprocess-path (THUDM/slime, or the Slime bundled in OpenClaw-RL since "
+                         "f48ac35; the bundled Slime of 0d034dd passes args only)")
+    return rollout_data
+
+
+def score_and_unpack(args: Any, rollout_id: Any = None, rollout_data: MutableMapping[str, Any] | None = None) -> None:
+    """Slime ``--rollout-data-postprocess-path`` hook: the in-trainer teacher, then ``topk.py``'s unpacking.
+    Runs after Slime's advantages and before it logs the rollout data or trains."""
+    data = _hook_data(rollout_id, rollout_data)
+    fill_trainer_teacher(args, data)
+    unpack_teacher_topk(args, None, data)
+
+
+def score_opd_advantages(args: Any, rollout_id: Any = None,
+                         rollout_data: MutableMapping[str, Any] | None = None) -> None:
+    """Slime ``--rollout-data-postprocess-path`` hook for token-level OPD on a Slime without
+    ``--custom-advantage-function-path`` (the bundled one): the launch runs Slime's ``grpo`` estimator (rewards
+    unused) and this hook, after it, scores the teacher and replaces ``advantages`` = ``returns`` with
+    teacher - old, what Slime's ``on_policy_distillation`` estimator computes (which would read the packed
+    prompt as log-probs, before any hook). No ``--normalize-advantages`` applies after it (the launch sets none)."""
+    from openclaw_opd.loss import on_policy_distillation_advantages
+
+    on_policy_distillation_advantages(args, _hook_data(rollout_id, rollout_data))

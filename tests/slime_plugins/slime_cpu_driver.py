@@ -320,9 +320,13 @@ def trainer_teacher_report(args, rollout_data: dict, sample_teacher: list, loss_
                                  / temperature, dim=-1)
         want = logp.gather(-1, ids[0, len(prompt):].unsqueeze(-1)).squeeze(-1)
         got, top_lp, top_ids = loss_teacher[tuple(tokens)]
+        values, ids = logp.topk(max(k, 1), dim=-1)
+        if got.numel() != r:  # context parallelism: this rank's rows, by Slime's own slice of the student's
+            from slime.backends.megatron_utils.cp_utils import slice_log_prob_with_cp
+
+            want, values, ids = (slice_log_prob_with_cp(x, len(tokens), r) for x in (want, values, ids))
         diffs.append(float((got.float() - want).abs().max()))
         if k:
-            values, ids = logp.topk(k, dim=-1)
             top_diffs.append(float((top_lp.float() - values).abs().max()))
             ids_equal = ids_equal and bool(torch.equal(top_ids.long(), ids))
     return {"n_scored": len(diffs), "n_hinted_prompt": hinted, "n_own_teacher": own,
@@ -348,6 +352,7 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     result: dict = {"parsed": {k: getattr(args, k, None) for k in (
         "rollout_function_path", "loss_type", "custom_loss_function_path", "custom_advantage_function_path",
         "rollout_data_postprocess_path", "advantage_estimator", "save", "save_interval", "tensor_model_parallel_size",
+        "context_parallel_size",
         "use_rollout_logprobs", "compute_advantages_and_returns", "use_opd", "opd_type")}}
 
     import slime.ray.rollout as slime_rollout
@@ -362,8 +367,9 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     slime_rollout.ray, slime_data.ray = passthrough, passthrough  # no Ray cluster: objects are passed through
     _cpu_device()
 
-    dist.init_process_group("gloo", rank=rank, world_size=tp)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
+    cp = int(getattr(args, "context_parallel_size", 1) or 1)  # CONTEXT_PARALLEL: tp x cp gloo ranks
+    dist.init_process_group("gloo", rank=rank, world_size=tp * cp)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, context_parallel_size=cp)
     from openclaw_rl.losses.logprobs import active_tp_group
 
     result["tp_group_size"] = 1 if active_tp_group() is None else dist.get_world_size(active_tp_group())
@@ -442,10 +448,17 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     perf_owner.log_perf_data = lambda *a, **k: None
     seen: dict = {}
     original_get = actor_cls._get_rollout_data
-    def get_rollout_data(ref):  # also what the Samples carried as teacher log-probs, before Slime's own teacher
-        data = seen.setdefault("data", original_get(actor, ref))
-        seen["sample_teacher"] = [t.detach().clone() for t in data.get("teacher_log_probs", [])]
+    original_process = slime_actor.process_rollout_data
+
+    def process_rollout_data(*a, **k):  # this rank's samples before Slime's context-parallel slice
+        data = original_process(*a, **k)
+        seen["sample_teacher"] = [torch.as_tensor(t).detach().clone() for t in data.get("teacher_log_probs", [])]
         return data
+
+    slime_actor.process_rollout_data = process_rollout_data
+
+    def get_rollout_data(ref):  # also what the Samples carried as teacher log-probs, before Slime's own teacher
+        return seen.setdefault("data", original_get(actor, ref))
 
     actor._get_rollout_data = get_rollout_data
     actor.role = "actor"
@@ -459,6 +472,14 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     actor.train(0, refs)
     rollout_data = seen["data"]
 
+    if cp > 1:  # each CP rank's loss_function sees its rows only: the sums over the CP group, as Slime reduces them
+        group = parallel_state.get_context_parallel_group()
+        summed = []
+        for step in losses:
+            values = torch.tensor([step[k] for k in sorted(step)], dtype=torch.float64)
+            dist.all_reduce(values, group=group)
+            summed.append(dict(zip(sorted(step), values.tolist(), strict=True)))
+        result["losses_cp_rank0"], losses = losses, summed
     grad = model.weight.grad
     result.update(recomputed=recomputed, losses=losses, grad_abs_sum=float(grad.abs().sum()) if grad is not None else 0.0,
                   grad_finite=bool(grad is not None and torch.isfinite(grad).all()),
@@ -469,6 +490,11 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
                                                              tables["teacher"].weight.detach())
     if any(t.dim() == 2 and t.size(-1) % 2 == 0 for t in seen["sample_teacher"]):  # teacher_source trainer
         result["trainer_teacher"] = trainer_teacher_report(args, rollout_data, seen["sample_teacher"], loss_teacher)
+        if mode == "opd":  # token-level OPD: the advantages Slime trained on are teacher - old, the filled teacher
+            old = rollout_data.get("log_probs") or rollout_data["rollout_log_probs"]
+            result["trainer_teacher"]["opd_adv_max_abs_diff"] = max(
+                float((a.float() - (t.float()[-o.numel():] - o.float())).abs().max())
+                for a, t, o in zip(rollout_data["advantages"], rollout_data["teacher_log_probs"], old, strict=True))
     if rank == 0:
         Path(result_path).write_text(json.dumps(result, default=str))
     dist.destroy_process_group()

@@ -135,16 +135,24 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict[str, str], str]] = {
     "rl_lora_options": ("rl_lora", (), {"LORA_RANK": "8", "LORA_ALPHA": "16", "MAX_TOKENS_PER_GPU": "4096",
                                         "TP": "1", "PRM_TP": "1"}, "bundled"),
     # the teacher inside the trainer (slime_hooks/trainer_teacher.py): THUDM/slime's hooks; refused where it cannot run
-    "topk_select_teacher_in_trainer_refused": ("topk_select", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "megatron"}, "thudm"),
+    "topk_select_teacher_in_trainer": ("topk_select", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "megatron",
+                                                           "CONTEXT_LENGTH": "24576"}, "thudm"),
+    "topk_select_teacher_in_trainer_scored_refused": ("topk_select", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "megatron",
+                                                                          "OPENCLAW_TOPK_HINT_SELECTION": "sequence_optimal",
+                                                                          "CONTEXT_LENGTH": "24576"}, "thudm"),
     "opd_teacher_in_trainer": ("opd", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer", "CONTEXT_LENGTH": "24576"}, "thudm"),
     "combine_teacher_in_trainer": ("combine", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer", "CONTEXT_LENGTH": "24576"}, "thudm"),
     "opd_topk_teacher_in_trainer": ("opd_topk", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer", "CONTEXT_LENGTH": "24576"}, "thudm"),
     "combine_teacher_in_trainer_bundled_refused": ("combine", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer", "CONTEXT_LENGTH": "24576"},
                                                    "bundled"),
-    "opd_teacher_in_trainer_cp2_refused": ("opd", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer", "CONTEXT_PARALLEL": "2"}, "thudm"),
+    "opd_teacher_in_trainer_cp2": ("opd", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"}, "thudm"),
     "opd_teacher_in_trainer_estimator_refused": ("opd", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer",
                                                          "CONTEXT_LENGTH": "24576"},
                                                  "bundled"),
+    # the bundled Slime of OpenClaw-RL f48ac35 (after its PR #85) passes the data to the postprocess hook
+    **{f"{m}_teacher_in_trainer_bundled_pr85": (m, (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer",
+                                                        "CONTEXT_LENGTH": "24576"}, "bundled_pr85")
+       for m in ("opd", "combine", "opd_topk")},
     "rl_lora_teacher_in_trainer_refused": ("rl_lora", (), {"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"},
                                            "bundled"),
     # upstream's run_qwen3_1.7b_openclaw_oel_online.sh: 4 GPUs (2 actor + 1 rollout + 1 judge/teacher)

@@ -55,20 +55,23 @@ def test_upstreams_long_sample_settings_do_not_fit_and_the_chosen_ones_do():
     assert "may run out of memory" in tight.warning
 
 
-def test_the_in_trainer_teacher_is_in_the_estimate_and_keeps_cp_at_1():
+def test_the_in_trainer_teacher_is_in_the_estimate():
     """OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=trainer: every actor GPU also holds a whole bf16 teacher (not split by
-    TP) and runs its forward of the longest sample before training; CP stays 1 (the hook's requirement)."""
+    TP) and runs its forward of the longest sample before training (not split by CP: each CP rank scores the
+    whole sequence), so the plan may need more CP ranks with it than without."""
     plain, with_teacher = (Estimate(QWEN3, 4, 1, 80 * 10**9, teacher) for teacher in (False, True))
     assert with_teacher.teacher_weights == QWEN3.params * 2 == Estimate(QWEN3, 1, 1, 80 * 10**9, True).teacher_weights
     # the teacher's forward (~17.6 GB) is smaller than the training pass here, so only its weights add up
     assert with_teacher.total(24576, 24576) - plain.total(24576, 24576) == QWEN3.params * 2
     assert 17e9 < with_teacher.teacher_forward(24576) < 18e9 and plain.teacher_forward(24576) == 0
+    assert Estimate(QWEN3, 2, 2, 80 * 10**9, True).teacher_forward(24576) == with_teacher.teacher_forward(24576)
     assert with_teacher.longest() < 24576 < plain.longest()
     kw = dict(actor_gpus=4, gpu_gb=80, tp=None, cp=None, max_tokens=None, tp_default=4)
     assert choose(QWEN3, context=24576, **kw).warning == ""
-    fits_not = choose(QWEN3, context=24576, teacher=True, **kw)
+    fits_not = choose(QWEN3, context=24576, teacher=True, **dict(kw, tp=4, cp=1))
     assert "in-trainer teacher" in fits_not.warning and any(line.startswith("#   teacher  = ") for line in fits_not.lines)
-    assert (choose(QWEN3, context=32768, **kw).cp, choose(QWEN3, context=32768, teacher=True, **kw).cp) == (2, 1)
+    chosen = [choose(QWEN3, context=24576, teacher=teacher, **kw) for teacher in (False, True)]
+    assert [(c.tp, c.cp) for c in chosen] == [(4, 1), (2, 2)] and chosen[1].warning == ""
     assert choose(QWEN3, context=20480, teacher=True, **kw).warning == ""  # 20K-token samples fit beside it
 
 

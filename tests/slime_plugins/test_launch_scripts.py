@@ -100,7 +100,11 @@ FAKE_ROLLOUT = """class RolloutManager:
 
 
 def fake_slime(root: Path, flavour: str) -> Path:
-    """An importable Slime checkout with the API the feature check inspects (argument provider, Sample)."""
+    """An importable Slime checkout with the API the feature check inspects (argument provider, Sample).
+    ``bundled_pr85``: the bundled Slime as at OpenClaw-RL f48ac35, whose actor passes the rollout data to the
+    postprocess hook (``fn(args, rollout_data)``); otherwise as ``bundled`` (0d034dd)."""
+    pr85 = flavour == "bundled_pr85"
+    flavour = "bundled" if pr85 else flavour
     (root / "slime" / "utils").mkdir(parents=True)
     (root / "slime" / "ray").mkdir()
     (root / "train_async.py").write_text("# fake\n")
@@ -129,7 +133,8 @@ def fake_slime(root: Path, flavour: str) -> Path:
     (root / "slime" / "ray" / "rollout.py").write_text(rollout)
     actor = root / "slime" / "backends" / "megatron_utils"
     actor.mkdir(parents=True, exist_ok=True)  # how the actor calls --rollout-data-postprocess-path (read as text)
-    (actor / "actor.py").write_text("self.rollout_data_postprocess(self.args)\n" if flavour == "bundled" else
+    (actor / "actor.py").write_text("fn(self.args, rollout_data)\n" if pr85 else
+                                    "self.rollout_data_postprocess(self.args)\n" if flavour == "bundled" else
                                     "self.rollout_data_postprocess(self.args, rollout_id, rollout_data)\n")
     return root
 
@@ -156,7 +161,7 @@ def launch(tmp_path):
     models = tmp_path / "models"
     (models / "Qwen3-4B").mkdir(parents=True)
     (models / "judge").mkdir()
-    slimes = {f: fake_slime(tmp_path / f"slime-{f}", f) for f in ("bundled", "thudm")}
+    slimes = {f: fake_slime(tmp_path / f"slime-{f}", f) for f in ("bundled", "thudm", "bundled_pr85")}
     counter = iter(range(1000))
 
     def run(variant: str, *args: str, flavour: str = "bundled", **env: str) -> Run:
@@ -836,11 +841,11 @@ def test_upstream_variables_the_scripts_do_not_read_are_named(launch):
     assert run.rc == 0 and "HOST=0.0.0.0 is ignored" in run.err and "OPENCLAW_RECORD_FILE is ignored" in run.err
 
 
-@pytest.mark.parametrize("variant", ["opd", "combine", "opd_topk"])
+@pytest.mark.parametrize("variant", ["opd", "combine", "opd_topk", "topk_select"])
 def test_a_teacher_inside_the_trainer_runs_on_thudm_slime_with_the_actor_side_hook(launch, variant):
     """Upstream's OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=megatron (here also 'trainer'): the proxy packs the
     hinted prompt's ids, and the actor's frozen teacher (slime_hooks/trainer_teacher.py) scores them, in the
-    opd advantage hook or the postprocess hook; the bundled Slime's opd estimator runs before any hook."""
+    opd advantage hook or the postprocess hook; context parallelism too (the hook gathers over the CP group)."""
     for value in ("trainer", "megatron"):
         run = launch(variant, flavour="thudm", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=value, CONTEXT_LENGTH="24576")
         assert run.rc == 0, run.err
@@ -850,27 +855,37 @@ def test_a_teacher_inside_the_trainer_runs_on_thudm_slime_with_the_actor_side_ho
         else:
             assert flags["--rollout-data-postprocess-path"] == "openclaw_rl.slime_hooks.trainer_teacher.score_and_unpack"
         assert teacher_source_name(run.config()["openclaw_opd_teacher_source"]) == "trainer", run.config_text()
+        if variant == "topk_select":  # the scored default rule needs a teacher server: the longest hint instead
+            assert run.config()["openclaw_opd_hint_selection"] == "longest" and "scores the longest hint" in run.err
     server = launch(variant, flavour="thudm", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="inference")
     assert server.rc == 0 and "trainer_teacher" not in server.out
     bad = launch(variant, OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="gpu")
     assert bad.rc != 0 and "OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=gpu: one of" in bad.err
-    # CONTEXT_LENGTH 32768: the plan keeps CP 1 with the teacher (and warns); CP 2 set by hand is refused
-    cp1 = launch(variant, flavour="thudm", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer")
-    assert cp1.rc == 0 and "--context-parallel-size 1 " in cp1.out and "in-trainer teacher runs at CP 1" in cp1.err
-    cp2 = launch(variant, flavour="thudm", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer", CONTEXT_PARALLEL="2")
-    assert cp2.rc != 0 and "needs CONTEXT_PARALLEL=1" in cp2.err, cp2.err
+    cp2 = launch(variant, flavour="thudm", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer")  # CONTEXT_LENGTH 32768: CP 2
+    assert cp2.rc == 0 and cp2.slime().flags["--context-parallel-size"] == "2", cp2.err
     refused = launch(variant, flavour="bundled", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer", CONTEXT_LENGTH="24576")
-    if variant == "opd":
-        assert refused.rc != 0 and "on_policy_distillation estimator" in refused.err, refused.err
-    else:  # the Slime feature check (a dry run warns and continues; a real run stops there)
-        assert "cannot run" in refused.err and "called with the rollout data" in refused.err, refused.err
+    # the bundled Slime of 0d034dd calls the postprocess hook with args only: the Slime feature check (a dry run
+    # warns and continues; a real run stops there)
+    assert "cannot run" in refused.err and "called with the rollout data" in refused.err, refused.err
+    pr85 = launch(variant, flavour="bundled_pr85", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer", CONTEXT_LENGTH="24576")
+    assert pr85.rc == 0 and "cannot run" not in pr85.err, pr85.err  # f48ac35 passes the rollout data
+    if variant == "opd":  # no advantage hook there: Slime's grpo, then A = teacher - old in the postprocess hook
+        flags = pr85.slime().flags
+        assert flags["--advantage-estimator"] == "grpo", flags
+        assert flags["--rollout-data-postprocess-path"] == "openclaw_rl.slime_hooks.trainer_teacher.score_opd_advantages"
 
 
-@pytest.mark.parametrize("variant", ["topk_select", OEL, "rl_lora"])
+@pytest.mark.parametrize("variant", [OEL, "rl_lora"])
 def test_a_teacher_inside_the_trainer_is_refused_where_it_cannot_run(launch, variant):
     run = launch(variant, flavour="thudm", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer")
     assert run.rc != 0 and "teacher" in run.err and "Traceback" not in run.err, run.err
     print(run.err.strip().splitlines()[-1])
+
+
+def test_a_scored_hint_rule_with_the_teacher_inside_the_trainer_is_refused(launch):
+    run = launch("topk_select", flavour="thudm", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer", CONTEXT_LENGTH="24576",
+                 OPENCLAW_TOPK_HINT_SELECTION="sequence_optimal")
+    assert run.rc != 0 and "sequence_optimal scores every candidate" in run.err, run.err
 
 
 def test_upstream_oel_variables_are_named_with_what_replaces_them(launch):

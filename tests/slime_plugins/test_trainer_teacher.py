@@ -127,3 +127,55 @@ def test_a_packed_prompt_cut_by_context_parallelism_is_refused_not_misread():
     batch = {"tokens": [torch.arange(50)], "response_lengths": [4], "teacher_log_probs": [packed[:2]]}  # CP 2 half
     with pytest.raises(ValueError, match="context parallelism"):
         fill_trainer_teacher(SimpleNamespace(rollout_temperature=1.0), batch, model=torch.nn.Linear(1, 1))
+
+
+def test_the_postprocess_hooks_take_the_bundled_slimes_two_argument_call(tiny_model_dir):
+    """The Slime bundled in OpenClaw-RL f48ac35 calls a >= 2-parameter hook as fn(args, rollout_data): the data
+    arrives in the second parameter. score_and_unpack scores it; score_opd_advantages sets A = teacher - old."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from openclaw_rl.slime_hooks import trainer_teacher
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    ts = samples(tok, n=2)
+    args = SimpleNamespace(rollout_temperature=1.0)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(trainer_teacher, "actor_teacher", lambda a: model)
+    try:
+        batch = actor_batch([to_slime_sample(s) for s in ts])
+        trainer_teacher.score_and_unpack(args, batch)  # the bundled call: (args, rollout_data)
+        assert not any(is_packed_prompt(t) for t in batch["teacher_log_probs"])
+        batch = actor_batch([to_slime_sample(s) for s in ts])
+        batch["log_probs"] = [torch.full((s.response_length,), -1.0) for s in ts]
+        batch["advantages"] = [torch.full((s.response_length,), 5.0) for s in ts]  # what grpo left there
+        trainer_teacher.score_opd_advantages(args, batch)
+    finally:
+        mp.undo()
+    for i, s in enumerate(ts):
+        want, _ = direct(model, s, 1.0, 0)
+        assert (batch["advantages"][i] - (want + 1.0)).abs().max().item() < 1e-5
+        assert batch["returns"][i] is batch["advantages"][i]
+
+
+@pytest.mark.parametrize("slime_forwards_topk", [False, True])
+def test_beside_the_trainer_teachers_top_k_an_rl_only_samples_rows_ride_packed(monkeypatch, slime_forwards_topk):
+    """topk_select with the in-trainer teacher: RL-only samples carry their own top-K rows. They ride packed in
+    teacher_log_probs on any Slime (the bundled one forwards teacher_topk_* only when the batch's first sample
+    has them), so score_and_unpack leaves every sample with [R] log-probs and top-K attributes."""
+    from openclaw_rl.slime_hooks import samples as slime_samples
+
+    monkeypatch.setattr(slime_samples, "_slime_forwards_topk", lambda: slime_forwards_topk)
+    r, k = 3, 4
+    rl = TrainingSample(session_id="s", turn=1, kind="combine", prompt_ids=[1, 2], response_ids=[5, 6, 7],
+                        rollout_log_probs=[-0.5] * r, loss_mask=[1] * r, reward=1.0, teacher_log_probs=[-0.5] * r,
+                        teacher_topk_log_probs=[[-0.5] + [float("-inf")] * (k - 1)] * r,
+                        teacher_topk_indices=[[t] + [0] * (k - 1) for t in (5, 6, 7)])
+    packed = to_slime_sample(rl, teacher_topk=k)
+    assert packed.teacher_log_probs.shape == (r, 1 + 2 * k) and not hasattr(packed, "teacher_topk_indices")
+    server = to_slime_sample(rl)  # the teacher server's run: unchanged
+    assert hasattr(server, "teacher_topk_indices") and (server.teacher_log_probs.dim() == 1) == slime_forwards_topk
+    batch = actor_batch([packed])
+    score_and_unpack(SimpleNamespace(), 0, batch)
+    lp, ids = teacher_topk_from_batch(batch)
+    assert batch["teacher_log_probs"][0].tolist() == [-0.5] * r and ids[0][:, 0].tolist() == [5, 6, 7]
