@@ -277,11 +277,10 @@ class ChatRenderer:
         hit = self._cached_ids(text, self._cache.get(key))
         if hit is not None:
             self.cache_hits += 1
-            ids, ids_array, chars, known, digest = hit
         else:
-            ids = self._encode_first(text)
-            ids_array, chars, known, digest = array("i", ids), 0, 0, None
+            hit = self._encode_first(text)
             self.cache_misses += 1
+        ids, ids_array, chars, known, digest = hit
         # Two cuts: before the last turn start (the generation prompt: a next request that adds messages
         # after this one shares all of it) and before the second-to-last (OpenClaw drops its trailing
         # context message on the next request, so that much is what such a prompt shares). Only the tail
@@ -293,9 +292,10 @@ class ChatRenderer:
         if second < 0:
             return ids, ids_array
         if digest is not None and second >= chars:
-            # Both cuts lie in the part after the cached cut: text[:chars] and ids[:known] hold the same
-            # number of turn starts (checked when they were stored), so the counts are compared on the new
-            # part only, the ids' turn starts are looked for there, and the digest goes on from the cut's.
+            # Both cuts lie after the cut the ids came from (the session's or the shared first block's):
+            # text[:chars] and ids[:known] hold the same number of turn starts (checked when they were
+            # stored), so the counts are compared on the new part only, the ids' turn starts are looked
+            # for there, and the digest goes on from the cut's.
             tail = ids[known:]
             count = tail.count(tid)
             if text.count(start, chars) != count or count < 2:
@@ -345,30 +345,35 @@ class ChatRenderer:
         head = entry.ids[:n2]
         return head.tolist() + rest, head + array("i", rest), c2, n2, h
 
-    def _encode_first(self, text: str) -> list[int]:
-        """A session's first encode: the shared first block's ids when another session had the same one."""
+    def _encode_first(self, text: str) -> tuple[list[int], array, int, int, Any]:
+        """A session's first encode: the shared first block's ids when another session had the same one.
+        Returns what ``_cached_ids`` does: the ids as a list and an array, and the cut used (chars, ids and
+        the sha1 of ``text[:chars]``; (0, 0, None) when none)."""
         cut = text.find(self.turn_start, 1)
         if cut <= 0:
-            return self.encode_text(text)
-        digest = hashlib.sha1(text[:cut].encode("utf-8", "surrogatepass")).digest()
+            ids = self.encode_text(text)
+            return ids, array("i", ids), 0, 0, None
+        h = hashlib.sha1(text[:cut].encode("utf-8", "surrogatepass"))
+        digest = h.digest()
         with self._lock:
             head = self._shared.get(digest)
             if head is not None:
                 self._shared.move_to_end(digest)
         if head is not None:
-            return head.tolist() + self.encode_text(text[cut:])
+            rest = self.encode_text(text[cut:])
+            return head.tolist() + rest, head + array("i", rest), cut, len(head), h
         ids = self.encode_text(text)
+        ids_array = array("i", ids)
         try:
             id_cut = ids.index(self.turn_start_id, 1)
         except ValueError:
-            return ids
+            return ids, ids_array, 0, 0, None
         if text.count(self.turn_start, 0, cut) == ids[:id_cut].count(self.turn_start_id):  # both: one block
-            head = array("i", ids[:id_cut])
             with self._lock:
-                self._shared[digest] = head
+                self._shared[digest] = ids_array[:id_cut]
                 while len(self._shared) > self.shared_size:
                     self._shared.popitem(last=False)
-        return ids
+        return ids, ids_array, 0, 0, None
 
     def forget(self, key: str) -> None:
         """Drop a session's cached prefixes, main line and side turns (its session ended or was evicted)."""
