@@ -81,10 +81,6 @@ class ChunkBytes:
 SSE_DONE = b"data: [DONE]\n\n"
 STREAM_FLUSH_S = 0.02  # after a snapshot with text, the next one gathers the tokens of this long (one client write)
 BULK_BYTES = 1 << 20  # request bodies above this render on their own thread, without the prefix cache
-# Request bodies up to this render on the event loop: a hop to the render thread and back costs ~50-70 µs of
-# CPU (two wake-ups), about what rendering such a prompt costs (a ~1K-token turn: ~0.2 ms); larger ones go to
-# the render thread so that a long prompt never holds the loop.
-INLINE_RENDER_BYTES = 16 * 1024
 DURABLE_WAIT_S = 30.0  # the longest a reply waits for its turn's commit; then it is refused (503), never a 200
 _PENALTIES = ("presence_penalty", "frequency_penalty")  # client knobs that reshape the sampled distribution
 
@@ -187,11 +183,8 @@ class ChatService:
         # side turns (heartbeats, memory flushes: another conversation on the same session id) cache their
         # prefix under their own key, so they never replace the main line's
         cache_key = None if bulk else key if main else side_cache_key(key)
-        if 0 < body_bytes <= INLINE_RENDER_BYTES:
-            messages, prompt_text, prompt_ids, ids_array = self._prepare(req, cache_key)
-        else:
-            messages, prompt_text, prompt_ids, ids_array = await asyncio.get_running_loop().run_in_executor(
-                self._bulk_pool if bulk else self._render_pool, self._prepare, req, cache_key)
+        messages, prompt_text, prompt_ids, ids_array = await asyncio.get_running_loop().run_in_executor(
+            self._bulk_pool if bulk else self._render_pool, self._prepare, req, cache_key)
         params, temperature = self._sampling_params(req, main, len(prompt_ids))
         payload = {"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}
         adapter = self.adapters.served(namespace) if self.adapters is not None else None
