@@ -250,11 +250,12 @@ class ChatRenderer:
 
     def render(self, messages: list[dict[str, Any]], tools: list[Tool] | None = None,
                add_generation_prompt: bool = True, cache_key: str | None = None,
-               plain: bool = False) -> tuple[str, list[int]]:
-        """``plain``: ``messages`` come from ``normalize_messages`` of a request parsed from JSON (and so
+               plain: bool = False, with_array: bool = False) -> Any:
+        """(text, ids), or with ``with_array`` (text, ids, ids as an ``array("i")``: ``render_ids``).
+        ``plain``: ``messages`` come from ``normalize_messages`` of a request parsed from JSON (and so
         do ``tools``), i.e. plain data; see ``ChatTemplateText.__call__``."""
-        text, ids, _ = self.render_ids(messages, tools, add_generation_prompt, cache_key, plain)
-        return text, ids
+        text, ids, ids_array = self.render_ids(messages, tools, add_generation_prompt, cache_key, plain)
+        return (text, ids, ids_array) if with_array else (text, ids)
 
     def render_ids(self, messages: list[dict[str, Any]], tools: list[Tool] | None = None,
                    add_generation_prompt: bool = True, cache_key: str | None = None,

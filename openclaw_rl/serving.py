@@ -164,8 +164,8 @@ class ChatService:
                     f"This model's maximum context length is {self.context_length} tokens. However, your messages "
                     f"resulted in at least {at_least} tokens. Please reduce the length of the messages.",
                     param="messages")
-        prompt_text, prompt_ids, ids_array = self.renderer.render_ids(messages, req.tools, cache_key=cache_key,
-                                                                      plain=True)
+        prompt_text, prompt_ids, ids_array = self.renderer.render(messages, req.tools, cache_key=cache_key,
+                                                                  plain=True, with_array=True)
         return messages, prompt_text, prompt_ids, ids_array
 
     async def complete(self, req: ChatCompletionRequest, headers: dict[str, str],
