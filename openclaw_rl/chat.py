@@ -250,9 +250,18 @@ class ChatRenderer:
 
     def render(self, messages: list[dict[str, Any]], tools: list[Tool] | None = None,
                add_generation_prompt: bool = True, cache_key: str | None = None,
-               plain: bool = False) -> tuple[str, list[int]]:
-        """``plain``: ``messages`` come from ``normalize_messages`` of a request parsed from JSON (and so
+               plain: bool = False, with_array: bool = False) -> Any:
+        """(text, ids), or with ``with_array`` (text, ids, ids as an ``array("i")``: ``render_ids``).
+        ``plain``: ``messages`` come from ``normalize_messages`` of a request parsed from JSON (and so
         do ``tools``), i.e. plain data; see ``ChatTemplateText.__call__``."""
+        text, ids, ids_array = self.render_ids(messages, tools, add_generation_prompt, cache_key, plain)
+        return (text, ids, ids_array) if with_array else (text, ids)
+
+    def render_ids(self, messages: list[dict[str, Any]], tools: list[Tool] | None = None,
+                   add_generation_prompt: bool = True, cache_key: str | None = None,
+                   plain: bool = False) -> tuple[str, list[int], array]:
+        """``render``, with the ids also as an ``array("i")`` (what a ``Turn`` keeps): with a cache key it
+        is built from the cached prefix's array and the new ids, not converted from the list."""
         tool_dicts = [t.model_dump(exclude_none=True) for t in tools] if tools else None
         try:
             text = self.template(messages, tool_dicts, add_generation_prompt, plain=plain)
@@ -260,16 +269,19 @@ class ChatRenderer:
             raise BadRequest(f"the conversation cannot be rendered with the policy's chat template: {e}",
                              param="messages") from e
         if cache_key is None or self.turn_start_id is None:
-            return text, self.encode_text(text)
-        return text, self._encode_cached(text, cache_key)
+            ids = self.encode_text(text)
+            return text, ids, array("i", ids)
+        ids, ids_array = self._encode_cached(text, cache_key)
+        return text, ids, ids_array
 
-    def _encode_cached(self, text: str, key: str) -> list[int]:
-        ids = self._cached_ids(text, self._cache.get(key))
-        if ids is not None:
+    def _encode_cached(self, text: str, key: str) -> tuple[list[int], array]:
+        hit = self._cached_ids(text, self._cache.get(key))
+        if hit is not None:
             self.cache_hits += 1
         else:
-            ids = self._encode_first(text)
+            hit = self._encode_first(text)
             self.cache_misses += 1
+        ids, ids_array, chars, known, digest = hit
         # Two cuts: before the last turn start (the generation prompt: a next request that adds messages
         # after this one shares all of it) and before the second-to-last (OpenClaw drops its trailing
         # context message on the next request, so that much is what such a prompt shares). Only the tail
@@ -278,26 +290,44 @@ class ChatRenderer:
         start, tid = self.turn_start, self.turn_start_id
         last = text.rfind(start)
         second = text.rfind(start, 0, last) if last > 0 else -1
-        if second >= 0 and text.count(start) == ids.count(tid):
+        if second < 0:
+            return ids, ids_array
+        if digest is not None and second >= chars:
+            # Both cuts lie after the cut the ids came from (the session's or the shared first block's):
+            # text[:chars] and ids[:known] hold the same number of turn starts (checked when they were
+            # stored), so the counts are compared on the new part only, the ids' turn starts are looked
+            # for there, and the digest goes on from the cut's.
+            tail = ids[known:]
+            count = tail.count(tid)
+            if text.count(start, chars) != count or count < 2:
+                return ids, ids_array
+            at = -1
+            for _ in range(count - 1):
+                at = tail.index(tid, at + 1)
+            id_second, id_last = known + at, known + tail.index(tid, at + 1)
+            digest.update(text[chars:second].encode("utf-8", "surrogatepass"))
+        else:
+            if text.count(start) != ids.count(tid):
+                return ids, ids_array
             id_last = len(ids) - 1 - ids[::-1].index(tid)
             id_second = id_last - 1 - ids[id_last - 1::-1].index(tid) if id_last else -1
-            if id_second >= 0:
-                h = hashlib.sha1(text[:second].encode("utf-8", "surrogatepass"))
-                d_second = h.digest()
-                h.update(text[second:last].encode("utf-8", "surrogatepass"))
-                entry = _Prefix(((last, h.digest(), id_last), (second, d_second, id_second)),
-                                array("i", ids[:id_last]))
-                with self._lock:
-                    self._cache[key] = entry
-                    self._cache.move_to_end(key)
-                    while len(self._cache) > self.cache_size:
-                        self._cache.popitem(last=False)
-        return ids
+            if id_second < 0:
+                return ids, ids_array
+            digest = hashlib.sha1(text[:second].encode("utf-8", "surrogatepass"))
+        d_second = digest.digest()
+        digest.update(text[second:last].encode("utf-8", "surrogatepass"))
+        entry = _Prefix(((last, digest.digest(), id_last), (second, d_second, id_second)), ids_array[:id_last])
+        with self._lock:
+            self._cache[key] = entry
+            self._cache.move_to_end(key)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return ids, ids_array
 
-    def _cached_ids(self, text: str, entry: _Prefix | None) -> list[int] | None:
-        """The ids of ``text`` from the longest cached cut it starts with (None: it starts with none).
-        Encoding the rest alone is exact because the cut lies before an added special token, which splits
-        the text before BPE runs."""
+    def _cached_ids(self, text: str, entry: _Prefix | None) -> tuple[list[int], array, int, int, Any] | None:
+        """``text``'s ids (a list and an array) from the longest cached cut it starts with, with that cut
+        (chars, ids) and the sha1 of ``text[:chars]`` (None: it starts with none). Encoding the rest alone
+        is exact because the cut lies before an added special token, which splits the text before BPE runs."""
         if entry is None:
             return None
         (c1, d1, n1), (c2, d2, n2) = entry.cuts
@@ -307,35 +337,44 @@ class ChatRenderer:
         if h.digest() != d2:
             return None
         if len(text) > c1:
-            h.update(text[c2:c1].encode("utf-8", "surrogatepass"))
-            if h.digest() == d1:
-                return entry.ids.tolist() + self.encode_text(text[c1:])
-        return entry.ids[:n2].tolist() + self.encode_text(text[c2:])
+            longer = h.copy()
+            longer.update(text[c2:c1].encode("utf-8", "surrogatepass"))
+            if longer.digest() == d1:
+                rest = self.encode_text(text[c1:])
+                return entry.ids.tolist() + rest, entry.ids + array("i", rest), c1, n1, longer
+        rest = self.encode_text(text[c2:])
+        head = entry.ids[:n2]
+        return head.tolist() + rest, head + array("i", rest), c2, n2, h
 
-    def _encode_first(self, text: str) -> list[int]:
-        """A session's first encode: the shared first block's ids when another session had the same one."""
+    def _encode_first(self, text: str) -> tuple[list[int], array, int, int, Any]:
+        """A session's first encode: the shared first block's ids when another session had the same one.
+        Returns what ``_cached_ids`` does: the ids as a list and an array, and the cut used (chars, ids and
+        the sha1 of ``text[:chars]``; (0, 0, None) when none)."""
         cut = text.find(self.turn_start, 1)
         if cut <= 0:
-            return self.encode_text(text)
-        digest = hashlib.sha1(text[:cut].encode("utf-8", "surrogatepass")).digest()
+            ids = self.encode_text(text)
+            return ids, array("i", ids), 0, 0, None
+        h = hashlib.sha1(text[:cut].encode("utf-8", "surrogatepass"))
+        digest = h.digest()
         with self._lock:
             head = self._shared.get(digest)
             if head is not None:
                 self._shared.move_to_end(digest)
         if head is not None:
-            return head.tolist() + self.encode_text(text[cut:])
+            rest = self.encode_text(text[cut:])
+            return head.tolist() + rest, head + array("i", rest), cut, len(head), h
         ids = self.encode_text(text)
+        ids_array = array("i", ids)
         try:
             id_cut = ids.index(self.turn_start_id, 1)
         except ValueError:
-            return ids
+            return ids, ids_array, 0, 0, None
         if text.count(self.turn_start, 0, cut) == ids[:id_cut].count(self.turn_start_id):  # both: one block
-            head = array("i", ids[:id_cut])
             with self._lock:
-                self._shared[digest] = head
+                self._shared[digest] = ids_array[:id_cut]
                 while len(self._shared) > self.shared_size:
                     self._shared.popitem(last=False)
-        return ids
+        return ids, ids_array, 0, 0, None
 
     def forget(self, key: str) -> None:
         """Drop a session's cached prefixes, main line and side turns (its session ended or was evicted)."""

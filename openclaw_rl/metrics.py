@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import prometheus_client
+from prometheus_client import CollectorRegistry, generate_latest
 
 from .turns import DropReason
 
@@ -24,6 +26,50 @@ def log_safe(value: object, limit: int = LOG_FIELD_CHARS) -> str:
     text = str(value)
     clipped = json.dumps(text[:limit])[1:-1]
     return clipped + (f"...(+{len(text) - limit} chars)" if len(text) > limit else "")
+
+
+class _KeptChildren:
+    """``labels(*values)`` answered from a dict after the first call with those values: prometheus_client's
+    ``labels()`` validates, converts each value with ``str`` and takes a lock on every call (~3.5 µs, seven
+    calls a turn: 1.2% of a ~1K turn's CPU). The child is the one ``labels()`` returned, so counts are
+    unchanged; ``remove``/``remove_by_labels``/``clear`` forget what was kept (a removed child is not used
+    again). Keyword labels and unhashable values go to ``labels()`` itself."""
+
+    def labels(self, *values: Any, **named: Any) -> Any:
+        kept: dict[tuple[Any, ...], Any] = self.__dict__.setdefault("_kept_children", {})
+        if not named:
+            try:
+                child = kept.get(values)
+            except TypeError:  # an unhashable value: labels() decides
+                return super().labels(*values)  # type: ignore[misc]
+            if child is None:
+                child = kept[values] = super().labels(*values)  # type: ignore[misc]
+            return child
+        return super().labels(*values, **named)  # type: ignore[misc]
+
+    def remove(self, *values: Any) -> None:
+        self.__dict__.get("_kept_children", {}).clear()
+        super().remove(*values)  # type: ignore[misc]
+
+    def remove_by_labels(self, labels: dict[str, str]) -> None:
+        self.__dict__.get("_kept_children", {}).clear()
+        super().remove_by_labels(labels)  # type: ignore[misc]
+
+    def clear(self) -> None:
+        self.__dict__.get("_kept_children", {}).clear()
+        super().clear()  # type: ignore[misc]
+
+
+class Counter(_KeptChildren, prometheus_client.Counter):
+    pass
+
+
+class Gauge(_KeptChildren, prometheus_client.Gauge):
+    pass
+
+
+class Histogram(_KeptChildren, prometheus_client.Histogram):
+    pass
 
 
 class ProxyMetrics:

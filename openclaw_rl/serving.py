@@ -153,7 +153,8 @@ class ChatService:
         self._render_pool.shutdown(wait=False, cancel_futures=True)
         self._bulk_pool.shutdown(wait=False, cancel_futures=True)
 
-    def _prepare(self, req: ChatCompletionRequest, cache_key: str | None) -> tuple[list[dict[str, Any]], str, list[int]]:
+    def _prepare(self, req: ChatCompletionRequest, cache_key: str | None
+                 ) -> tuple[list[dict[str, Any]], str, list[int], array]:
         messages = normalize_messages(req.messages)
         if self.context_length and self.max_token_bytes:
             text_bytes = sum(len(m["content"].encode("utf-8", "surrogatepass")) for m in messages)
@@ -163,8 +164,9 @@ class ChatService:
                     f"This model's maximum context length is {self.context_length} tokens. However, your messages "
                     f"resulted in at least {at_least} tokens. Please reduce the length of the messages.",
                     param="messages")
-        prompt_text, prompt_ids = self.renderer.render(messages, req.tools, cache_key=cache_key, plain=True)
-        return messages, prompt_text, prompt_ids
+        prompt_text, prompt_ids, ids_array = self.renderer.render(messages, req.tools, cache_key=cache_key,
+                                                                  plain=True, with_array=True)
+        return messages, prompt_text, prompt_ids, ids_array
 
     async def complete(self, req: ChatCompletionRequest, headers: dict[str, str],
                        namespace: str, body_bytes: int = 0) -> dict[str, Any] | AsyncIterator[bytes]:
@@ -181,7 +183,7 @@ class ChatService:
         # side turns (heartbeats, memory flushes: another conversation on the same session id) cache their
         # prefix under their own key, so they never replace the main line's
         cache_key = None if bulk else key if main else side_cache_key(key)
-        messages, prompt_text, prompt_ids = await asyncio.get_running_loop().run_in_executor(
+        messages, prompt_text, prompt_ids, ids_array = await asyncio.get_running_loop().run_in_executor(
             self._bulk_pool if bulk else self._render_pool, self._prepare, req, cache_key)
         params, temperature = self._sampling_params(req, main, len(prompt_ids))
         payload = {"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}
@@ -194,7 +196,7 @@ class ChatService:
         turn = None
         if main:
             turn = Turn(session_key=key, session_id=identity.session_id, index=0,
-                        prompt_ids=array("i", prompt_ids),
+                        prompt_ids=ids_array,
                         messages=messages if self.keep_messages else None,
                         tools=[t.model_dump(exclude_none=True) for t in req.tools] if req.tools and self.keep_messages
                         else None,

@@ -107,3 +107,29 @@ def test_a_next_turn_reuses_the_whole_previous_prompt(tokenizer):
         cached.encode_text = encode
     assert cached.cache_hits == 2
 
+
+
+def test_a_prefix_stored_from_the_new_part_equals_one_stored_from_a_full_encode(tokenizer):
+    """After a cache hit (or a shared first block) the next cuts are found in the new part only (counts,
+    turn starts, the digest continued from the cut's): the stored prefix must be the one a full encode of
+    the same text stores, and the ids array handed to the turn must be the ids."""
+    rng = random.Random(3)
+    pieces = ["hello", " world", "\n", "🙂", "café", "<think>", "</think>", "  ", "x" * 30, "\u00e9\u0301", "'s"]
+    chained, fresh, plain = ChatRenderer(tokenizer), ChatRenderer(tokenizer), ChatRenderer(tokenizer)
+    for session in ("a", "b"):  # b's first prompt starts with a's first block: the shared ids
+        history = [{"role": "system", "content": "You are OpenClaw. " * 20}]
+        for turn in range(6):
+            history.append({"role": "user", "content": "".join(rng.choice(pieces) for _ in range(rng.randint(1, 15)))})
+            if turn == 3:  # a tool round trip: several turn starts in the new part
+                history += [{"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "done 🙂"}]
+            msgs = normalize_messages(ChatCompletionRequest.model_validate({"messages": history}).messages)
+            _, ids, ids_array = chained.render_ids(msgs, cache_key=session)
+            assert ids == ids_array.tolist() == plain.render(msgs)[1]
+            fresh._cache.clear()
+            fresh._shared.clear()
+            fresh.render(msgs, cache_key=session)
+            assert chained._cache[session] == fresh._cache[session], (session, turn)
+            history.append({"role": "assistant", "content": "".join(rng.choice(pieces) for _ in range(8))})
+    assert chained.cache_hits == 10 and fresh.cache_hits == 0 and len(chained._shared) == 1
