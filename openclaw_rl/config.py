@@ -146,7 +146,7 @@ class OPDSettings:
 
 
 HINT_SELECTIONS = ("longest", "shortest", "sequence_optimal", "token_optimal")  # OPDSettings.hint_selection
-DISTILL_SUBSETS = ("teacher", "overlap")  # OPDSettings.distill_subset (openclaw_opd.loss reads the same list)
+DISTILL_SUBSETS = ("teacher", "overlap", "student")  # OPDSettings.distill_subset (openclaw_opd.loss reads the same list)
 COMBINE_LOSSES = ("ppo", "topk_select")  # CombineSettings.loss
 TEACHER_SOURCES = ("server", "trainer")  # OPDSettings.teacher_source
 TRAINER_TEACHER_MODES = ("opd", "combine", "oel")  # the modes whose teacher can run in the trainer (frozen_teacher.py)
@@ -245,11 +245,8 @@ class Settings:
             raise ValueError(f"openclaw_opd_hint_selection (OPENCLAW_TOPK_HINT_SELECTION): unknown rule "
                              f"{self.opd.hint_selection!r}; one of {', '.join(HINT_SELECTIONS)}")
         if self.opd.distill_subset not in DISTILL_SUBSETS:
-            why = (" (the student's top-K with the teacher gathered there needs a teacher inside the trainer: "
-                   "the teacher server returns its own top-K only; overlap is the part of it known exactly)"
-                   if self.opd.distill_subset == "student" else "")
             raise ValueError(f"openclaw_opd_distill_subset (OPENCLAW_TOPK_SUBSET_MODE): {self.opd.distill_subset!r} "
-                             f"is not one of {', '.join(DISTILL_SUBSETS)}{why}")
+                             f"is not one of {', '.join(DISTILL_SUBSETS)}")
         policy_urls = [u.strip() for u in p.policy_url.split(",")]
         if not all(u.lower().startswith(("http://", "https://")) for u in policy_urls) or \
                 len(set(policy_urls)) != len(policy_urls):
@@ -259,6 +256,11 @@ class Settings:
             raise ValueError(f"openclaw_opd_teacher_url (TEACHER_URL): expected http(s)://host:port, got "
                              f"{self.opd.teacher_url!r}")
         self._validate_teacher_source()
+        if self.opd.distill_subset == "student" and self.opd.teacher_source != "trainer":
+            raise ValueError("openclaw_opd_distill_subset (OPENCLAW_TOPK_SUBSET_MODE) student: the teacher's log-probs "
+                             "at the student's top-K need the teacher inside the trainer (openclaw_opd_teacher_source: "
+                             "trainer, --teacher-source trainer): a teacher server returns its own top-K only (overlap "
+                             "is the part of the student's subset it knows exactly)")
         if self.opd.max_hint_candidates < 1:
             raise ValueError("openclaw_opd_max_hint_candidates (OPENCLAW_TOPK_MAX_CAND): expected >= 1, got "
                              f"{self.opd.max_hint_candidates}")

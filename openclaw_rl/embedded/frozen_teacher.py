@@ -102,21 +102,44 @@ class FrozenTeacher:
             return cls(load_teacher_model(checkpoint, policy, tokenizer))
         return cls(initial_copy if initial_copy is not None else copy.deepcopy(policy))
 
-    def score(self, args: Any, teacher_tokens: list[torch.Tensor], response_lengths: list[int],
-              topk: int = 0) -> tuple[list[torch.Tensor], list[torch.Tensor] | None, list[torch.Tensor] | None]:
+    def score(self, args: Any, teacher_tokens: list[torch.Tensor], response_lengths: list[int], topk: int = 0,
+              at_ids: list[torch.Tensor] | None = None,
+              ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None, list[torch.Tensor] | None]:
         """Per sample, the teacher's log-probs of its last R tokens (logits / ``args.rollout_temperature``, as
         the student's) and, with ``topk`` > 0, the top-K log-probs [R, K] and ids [R, K] of those rows
         (``openclaw_rl.losses.teacher_scores``, shared with Slime's actor-side teacher)."""
         from openclaw_rl.losses.teacher_scores import score_teacher_tokens
 
         return score_teacher_tokens(self.model, teacher_tokens, response_lengths,
-                                    float(getattr(args, "rollout_temperature", 1.0)), topk, self.tail)
+                                    float(getattr(args, "rollout_temperature", 1.0)), topk, self.tail, at_ids)
+
+
+def student_topk_ids(student: torch.nn.Module, samples: list[TrainingSample], args: Any, topk: int,
+                     device: torch.device, tail: bool) -> list[torch.Tensor]:
+    """``distill_subset: student`` (upstream's default ``S_t = S^q_t``): per sample, the [R, K] ids of the
+    student's own top-K at each response position, from a no-grad eval-mode forward of its sampled prompt +
+    response with the policy as it is before this step (the old policy of a one-step-per-batch trainer)."""
+    from openclaw_rl.losses.teacher_scores import score_teacher_tokens
+
+    was_training = student.training
+    student.eval()
+    try:
+        tokens = [torch.tensor(s.prompt_ids + s.response_ids, dtype=torch.long, device=device) for s in samples]
+        _, _, ids = score_teacher_tokens(student, tokens, [s.response_length for s in samples],
+                                         float(getattr(args, "rollout_temperature", 1.0)), topk, tail)
+    finally:
+        student.train(was_training)
+    assert ids is not None
+    return ids
 
 
 def fill_teacher_fields(batch: dict[str, Any], samples: list[TrainingSample], teacher: FrozenTeacher | None,
-                        args: Any, topk: int) -> dict[str, float]:
+                        args: Any, topk: int, student: torch.nn.Module | None = None,
+                        student_tail: bool = False) -> dict[str, float]:
     """Set the batch's teacher keys for samples that carry ``teacher_prompt_ids`` (scored now by ``teacher``),
-    keeping every other sample's own; returns metrics. A no-op when no sample carries prompt ids."""
+    keeping every other sample's own; returns metrics. A no-op when no sample carries prompt ids. With
+    ``student`` (``distill_subset: student``) the top-K rows are the teacher's log-probs at the student's
+    top-K ids (``student_topk_ids``) instead of the teacher's own top-K."""
     wanted = [i for i, s in enumerate(samples) if s.teacher_prompt_ids is not None]
     if not wanted:
         return {}
@@ -126,7 +149,9 @@ def fill_teacher_fields(batch: dict[str, Any], samples: list[TrainingSample], te
     device = batch["unconcat_tokens"][0].device
     tokens = [torch.tensor(samples[i].teacher_prompt_ids + samples[i].response_ids, dtype=torch.long, device=device)
               for i in wanted]
-    lps, top_lp, top_ids = teacher.score(args, tokens, [samples[i].response_length for i in wanted], topk)
+    at_ids = (student_topk_ids(student, [samples[i] for i in wanted], args, topk, device, student_tail)
+              if student is not None and topk > 0 else None)
+    lps, top_lp, top_ids = teacher.score(args, tokens, [samples[i].response_length for i in wanted], topk, at_ids)
     n = len(samples)
     own_lp = batch.get("teacher_log_probs") or [None] * n
     merged: list[Any] = [own_lp[i] if i < len(own_lp) else None for i in range(n)]

@@ -268,7 +268,8 @@ class EmbeddedTrainer:
         batch = batch_to(build_batch(samples, self.cfg.center_rewards), model_device(self.model))
         from .frozen_teacher import fill_teacher_fields
 
-        teacher_metrics = fill_teacher_fields(batch, samples, self.teacher, self.args, self.cfg.distill_topk)
+        teacher_metrics = fill_teacher_fields(batch, samples, self.teacher, self.args, self.cfg.distill_topk,
+                                              self.model if self.cfg.distill_subset == "student" else None, self.tail)
         if self.separate_old_pass:  # dropout: the old log-probs are the eval-mode policy's, a pass of their own
             self.model.eval()
             batch["log_probs"] = sequence_logprobs(self.model, batch, self.args, self.tail)

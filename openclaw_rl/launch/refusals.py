@@ -74,7 +74,10 @@ def trainer_teacher(env: Mapping[str, str], script: str, variant: str) -> str:
     why = ("which LoRA's FSDP backend cannot train on" if v.lora else
            f"but {mode.name} has no teacher" if not mode.needs_teacher else
            "which OEL runs in `openclaw-rl local` and `train` only (its Slime run with it is not built or checked)"
-           if mode.name == "oel" else "")
+           if mode.name == "oel" else
+           "with OPENCLAW_TOPK_SUBSET_MODE=student, which runs in `openclaw-rl local` and `train` only (the actor-side "
+           "hook gathers the teacher at its own top-K, not at the student's)"
+           if env.get("OPENCLAW_TOPK_SUBSET_MODE", "").strip() == "student" else "")
     if why:
         raise LaunchError(TEACHER_IN_TRAINER.format(script=script, var=TEACHER_SOURCE, value=env[TEACHER_SOURCE],
                                                     why=why))

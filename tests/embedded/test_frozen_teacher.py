@@ -88,6 +88,45 @@ def test_the_teacher_log_probs_the_loss_sees_are_a_direct_forward_of_the_frozen_
             assert torch.equal(view["teacher_topk_indices"][0], top_ids)
 
 
+@pytest.mark.parametrize("mode,loss", [("opd", "ppo"), ("combine", "topk_select")])
+def test_the_student_subset_reads_the_teacher_at_the_students_own_top_k(models, mode, loss):
+    """``distill_subset: student`` (upstream's S_t = S^q_t): after a step has moved the policy, the rows the loss
+    sees hold the ids of the student's top-K on its own prompt + response, and the frozen teacher's log-probs
+    (hinted prompt) at exactly those ids; for some sample they differ from the teacher's own top-K."""
+    tok, model = models
+    initial = copy.deepcopy(model).eval()
+    trainer = EmbeddedTrainer(TrainerConfig(mode=mode, lr=1e-2, rollout_temperature=0.7, distill_topk=3,
+                                            distill_subset="student", combine_loss=loss, teacher_source="trainer",
+                                            fidelity_copies=0), model, sync=lambda sd, v: None, tokenizer=tok)
+    samples = trainer_samples(tok, kind=mode)
+    trainer.train(samples)  # the policy moves away from the frozen teacher
+    student = copy.deepcopy(model).eval()
+    seen = capture(trainer)
+    trainer.train(samples)
+    differs = False
+    for s, view in zip(samples, seen):
+        with torch.no_grad():
+            ids = torch.tensor([s.prompt_ids + s.response_ids])
+            p, r = len(s.prompt_ids), s.response_length
+            own = torch.log_softmax(student(input_ids=ids).logits[0, p - 1:p + r - 1].float() / 0.7, dim=-1)
+        student_ids = own.topk(3, dim=-1).indices
+        _, teacher_top, teacher_ids = direct(initial, s, 0.7, 3)
+        assert torch.equal(view["teacher_topk_indices"][0], student_ids)
+        teacher_all = torch.log_softmax(initial(input_ids=torch.tensor([s.teacher_prompt_ids + s.response_ids]))
+                                        .logits[0, len(s.teacher_prompt_ids) - 1:-1].float() / 0.7, dim=-1)
+        torch.testing.assert_close(view["teacher_topk_log_probs"][0], teacher_all.gather(-1, student_ids).detach(),
+                                   atol=2e-5, rtol=0)
+        differs |= not torch.equal(student_ids, teacher_ids)
+    assert differs, "the student's top-K equals the teacher's everywhere: the test would not see a wrong subset"
+
+
+def test_the_student_subset_needs_the_teacher_inside_the_trainer():
+    with pytest.raises(ValueError, match="teacher inside the trainer"):
+        load_settings({"mode": "opd", "opd_distill_subset": "student"}, env={})
+    assert load_settings({"mode": "opd", "opd_distill_subset": "student", "opd_teacher_source": "megatron"},
+                         env={}).opd.distill_subset == "student"
+
+
 def test_a_changed_policy_leaves_the_frozen_teacher_as_it_was(models):
     tok, model = models
     initial = copy.deepcopy(model).eval()

@@ -130,7 +130,7 @@ def test_overlap_subset_by_hand() -> None:
 def test_a_subset_the_loss_cannot_compute_is_refused() -> None:
     batch, logits = _topk_batch([2])
     with pytest.raises(ValueError, match="openclaw_opd_distill_subset"):
-        _run(batch, logits, subset="student")
+        _run(batch, logits, subset="students")
 
 
 def test_gradcheck_topk_loss_with_entropy() -> None:

@@ -102,6 +102,8 @@ CASES: dict[str, tuple[str, tuple[str, ...], dict[str, str], str]] = {
                                               "OPENCLAW_TOPK_SUBSET_MODE": "overlap", "OPENCLAW_TOPK_ADV_DIFF_CLIP": "2.0",
                                               "OPENCLAW_TOPK_HINT_SELECTION": "token_optimal"}, "bundled"),
     "topk_select_student_refused": ("topk_select", (), {"OPENCLAW_TOPK_SUBSET_MODE": "student"}, "bundled"),
+    "topk_select_student_trainer_refused": ("topk_select", (), {"OPENCLAW_TOPK_SUBSET_MODE": "student",
+                                                               "OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"}, "thudm"),
     "topk_select_loss_mismatch": ("topk_select", (), {"OPENCLAW_COMBINE_LOSS": "ppo"}, "bundled"),
     "combine_topk_select_refused": ("combine", (), {"OPENCLAW_COMBINE_LOSS": "topk_select", "OPENCLAW_TOPK_K": "4"},
                                     "bundled"),
