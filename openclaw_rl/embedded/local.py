@@ -449,7 +449,8 @@ def register_local_command(sub: Any) -> None:
                         "of a batch shares one reward)")
     p.add_argument("--distill-topk", type=int, default=0, help="opd: train the top-K reverse-KL loss")
     p.add_argument("--distill-subset", choices=DISTILL_SUBSETS, default="teacher",
-                   help="opd --distill-topk: compare the teacher's top-K ids, or only those also in the student's")
+                   help="opd --distill-topk: compare the teacher's top-K ids, only those also in the student's, or (with "
+                        "--teacher-source trainer) the student's own top-K ids")
     p.add_argument("--teacher-url", default="", help="opd/combine: an SGLang server (the policy's tokenizer) for the "
                    "teacher log-probs, instead of the embedded frozen copy of the initial policy")
     p.add_argument("--teacher-source", default="server", type=teacher_source_name, metavar="{server,trainer}",
