@@ -6,7 +6,7 @@ typed error: unreachable or garbage → 502, slow → 504, SGLang's own 400 (e.g
 with SGLang's message. Responses are validated: ids and log-prob triples must align, and their count
 must be SGLang's ``completion_tokens``, or it is a 502 (never a silently truncated sample).
 
-How its answers are read, streamed or not: ``sglang_answers.py``.
+How its answers are read: ``sglang_answers.py``; streamed ones: ``sglang_stream.py``.
 """
 
 from __future__ import annotations
@@ -33,8 +33,6 @@ from .rawstream import ResponseError, ResponseTooLarge, StreamClient
 from .sglang_answers import (  # noqa: F401 - re-exported: the tests and scripts import them from here
     MAX_RESUMES,
     GenerateResult,
-    SSEReader,
-    StreamAssembler,
     _aligned_logprobs,
     _check_error,
     _completion_tokens,
@@ -47,6 +45,7 @@ from .sglang_answers import (  # noqa: F401 - re-exported: the tests and scripts
     resumable,
     settle_abort,
 )
+from .sglang_stream import SSEReader, StreamAssembler  # noqa: F401 - re-exported as above
 
 log = logging.getLogger(__name__)
 
