@@ -56,8 +56,8 @@ def hint_aware_scorer(tokenizer: Any) -> Callable[[Any, int], float]:
 @contextmanager
 def scripted_server(tokenizer: Any, reply: Callable[[str], str], *, port: int | None = None,
                     **model_kw: Any) -> Iterator[Any]:
+    from openclaw_rl.engine.app import make_engine_app
     from openclaw_rl.engine.scripted import ScriptedModel
-    from openclaw_rl.engine.server import make_engine_app
     from openclaw_rl.servers import BackgroundServer
 
     def responder(prompt_ids: list[int]) -> str:

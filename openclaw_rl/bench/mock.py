@@ -441,8 +441,8 @@ def build_mock_app(tokenizer: Any, *, judge: bool = False, ttft_s: float = 0.0, 
     from starlette.requests import Request
     from starlette.responses import JSONResponse
 
+    from openclaw_rl.engine.app import make_engine_app
     from openclaw_rl.engine.scripted import ScriptedModel
-    from openclaw_rl.engine.server import make_engine_app
 
     reply = [JUDGE_REPLY if judge else reply_text(reply_tokens)]
     # The judge's votes are never streamed: it yields to its event loop every 16 instant tokens instead of

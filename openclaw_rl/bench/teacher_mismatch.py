@@ -81,7 +81,7 @@ def measure(n_samples: int = 16, n_new: int = 32, temperatures: tuple[float, ...
     from openclaw_rl.embedded.frozen_teacher import FrozenTeacher
     from openclaw_rl.embedded.tiny_model import ensure_tiny_model
     from openclaw_rl.embedded.trainer import sequence_logprobs
-    from openclaw_rl.engine.server import make_engine_app
+    from openclaw_rl.engine.app import make_engine_app
     from openclaw_rl.engine.torch_core import TorchModel
     from openclaw_rl.servers import BackgroundServer
 

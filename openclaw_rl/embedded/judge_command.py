@@ -26,7 +26,7 @@ def build_judge_app(model: str, *, teacher: bool = False, seed: int = 0) -> Any:
     from transformers import AutoTokenizer
 
     from openclaw_rl.embedded.rule_judge import RuleJudgeModel
-    from openclaw_rl.engine.server import make_engine_app
+    from openclaw_rl.engine.app import make_engine_app
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     core = None

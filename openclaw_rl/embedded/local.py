@@ -208,7 +208,7 @@ class LocalStack:
         from openclaw_rl.config import load_settings
         from openclaw_rl.embedded.hint_judge import VOTES as HINT_VOTES
         from openclaw_rl.embedded.hint_judge import judge_core
-        from openclaw_rl.engine.server import make_engine_app
+        from openclaw_rl.engine.app import make_engine_app
         from openclaw_rl.engine.torch_core import TorchModel
         from openclaw_rl.runtime import ProxyRuntime
         from openclaw_rl.servers import BackgroundServer

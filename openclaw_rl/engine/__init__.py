@@ -13,12 +13,12 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from openclaw_rl.engine.app import EngineApp, make_engine_app
     from openclaw_rl.engine.model import EngineModel, InputScores, SamplingConfig, TokenStep
     from openclaw_rl.engine.scripted import ScriptedModel
-    from openclaw_rl.engine.server import EngineApp, make_engine_app
 
 _WHERE = {"EngineModel": "model", "InputScores": "model", "SamplingConfig": "model", "TokenStep": "model",
-          "ScriptedModel": "scripted", "EngineApp": "server", "make_engine_app": "server"}
+          "ScriptedModel": "scripted", "EngineApp": "app", "make_engine_app": "app"}
 
 __all__ = ["EngineApp", "EngineModel", "InputScores", "SamplingConfig", "ScriptedModel", "TokenStep",
            "make_engine_app"]

@@ -24,7 +24,7 @@ def build_engine_app(model_path: str, *, max_batch: int = 8, served_model_name: 
     """The engine app over ``TorchModel.from_pretrained(model_path)``, ready for any ASGI server."""
     from transformers import AutoTokenizer
 
-    from openclaw_rl.engine.server import make_engine_app
+    from openclaw_rl.engine.app import make_engine_app
     from openclaw_rl.engine.torch_core import TorchModel
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)

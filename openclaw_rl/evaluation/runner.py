@@ -92,7 +92,7 @@ def served_checkpoint(path: str, *, seed: int = 0, max_new_tokens: int = 64) -> 
 
     from openclaw_rl.config import load_settings
     from openclaw_rl.embedded.tiny_model import quiet_progress_bars
-    from openclaw_rl.engine.server import make_engine_app
+    from openclaw_rl.engine.app import make_engine_app
     from openclaw_rl.engine.torch_core import TorchModel
     from openclaw_rl.server import Proxy
     from openclaw_rl.servers import BackgroundServer

@@ -51,8 +51,8 @@ def test_a_teacher_with_another_tokenizer_is_refused(tokenizer, tiny_model_dir, 
 
 def test_the_tokenizer_the_teacher_server_reports_is_checked(tokenizer, tiny_model_dir, tmp_path, policy_server,
                                                              make_proxy, caplog):
+    from openclaw_rl.engine.app import make_engine_app
     from openclaw_rl.engine.scripted import ScriptedModel
-    from openclaw_rl.engine.server import make_engine_app
     from openclaw_rl.servers import BackgroundServer
 
     other = mistral_shaped_tokenizer(tiny_model_dir)

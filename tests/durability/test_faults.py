@@ -65,8 +65,8 @@ def test_a_judge_failure_that_passes_does_not_drop_the_turn(policy_server, token
     """Issue #27 item 9: a judge that 503s twice, then answers: the turn waits (durable) and is trained."""
     from support import judge_reply
 
+    from openclaw_rl.engine.app import make_engine_app
     from openclaw_rl.engine.scripted import ScriptedModel
-    from openclaw_rl.engine.server import make_engine_app
     from openclaw_rl.servers import BackgroundServer
 
     model = ScriptedModel(tokenizer, responder=lambda ids: judge_reply(tokenizer.decode(ids)), context_length=65536)
@@ -87,8 +87,8 @@ def test_policy_down_then_back(tokenizer, make_proxy):
     assert converse(url, "p", ["x"]) == [502]
     from support import policy_reply
 
+    from openclaw_rl.engine.app import make_engine_app
     from openclaw_rl.engine.scripted import ScriptedModel
-    from openclaw_rl.engine.server import make_engine_app
     from openclaw_rl.servers import BackgroundServer
 
     model = ScriptedModel(tokenizer, responder=lambda ids: policy_reply(tokenizer.decode(ids)), context_length=65536)
@@ -139,8 +139,8 @@ def test_a_turn_waiting_for_a_judge_retry_stays_durable_across_a_restart(policy_
     stop ends the wait at once without dropping the turn; the restarted proxy judges it and trains it."""
     from support import judge_reply, wait_until
 
+    from openclaw_rl.engine.app import make_engine_app
     from openclaw_rl.engine.scripted import ScriptedModel
-    from openclaw_rl.engine.server import make_engine_app
     from openclaw_rl.servers import BackgroundServer
 
     model = ScriptedModel(tokenizer, responder=lambda ids: judge_reply(tokenizer.decode(ids)), context_length=65536)

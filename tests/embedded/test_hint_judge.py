@@ -92,8 +92,8 @@ def _kind_seen(tokenizer: Any, prefix: list[int]) -> str | None:
 
 
 def _judge_server(tokenizer: Any, core_class: type) -> Iterator[Any]:
+    from openclaw_rl.engine.app import make_engine_app
     from openclaw_rl.engine.scripted import ScriptedModel
-    from openclaw_rl.engine.server import make_engine_app
     from openclaw_rl.servers import BackgroundServer
 
     def score(prefix: Any, token: int) -> float:

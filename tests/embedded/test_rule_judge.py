@@ -128,8 +128,8 @@ def test_generate_emits_canonical_ids_then_eos(tokenizer: Any) -> None:
 
 @pytest.fixture
 def judge_url(tokenizer: Any) -> Iterator[str]:
+    from openclaw_rl.engine.app import make_engine_app
     from openclaw_rl.engine.scripted import ScriptedModel
-    from openclaw_rl.engine.server import make_engine_app
     from openclaw_rl.servers import BackgroundServer
 
     core = RuleJudgeModel(tokenizer, teacher=ScriptedModel(tokenizer, scorer=lambda prefix, token: -0.5))
@@ -168,7 +168,7 @@ def test_served_judge_answers_a_real_judge_client(tokenizer: Any, judge_url: str
 
 
 def test_teacherless_judge_fails_teacher_calls_cleanly(tokenizer: Any) -> None:
-    from openclaw_rl.engine.server import make_engine_app
+    from openclaw_rl.engine.app import make_engine_app
     from openclaw_rl.servers import BackgroundServer
 
     app = make_engine_app(RuleJudgeModel(tokenizer), tokenizer, served_model_name="rule-judge", model_path="rules")

@@ -21,7 +21,7 @@ def policy_engine(tiny_model_dir: Path, tokenizer: Any) -> Iterator[Any]:
 @pytest.fixture
 def rule_judge(tiny_model_dir: Path, tokenizer: Any) -> Iterator[Any]:
     from openclaw_rl.embedded.rule_judge import RuleJudgeModel
-    from openclaw_rl.engine.server import make_engine_app
+    from openclaw_rl.engine.app import make_engine_app
     from openclaw_rl.servers import BackgroundServer
 
     app = make_engine_app(RuleJudgeModel(tokenizer), tokenizer, served_model_name="rule-judge",

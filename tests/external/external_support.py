@@ -11,7 +11,7 @@ from typing import Any
 @contextmanager
 def engine_for(model_dir: Path, tokenizer: Any) -> Iterator[Any]:
     """The embedded engine serving ``model_dir`` on loopback; ``.core`` is its model (weights, version)."""
-    from openclaw_rl.engine.server import make_engine_app
+    from openclaw_rl.engine.app import make_engine_app
     from openclaw_rl.engine.torch_core import TorchModel
     from openclaw_rl.servers import BackgroundServer
 

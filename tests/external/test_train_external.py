@@ -255,7 +255,7 @@ def test_train_gives_a_restarted_policy_engine_its_weights_back(policy_engine, r
     from support import wait_until
 
     from openclaw_rl.embedded.weight_sync import SGLangWeightSync
-    from openclaw_rl.engine.server import make_engine_app
+    from openclaw_rl.engine.app import make_engine_app
     from openclaw_rl.engine.torch_core import TorchModel
     from openclaw_rl.servers import BackgroundServer
 

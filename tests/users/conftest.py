@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from openclaw_rl.engine.adapters import lora_config
-from openclaw_rl.engine.server import make_engine_app
+from openclaw_rl.engine.app import make_engine_app
 from openclaw_rl.engine.torch_core import TorchModel
 from openclaw_rl.servers import BackgroundServer
 
