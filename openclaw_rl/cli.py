@@ -195,7 +195,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def _register_local(sub: Any) -> None:
-    from .embedded.local import register_local_command
+    from .embedded.local_command import register_local_command
 
     register_local_command(sub)
 

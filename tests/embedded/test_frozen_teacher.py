@@ -274,7 +274,7 @@ def test_oel_takes_the_trainer_teacher_with_its_own_k():
 
 def test_the_flags_reach_local_and_train(monkeypatch):
     from openclaw_rl.cli import build_parser, settings_from_cli
-    from openclaw_rl.embedded.local import local_config
+    from openclaw_rl.embedded.local_command import local_config
 
     for var in ("OPENCLAW_COMBINE_OPD_TEACHER_SOURCE", "TEACHER_URL"):
         monkeypatch.delenv(var, raising=False)

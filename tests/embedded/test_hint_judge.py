@@ -168,7 +168,7 @@ def test_one_hint_per_turn_gives_every_rule_the_same_choice(policy_server, one_h
 
 def test_local_takes_the_judge_from_its_flag(tokenizer):
     from openclaw_rl.cli import build_parser
-    from openclaw_rl.embedded.local import local_config
+    from openclaw_rl.embedded.local_command import local_config
 
     ns = build_parser().parse_args(["local", "--mode", "opd", "--judge-hints", "several",
                                     "--hint-selection", "token_optimal"])

@@ -59,7 +59,7 @@ def test_provider_json_states_the_engines_context():
 
 
 def test_local_serves_the_openclaw_variant_unless_simulating():
-    from openclaw_rl.embedded.local import wants_openclaw_model
+    from openclaw_rl.embedded.local_command import wants_openclaw_model
 
     assert wants_openclaw_model(build_parser().parse_args(["local"]))
     assert not wants_openclaw_model(build_parser().parse_args(["local", "--simulate"]))
@@ -83,7 +83,8 @@ def test_centred_rewards_subtract_the_batch_mean_from_the_advantages_and_leave_t
 
 
 def test_flags_reach_the_local_config_and_unset_ones_take_the_mode_defaults():
-    from openclaw_rl.embedded.local import MODE_DEFAULTS, local_config
+    from openclaw_rl.embedded.local import MODE_DEFAULTS
+    from openclaw_rl.embedded.local_command import local_config
 
     cfg = local_config(build_parser().parse_args(["local", "--mode", "combine"]))
     assert (cfg.lr, cfg.kl_coef, cfg.rollout_batch_size, cfg.center_rewards) == (
@@ -125,7 +126,8 @@ def test_combine_loss_topk_select_reaches_proxy_and_trainer_with_k_4_unless_give
     import pytest
 
     from openclaw_rl.config import load_settings
-    from openclaw_rl.embedded.local import TOPK_SELECT_K, local_config
+    from openclaw_rl.embedded.local import TOPK_SELECT_K
+    from openclaw_rl.embedded.local_command import local_config
 
     cfg = local_config(build_parser().parse_args(["local", "--mode", "combine", "--combine-loss", "topk_select"]))
     assert (cfg.combine_loss, cfg.distill_topk, cfg.out_dir) == ("topk_select", TOPK_SELECT_K,

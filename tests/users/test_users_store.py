@@ -111,7 +111,7 @@ def test_deletion_refuses_while_a_proxy_holds_the_spool(tmp_path: Path) -> None:
 
 def test_local_flags_name_the_users_and_trust_the_runs_key() -> None:
     from openclaw_rl.cli import build_parser
-    from openclaw_rl.embedded.local import local_config
+    from openclaw_rl.embedded.local_command import local_config
     from openclaw_rl.embedded.local_users import LOCAL_USER_KEY, user_settings
     from openclaw_rl.embedded.simulate_groups import group_users, parse_groups
 
@@ -132,7 +132,8 @@ def test_per_user_adapters_train_at_the_adapters_learning_rate_unless_lr_is_give
     """The full-weight 5e-4 barely moves a rank-8 LoRA; 5e-3 drifted and collapsed one user's adapter
     (docs/users.md): `local --per-user-adapters` without --lr trains at ADAPTER_LR."""
     from openclaw_rl.cli import build_parser
-    from openclaw_rl.embedded.local import MODE_DEFAULTS, local_config
+    from openclaw_rl.embedded.local import MODE_DEFAULTS
+    from openclaw_rl.embedded.local_command import local_config
     from openclaw_rl.embedded.local_users import ADAPTER_LR
 
     def lr(*flags: str) -> float:
