@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import ipaddress
 import os
 import socket
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from .config_values import coerce, declared_optional, is_null
 from .modes import MODES, resolve
 
 PREFIX = "openclaw_"
@@ -377,60 +375,9 @@ def flat_keys() -> set[str]:
     return keys
 
 
-TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
-NULL_WORDS = ("none", "null")  # how a string (flag, environment variable) unsets an optional field
-
-
 # keys whose empty YAML value (``openclaw_proxy_api_keys:``) is refused instead of keeping the default:
 # it is what a template with an unset variable renders, and the default would mean no authentication
 NO_EMPTY_VALUE = frozenset({"proxy_api_keys"})
-
-
-def is_truthy(value: str) -> bool:
-    """How every switch in this project reads a string (environment variables, headers, settings)."""
-    return value.strip().lower() in TRUE_WORDS
-
-
-def _coerce(value: Any, current: Any, key: str) -> Any:
-    """``value`` as the type of ``current`` (the field's value, or an example of its declared type);
-    raises TypeError naming the expected type. Strings are parsed (environment variables and comma
-    lists); other types must already fit."""
-    if isinstance(current, bool):
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:
-            return is_truthy(value)
-        raise TypeError("expected a boolean (true/false)")
-    if isinstance(current, list):
-        if isinstance(value, str):  # a comma list; an empty item is a mistake (an unset $KEY in "$A,$B")
-            items = [v.strip() for v in value.split(",")]
-            if not all(items):
-                raise ValueError(f"item #{items.index('') + 1} of the comma-separated list is empty (an unset "
-                                 "$VARIABLE expands to nothing); write [] in YAML, or leave the variable unset, for none")
-            return items
-        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-            return list(value)
-        raise TypeError("expected a list of strings")
-    if isinstance(current, int):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value)
-        raise TypeError("expected an integer")
-    if isinstance(current, float):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise TypeError("expected a number")
-    if isinstance(current, str):
-        if isinstance(value, (dict, list, tuple, bool)):
-            raise TypeError("expected a string")
-        return str(value)
-    return value
 
 
 def _optional_type(settings: Settings, key: str) -> type | None:
@@ -440,20 +387,7 @@ def _optional_type(settings: Settings, key: str) -> type | None:
     if key == "mode":
         return None
     section, _, name = key.partition("_")
-    return _declared_optional(type(getattr(settings, section)), name)
-
-
-@functools.cache
-def _declared_optional(section: type, name: str) -> type | None:
-    hint = typing.get_type_hints(section)[name]
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
-        return next(a for a in args if a is not type(None))
-    return None
-
-
-def _is_null(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and value.strip().lower() in NULL_WORDS)
+    return declared_optional(type(getattr(settings, section)), name)
 
 
 PATH_KEYS = frozenset({"proxy_tokenizer", "judge_tokenizer", "spool_dir", "proxy_record_dir"})
@@ -472,10 +406,10 @@ def _apply(settings: Settings, key: str, value: Any, source: str = "settings") -
     if key in PATH_KEYS and isinstance(value, str):
         value = os.path.expanduser(value)  # configs/*.yaml keep their spool under ~, outside the repository
     try:
-        if optional is not None and _is_null(value):
+        if optional is not None and is_null(value):
             setattr(obj, name, None)
         else:
-            setattr(obj, name, _coerce(value, optional() if optional is not None else getattr(obj, name), key))
+            setattr(obj, name, coerce(value, optional() if optional is not None else getattr(obj, name), key))
     except (TypeError, ValueError) as e:
         raise ValueError(f"{source}: {PREFIX}{key}: {e}, got {value!r:.80}") from None
 

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .config import is_truthy
+from .config_values import is_truthy
 from .errors import BadRequest
 from .protocol import MAX_SESSION_ID_CHARS, ChatCompletionRequest, ChatMessage, TextPart
 

@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from ..config import FALSE_WORDS, TRUE_WORDS, is_loopback
+from ..config import is_loopback
+from ..config_values import FALSE_WORDS, TRUE_WORDS
 from ..modes import LaunchVariant, Mode, launch_variant
 from .run_config import LaunchError
 
