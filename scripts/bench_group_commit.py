@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
-from openclaw_rl.bench import mock  # noqa: E402
+from openclaw_rl.bench import mock, processes  # noqa: E402
 from openclaw_rl.bench.loadclient import LoadClient  # noqa: E402
 
 
@@ -65,7 +65,7 @@ def group_counts(text: str) -> tuple[float, float]:
 
 async def one(tokenizer_dir: str, workdir: Path, sync: str, cases: dict[int, list[list[mock.Case]]], reply: int
               ) -> dict[str, object]:
-    stack = mock.Stack(tokenizer_dir, workdir, reply_tokens=reply, judge_votes=3, proxy_args=["--spool-sync", sync],
+    stack = processes.Stack(tokenizer_dir, workdir, reply_tokens=reply, judge_votes=3, proxy_args=["--spool-sync", sync],
                        replay=False)
     out: dict[str, object] = {"sync": sync}
     async with httpx.AsyncClient(timeout=120, trust_env=False) as http, LoadClient(120.0) as load:

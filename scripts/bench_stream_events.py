@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
-from openclaw_rl.bench import mock  # noqa: E402
+from openclaw_rl.bench import mock, processes  # noqa: E402
 from openclaw_rl.bench.stream_cost import _stream_turn  # noqa: E402
 
 
@@ -45,7 +45,7 @@ async def measure(ns: argparse.Namespace) -> None:
     case = mock.build_workload(tokenizer, sessions=1, turns=1, max_history_tokens=2048, reply_tokens=64)[0][0]
     lengths = [int(x) for x in ns.lengths.split(",")]
     with tempfile.TemporaryDirectory(prefix="openclaw-stream-events-") as tmp:
-        stack = mock.Stack(tokenizer_dir, Path(tmp), reply_tokens=64, judge_votes=0, incremental=True,
+        stack = processes.Stack(tokenizer_dir, Path(tmp), reply_tokens=64, judge_votes=0, incremental=True,
                            proxy_args=["--stream-interval", str(ns.interval)], replay=False)
         async with httpx.AsyncClient(timeout=600, trust_env=False) as http:
             try:

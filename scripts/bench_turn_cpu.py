@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
-from openclaw_rl.bench import mock  # noqa: E402
+from openclaw_rl.bench import mock, processes  # noqa: E402
 from openclaw_rl.bench.compare import sessions_at  # noqa: E402
 from openclaw_rl.bench.loadclient import LoadClient  # noqa: E402
 from openclaw_rl.servers import free_port  # noqa: E402
@@ -57,7 +57,7 @@ async def wait_workers(http: httpx.AsyncClient, url: str, n: int) -> None:
 
 def tree_cpu(pids: list[int]) -> float:
     """On-CPU seconds of the proxies ``pids``."""
-    return sum(mock.cpu_seconds_fine(pid) for pid in pids)
+    return sum(processes.cpu_seconds_fine(pid) for pid in pids)
 
 
 async def drive(load: LoadClient, urls: list[str], sessions: list[list[mock.Case]], concurrency: int, tag: str,
@@ -86,7 +86,7 @@ async def drive(load: LoadClient, urls: list[str], sessions: list[list[mock.Case
 
 async def run(ns: argparse.Namespace, tokenizer_dir: str, cases: dict[int, list[list[mock.Case]]], workdir: Path
               ) -> list[dict[str, object]]:
-    stack = mock.Stack(tokenizer_dir, workdir, reply_tokens=ns.reply, judge_votes=3, replay=False,
+    stack = processes.Stack(tokenizer_dir, workdir, reply_tokens=ns.reply, judge_votes=3, replay=False,
                        profile_proxy=ns.profile, proxy_args=["--workers", str(ns.workers)] if ns.workers > 1 else None)
     rows: list[dict[str, object]] = []
     async with httpx.AsyncClient(timeout=120, trust_env=False) as http, LoadClient(120.0) as load:

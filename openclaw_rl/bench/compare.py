@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from openclaw_rl.bench import mock, replay
+from openclaw_rl.bench import mock, processes, replay
 from openclaw_rl.bench.loadclient import LoadClient, LoadClientError
 from openclaw_rl.servers import free_port
 
@@ -86,7 +86,7 @@ def sessions_at(tokenizer: Any, *, sessions: int, history: int, reply: int, seed
 
 
 class Compare:
-    def __init__(self, stack: mock.Stack, upstream_pid: int, upstream_url: str, stream_interval: int = 0):
+    def __init__(self, stack: processes.Stack, upstream_pid: int, upstream_url: str, stream_interval: int = 0):
         self.stack, self.upstream_pid, self.upstream_url = stack, upstream_pid, upstream_url
         self.stream_interval = stream_interval  # what ours asks SGLang for; direct streamed turns ask the same
         self.errors: dict[str, int] = {}
@@ -129,7 +129,7 @@ class Compare:
         _, pid = self.url_pid(target)
         if pid:
             await self.stack.settle(pid=pid)
-        cpu0 = mock.cpu_seconds(pid) if pid else 0.0
+        cpu0 = processes.cpu_seconds(pid) if pid else 0.0
         results: list[tuple[float, float]] = []
         queue = iter(range(len(sessions)))
 
@@ -144,7 +144,7 @@ class Compare:
         wall = time.perf_counter() - start
         if pid:
             await self.stack.settle(pid=pid)
-        cpu = mock.cpu_seconds(pid) - cpu0 if pid else None
+        cpu = processes.cpu_seconds(pid) - cpu0 if pid else None
         return {"ttfb": [r[0] for r in results], "total": [r[1] for r in results], "wall": wall,
                 "cpu": cpu, "turns": len(results)}
 
@@ -184,7 +184,7 @@ async def _run(checkout: str, tokenizer_dir: str, workdir: Path, configs: list[C
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    stack = mock.Stack(tokenizer_dir, workdir, reply_tokens=64, judge_votes=3, proxy_port=proxy_port,
+    stack = processes.Stack(tokenizer_dir, workdir, reply_tokens=64, judge_votes=3, proxy_port=proxy_port,
                        proxy_args=["--record-dir", str(workdir / "records"), "--stream-interval", str(stream_interval)],
                        profile_proxy=profile)
     upstream_port = free_port(mock.HOST)

@@ -6,7 +6,7 @@ through the proxy (OpenAI messages + a dozen tools, as OpenClaw sends them) and,
 template) sent to the mock the proxy talks to, so "added" latency (proxy - direct) is the proxy's own;
 "floor" (c=16): the same bytes from a lean replay server (``replay.py``), with nothing in between, so
 ``b_proxy_over_floor`` is how much of the fastest possible throughput the proxy keeps. Mocks and proxy are separate processes
-(``mock.Stack``): the proxy's CPU and RSS come from ``/proc/<pid>`` alone. Configurations: (a) zero-
+(``processes.Stack``): the proxy's CPU and RSS come from ``/proc/<pid>`` alone. Configurations: (a) zero-
 latency mock, concurrency 1; (b) the same at concurrency C (throughput); (c) a model-like mock (50 ms
 to the first token, then 100 tokens/s) at C; streaming TTFT at concurrency 1, model-like; then, on a
 fresh proxy, RSS per idle session (one parked turn) and per live one (a request in flight). The
@@ -33,9 +33,10 @@ from typing import Any
 
 import httpx
 
-from openclaw_rl.bench import mock, replay
+from openclaw_rl.bench import mock, processes, replay
 from openclaw_rl.bench.loadclient import LoadClient, LoadClientError
-from openclaw_rl.bench.mock import Case, Stack
+from openclaw_rl.bench.mock import Case
+from openclaw_rl.bench.processes import Stack
 from openclaw_rl.bench.stream_cost import MODES as STREAM_MODES
 from openclaw_rl.config import ProxySettings
 
@@ -163,7 +164,7 @@ class Bench:
         for t in range(self.cfg.turns):
             for s, session in enumerate(cases):
                 d = await send(session[t], None, False)
-                marks.append(mock.cpu_seconds_fine(self.pid))
+                marks.append(processes.cpu_seconds_fine(self.pid))
                 p = await send(session[t], f"{tag}-{s}", t == self.cfg.turns - 1)
                 prox += [p] if p is not None else []
                 dire += [d] if d is not None else []
@@ -173,11 +174,11 @@ class Bench:
     async def sequential(self, cases: list[list[Case]]) -> None:
         """(a): each proxy turn is bracketed by CPU readings, so its judge votes and spool writes count to it."""
         marks: list[float] = []
-        cpu0 = mock.cpu_seconds(self.pid)
+        cpu0 = processes.cpu_seconds(self.pid)
         prox, dire, added = await self.turn_major(cases, "a", False, marks)
         await self.stack.settle()
-        marks.append(mock.cpu_seconds_fine(self.pid))
-        self._summarise("a", added, prox, dire, sum(prox), sum(dire), mock.cpu_seconds(self.pid) - cpu0)
+        marks.append(processes.cpu_seconds_fine(self.pid))
+        self._summarise("a", added, prox, dire, sum(prox), sum(dire), processes.cpu_seconds(self.pid) - cpu0)
         # CPU by history size; turn 1 is left out: it carries no judgement of an earlier turn
         order = [(s, t) for t in range(self.cfg.turns) for s in range(len(cases))]
         points = [(len(cases[s][t].ids), marks[i + 1] - marks[i]) for i, (s, t) in enumerate(order) if t > 0]
@@ -214,12 +215,12 @@ class Bench:
         """(b)/(c): all sessions direct, then all through the proxy; added latency is paired per turn."""
         direct, direct_wall = await self.drive(cases, None)
         await self.stack.settle()
-        cpu0 = mock.cpu_seconds(self.pid)
+        cpu0 = processes.cpu_seconds(self.pid)
         proxy, proxy_wall = await self.drive(cases, tag)
         await self.stack.settle()
         added = [proxy[k] - direct[k] for k in proxy if k in direct]
         self._summarise(tag, added, list(proxy.values()), list(direct.values()), proxy_wall, direct_wall,
-                        mock.cpu_seconds(self.pid) - cpu0)
+                        processes.cpu_seconds(self.pid) - cpu0)
         if tag == "b":  # the floor: the same bytes from the lean replay server, with nothing in between
             floor, floor_wall = await self.drive(cases, None, floor=True)
             m = self.metrics
@@ -259,10 +260,10 @@ class Bench:
             async with gate:
                 await self.post(picks[i], f"idle-{i}")
 
-        rss = [mock.rss_kb(self.pid)]
+        rss = [processes.rss_kb(self.pid)]
         await asyncio.gather(*(idle(i) for i in range(c.idle_sessions)))
         await self.stack.settle()
-        rss.append(mock.rss_kb(self.pid))
+        rss.append(processes.rss_kb(self.pid))
         await self.http.post(f"{self.stack.policy_url}/pause_generation")
         live = [asyncio.ensure_future(self.post(picks[i], f"live-{i}")) for i in range(c.live_sessions)]
         deadline = time.monotonic() + 120  # until every live request has reached the proxy's session tracker
@@ -270,7 +271,7 @@ class Bench:
                 c.idle_sessions + c.live_sessions and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         await self.stack.settle()
-        rss.append(mock.rss_kb(self.pid))
+        rss.append(processes.rss_kb(self.pid))
         await self.http.post(f"{self.stack.policy_url}/continue_generation")
         await asyncio.gather(*live)
         prompt = len(picks[0].ids)

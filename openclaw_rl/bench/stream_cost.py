@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from openclaw_rl.bench import mock
+from openclaw_rl.bench import mock, processes
 
 LENGTHS = (64, 512, 2048, 8192)
 MODES = ("cumulative", "incremental")
@@ -59,7 +59,7 @@ async def measure_mode(tokenizer: Any, tokenizer_dir: str, mode: str, lengths: t
                        proxy_env: dict[str, str] | None = None, stream_interval: int = 0,
                        pace: tuple[float, float] = (0.0, 0.0)) -> list[dict[str, Any]]:
     case = mock.build_workload(tokenizer, sessions=1, turns=1, max_history_tokens=2048, reply_tokens=64)[0][0]
-    stack = mock.Stack(tokenizer_dir, workdir, reply_tokens=64, judge_votes=0, incremental=mode == "incremental",
+    stack = processes.Stack(tokenizer_dir, workdir, reply_tokens=64, judge_votes=0, incremental=mode == "incremental",
                        proxy_port=proxy_port, profile_proxy=profile, proxy_env=proxy_env,
                        proxy_args=["--stream-interval", str(stream_interval)], replay=False)
     rows = []
@@ -77,18 +77,18 @@ async def measure_mode(tokenizer: Any, tokenizer_dir: str, mode: str, lengths: t
                 if length == lengths[0]:
                     stack.profile_reset()  # a yappi profile (--profile-proxy X.pstat) leaves out start-up
                 reps = reps_for(length, scale)
-                cpu0, mock0, wall0 = mock.cpu_seconds_fine(pid), mock.cpu_seconds(stack.procs[0].pid), time.perf_counter()
+                cpu0, mock0, wall0 = processes.cpu_seconds_fine(pid), processes.cpu_seconds(stack.procs[0].pid), time.perf_counter()
                 received = [await _stream_turn(http, stack.proxy_url, case, length, f"{mode}-{length}-{i}")
                             for i in range(reps)]
                 wall = time.perf_counter() - wall0
                 await stack.settle()
-                cpu = mock.cpu_seconds_fine(pid) - cpu0
+                cpu = processes.cpu_seconds_fine(pid) - cpu0
                 tokens = received[0][1]
                 rows.append({"mode": mode, "stream_interval": stream_interval, "ttft_ms": pace[0],
                              "tokens_per_s": pace[1], "reply_tokens": length, "completion_tokens": tokens, "turns": reps,
                              "proxy_cpu_ms_per_turn": round(cpu / reps * 1e3, 2),
                              "proxy_cpu_us_per_token": round(cpu / reps / tokens * 1e6, 2),
-                             "mock_cpu_ms_per_turn": round((mock.cpu_seconds(stack.procs[0].pid) - mock0) / reps * 1e3, 1),
+                             "mock_cpu_ms_per_turn": round((processes.cpu_seconds(stack.procs[0].pid) - mock0) / reps * 1e3, 1),
                              "wall_ms_per_turn": round(wall / reps * 1e3, 1),
                              "complete": all(c == length - 1 and t == length for c, t in received)})
                 print(progress_line(rows[-1]), file=sys.stderr, flush=True)
