@@ -37,6 +37,9 @@ class TrainingSample:
     # sampled text re-tokenised); the trainer's frozen teacher scores teacher_prompt_ids + response_ids
     # and fills the teacher fields above at train time (openclaw_rl/embedded/frozen_teacher.py)
     teacher_prompt_ids: list[int] | None = None
+    # distill_subset student on Slime: the rollout policy's own top-K ids at each response position (R, K), the
+    # ids at which the actor's frozen teacher is read (openclaw_rl/slime_hooks/trainer_teacher.py)
+    student_topk_indices: list[list[int]] | None = None
     response_text: str = ""  # the engine's decoded text, for logs and inspection only (never trained on)
     metadata: dict[str, Any] = field(default_factory=dict)  # judge votes, hint, namespace, exactness …
     sample_id: str = ""  # unique id, assigned by the spool
@@ -46,7 +49,7 @@ class TrainingSample:
         r = len(self.response_ids)
         checks = {"rollout_log_probs": self.rollout_log_probs, "loss_mask": self.loss_mask,
                   "teacher_log_probs": self.teacher_log_probs, "teacher_topk_log_probs": self.teacher_topk_log_probs,
-                  "teacher_topk_indices": self.teacher_topk_indices}
+                  "teacher_topk_indices": self.teacher_topk_indices, "student_topk_indices": self.student_topk_indices}
         for name, values in checks.items():
             if values is not None and len(values) != r:
                 raise ValueError(f"{name} has {len(values)} entries for {r} response tokens "
@@ -57,6 +60,9 @@ class TrainingSample:
                                                     or self.teacher_topk_log_probs is not None):
             raise ValueError("a sample carries either teacher log-probs (teacher_source server) or the teacher "
                              "prompt ids the trainer scores (teacher_source trainer), not both")
+        if self.student_topk_indices is not None and self.teacher_prompt_ids is None:
+            raise ValueError("student_topk_indices are where the trainer's frozen teacher is read: they need "
+                             "teacher_prompt_ids (teacher_source trainer)")
 
     @classmethod
     def from_turn(cls, turn: Turn, *, kind: str, reward: float, loss_mask: list[int] | None = None,
@@ -114,7 +120,8 @@ class TrainingSample:
                "response_length": self.response_length, "response_text": self.response_text, "loss_mask": self.loss_mask,
                "rollout_log_probs": self.rollout_log_probs, "reward": self.reward, "status": self.status,
                "metadata": self.metadata}
-        for name in ("teacher_log_probs", "teacher_topk_log_probs", "teacher_topk_indices", "teacher_prompt_ids"):
+        for name in ("teacher_log_probs", "teacher_topk_log_probs", "teacher_topk_indices", "teacher_prompt_ids",
+                     "student_topk_indices"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value

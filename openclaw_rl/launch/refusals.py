@@ -76,7 +76,8 @@ def trainer_teacher(env: Mapping[str, str], script: str, variant: str) -> str:
            "which OEL runs in `openclaw-rl local` and `train` only (its Slime run with it is not built or checked)"
            if mode.name == "oel" else
            "with OPENCLAW_TOPK_SUBSET_MODE=student, which runs in `openclaw-rl local` and `train` only (the actor-side "
-           "hook gathers the teacher at its own top-K, not at the student's)"
+           "hook reads the teacher at the student's top-K ids a sample carries, but the proxy does not yet record "
+           "the rollout's top-K ids with the turn)"
            if env.get("OPENCLAW_TOPK_SUBSET_MODE", "").strip() == "student" else "")
     if why:
         raise LaunchError(TEACHER_IN_TRAINER.format(script=script, var=TEACHER_SOURCE, value=env[TEACHER_SOURCE],

@@ -9,7 +9,8 @@ carries the packed [R, 1 + 2K] rows of ``topk.py``; ``teacher_topk_*`` stay as a
 that forwards them itself (OpenClaw-RL's bundled one, upstream §2.5), and there ``teacher_log_probs``
 stays the plain [R] (which of the two the installed Slime does is probed once, ``features.py``).
 A sample with ``teacher_prompt_ids`` (teacher_source trainer) carries instead its hinted prompt packed as an
-even-width [R, W] tensor, scored on the actor by ``trainer_teacher.py``.
+even-width [R, W] tensor, scored on the actor by ``trainer_teacher.py`` (with ``student_topk_indices``,
+``distill_subset: student``, the student's ids packed beside it: the teacher is read there).
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def to_slime_sample(ts: TrainingSample, teacher_topk: int = 0) -> Sample:
         if teacher_topk == 0:
             sample.teacher_topk_log_probs, sample.teacher_topk_indices = lp_RK, ids_RK
     if ts.teacher_prompt_ids is not None:  # teacher_source trainer: the actor's frozen teacher scores it
-        teacher_R = pack_teacher_prompt(list(ts.teacher_prompt_ids), ts.response_length, teacher_topk)
+        teacher_R = pack_teacher_prompt(list(ts.teacher_prompt_ids), ts.response_length, teacher_topk,
+                                        ts.student_topk_indices if teacher_topk > 0 else None)
     if teacher_R is not None:
         sample.teacher_log_probs = teacher_R
     return sample

@@ -7,14 +7,17 @@ Transport. THUDM/slime forwards one per-sample teacher field from a ``Sample`` t
 ``teacher_log_probs`` (float32, per sample, only ``len == response_length`` is checked; ``topk.py`` already
 sends [R, 1 + 2K] rows through it). A sample whose teacher is scored here carries instead a float32
 [R, W] tensor with an EVEN width W (top-K rows are odd, plain log-probs 1-D), whose flattened rows hold
-``[P, K, teacher_prompt_ids..., 0 padding]`` (ids < 2**24 are exact in float32; K: the top-K the loss
-reads, 0 for none). The response ids are the sample's own last R tokens on the actor.
+``[P, K, S, teacher_prompt_ids..., student ids (S = 1: R x K)..., 0 padding]`` (ids < 2**24 are exact in
+float32; K: the top-K the loss reads, 0 for none; S = 1 with ``distill_subset: student``, the rollout
+policy's own top-K ids per response position, ``TrainingSample.student_topk_indices``). The response ids are
+the sample's own last R tokens on the actor.
 
 Scoring. :func:`fill_trainer_teacher` (called by the opd advantage hook, by the
 ``--rollout-data-postprocess-path`` hook :func:`score_and_unpack`, and on a Slime without the advantage hook by
 the postprocess hook :func:`score_opd_advantages`) replaces each such tensor by the
 teacher's [R] log-probs of the response under ``teacher_prompt_ids + response`` (and, K > 0, hangs the
-[R, K] top-K on it as ``topk.py`` does), with ``openclaw_rl.losses.teacher_scores`` (the embedded
+[R, K] top-K on it as ``topk.py`` does: the teacher's own top-K, or with S = 1 its log-probs at the student's
+ids), with ``openclaw_rl.losses.teacher_scores`` (the embedded
 trainer's maths). It is idempotent: once filled, nothing even-width is left.
 
 The teacher: ``OPENCLAW_TEACHER_CHECKPOINT`` (an HF checkpoint whose tokenizer must map ids as the
@@ -46,24 +49,38 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_ENV = "OPENCLAW_TEACHER_CHECKPOINT"
 DTYPE_ENV = "OPENCLAW_TEACHER_DTYPE"
-_HEADER = 2  # P, K
+_HEADER = 3  # P, K, S
 
 
-def pack_teacher_prompt(prompt_ids: list[int], response_length: int, topk: int = 0) -> torch.Tensor:
-    """``[P, K, ids..., 0...]`` as float32 [R, W], W even and >= 2 (see the module docstring)."""
+def pack_teacher_prompt(prompt_ids: list[int], response_length: int, topk: int = 0,
+                        student_ids: list[list[int]] | None = None) -> torch.Tensor:
+    """``[P, K, S, ids..., student ids..., 0...]`` as float32 [R, W], W even and >= 2 (see the module docstring).
+    ``student_ids``: [R, K] (K = ``topk``), the ids at which the teacher's top-K rows are read."""
     r = int(response_length)
     if r < 1:
         raise ValueError("a sample with no response token cannot carry a teacher prompt")
     if not prompt_ids:
         raise ValueError("an empty teacher prompt cannot predict the first response token")
-    if max(prompt_ids) >= EXACT_FLOAT32_IDS or min(prompt_ids) < 0:
-        raise ValueError(f"teacher prompt ids must lie in [0, 2**24) to ride in float32, got {max(prompt_ids)}")
-    width = max(2, math.ceil((_HEADER + len(prompt_ids)) / r))
+    _check_ids(prompt_ids, "teacher prompt ids")
+    flat_student: list[int] = []
+    if student_ids is not None:
+        if topk < 1 or len(student_ids) != r or any(len(row) != topk for row in student_ids):
+            raise ValueError(f"student top-K ids must be [R={r}, K={topk}] with K > 0, got {len(student_ids)} rows "
+                             f"of widths {sorted({len(row) for row in student_ids})}")
+        flat_student = [i for row in student_ids for i in row]
+        _check_ids(flat_student, "student top-K ids")
+    values = [float(len(prompt_ids)), float(topk), float(student_ids is not None)] + [float(i) for i in prompt_ids]
+    values += [float(i) for i in flat_student]
+    width = max(2, math.ceil(len(values) / r))
     width += width % 2
     flat = torch.zeros(r * width, dtype=torch.float32)
-    flat[0], flat[1] = float(len(prompt_ids)), float(topk)
-    flat[_HEADER : _HEADER + len(prompt_ids)] = torch.tensor(prompt_ids, dtype=torch.float32)
+    flat[: len(values)] = torch.tensor(values, dtype=torch.float32)
     return flat.reshape(r, width)
+
+
+def _check_ids(ids: list[int], what: str) -> None:
+    if max(ids) >= EXACT_FLOAT32_IDS or min(ids) < 0:
+        raise ValueError(f"{what} must lie in [0, 2**24) to ride in float32, got {min(ids)}..{max(ids)}")
 
 
 def is_packed_prompt(t: Any) -> bool:
@@ -72,13 +89,25 @@ def is_packed_prompt(t: Any) -> bool:
 
 def unpack_teacher_prompt(packed: torch.Tensor) -> tuple[list[int], int]:
     """``(teacher_prompt_ids, K)`` of a :func:`pack_teacher_prompt` tensor."""
+    prompt, k, _ = unpack_teacher_prompt_and_student_ids(packed)
+    return prompt, k
+
+
+def unpack_teacher_prompt_and_student_ids(packed: torch.Tensor) -> tuple[list[int], int, torch.Tensor | None]:
+    """``(teacher_prompt_ids, K, student top-K ids [R, K] or None)`` of a :func:`pack_teacher_prompt` tensor."""
     if not is_packed_prompt(packed):
         raise ValueError(f"a packed teacher prompt is [R, even W], got {tuple(packed.shape)}")
     flat = packed.reshape(-1).double()
-    p, k = int(flat[0].round()), int(flat[1].round())
-    if not 0 < p <= flat.numel() - _HEADER or k < 0:
-        raise ValueError(f"corrupt packed teacher prompt: P={p}, K={k} in {flat.numel()} values")
-    return [int(v) for v in flat[_HEADER : _HEADER + p].round().long().tolist()], k
+    if flat.numel() < _HEADER:
+        raise ValueError(f"corrupt packed teacher prompt: {flat.numel()} values hold no header")
+    p, k, s = (int(v) for v in flat[:_HEADER].round().tolist())
+    r = packed.size(0)
+    need = _HEADER + p + (r * k if s else 0)
+    if p <= 0 or need > flat.numel() or k < 0 or s not in (0, 1) or (s and k < 1):
+        raise ValueError(f"corrupt packed teacher prompt: P={p}, K={k}, S={s} in {flat.numel()} values")
+    prompt = [int(v) for v in flat[_HEADER : _HEADER + p].round().long().tolist()]
+    student = flat[_HEADER + p : need].round().long().reshape(r, k) if s else None
+    return prompt, k, student
 
 
 def teacher_checkpoint(args: Any) -> str:
@@ -136,13 +165,15 @@ def fill_trainer_teacher(args: Any, rollout_data: MutableMapping[str, Any],
     teacher = model if model is not None else actor_teacher(args)
     device = next(teacher.parameters()).device
     tokens, lengths, ks = [], [], set()
+    students: list[torch.Tensor | None] = []
     for n, i in enumerate(wanted):
         r = int(rollout_data["response_lengths"][i])
         packed = per_sample[i] if own_rows is None else _cp_whole_rows(per_sample[i], own_rows[n], r, cp_group)
         if packed.size(0) != r:
             raise ValueError(f"sample {i}: a packed teacher prompt of {packed.size(0)} rows for {r} response "
                              "tokens (context parallelism sliced it and no context-parallel group is initialised)")
-        prompt, k = unpack_teacher_prompt(packed)
+        prompt, k, student = unpack_teacher_prompt_and_student_ids(packed)
+        students.append(student)
         sample_tokens = torch.as_tensor(rollout_data["tokens"][i]).long().reshape(-1)
         tokens.append(torch.cat([torch.tensor(prompt, dtype=torch.long), sample_tokens[sample_tokens.numel() - r:].cpu()])
                       .to(device))
@@ -151,8 +182,10 @@ def fill_trainer_teacher(args: Any, rollout_data: MutableMapping[str, Any],
     if len(ks) != 1:
         raise ValueError(f"packed teacher prompts ask for different top-K sizes {sorted(ks)}")
     topk = ks.pop()
+    at_ids = _student_ids(args, students, topk)
     lps, top_lp, top_ids = score_teacher_tokens(teacher, tokens, lengths,
-                                                float(getattr(args, "rollout_temperature", 1.0) or 1.0), topk)
+                                                float(getattr(args, "rollout_temperature", 1.0) or 1.0), topk,
+                                                at_ids=at_ids)
     for n, i in enumerate(wanted):
         home = per_sample[i].device
         rows = slice(None) if own_rows is None else own_rows[n].to(lps[n].device)  # this CP rank's rows only
@@ -162,6 +195,23 @@ def fill_trainer_teacher(args: Any, rollout_data: MutableMapping[str, Any],
             setattr(lp, INDICES_ATTR, top_ids[n][rows].to(home))
         per_sample[i] = lp
     return len(wanted)
+
+
+def _student_ids(args: Any, students: list[torch.Tensor | None], topk: int) -> list[torch.Tensor] | None:
+    """The [R, K] ids at which each sample's teacher top-K rows are read (``distill_subset: student``), or None
+    (the teacher's own top-K). All packed prompts of a batch carry them or none does; with the run's subset
+    ``student`` (``args.openclaw_opd_distill_subset``) a prompt without them is refused rather than read at the
+    teacher's own top-K."""
+    have = [s is not None for s in students]
+    if any(have) and not all(have):
+        raise ValueError(f"{sum(have)} of {len(have)} packed teacher prompts carry the student's top-K ids: a batch "
+                         "reads the teacher at the student's ids for every sample or for none")
+    if not any(have):
+        if getattr(args, "openclaw_opd_distill_subset", None) == "student" and topk > 0:
+            raise ValueError("openclaw_opd_distill_subset student: the packed teacher prompts carry no student top-K "
+                             "ids (TrainingSample.student_topk_indices, the rollout's own top-K)")
+        return None
+    return [s for s in students if s is not None]
 
 
 def _context_parallel_group() -> Any:

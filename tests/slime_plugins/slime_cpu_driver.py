@@ -214,6 +214,8 @@ def rollout_through_slime(args, mode: str, slime_rollout, load_function):
 
         def rollout_spy(*a, **k):  # what our function handed to Slime, to check it after Slime's conversion
             returned.append(real_rollout(*a, **k))
+            if os.environ.get(STUDENT_IDS_ENV):
+                add_student_ids(args, [s for group in returned[-1].samples for s in group])
             return returned[-1]
 
         manager.generate_rollout = rollout_spy
@@ -297,23 +299,53 @@ def megatron_teacher_report(rollout_data: dict, sample_teacher: list, teacher_ta
             "sample_vs_own_tokens": max_diff(sample_teacher, own), "n": len(slime)}
 
 
+STUDENT_IDS_ENV = "OPENCLAW_CHECK_STUDENT_IDS"  # test_slime_cpu.py: distill_subset student through Slime's actor
+
+
+@torch.no_grad()
+def add_student_ids(args, samples: list) -> None:
+    """distill_subset student: pack beside each hinted prompt the policy's own top-K ids at each response position.
+    The scripted engine has no model, so they come from the HF checkpoint on the Sample's own tokens (the
+    rollout engine's top-K stand-in; the proxy's recording of SGLang's top-K is not built)."""
+    from transformers import AutoModelForCausalLM
+
+    from openclaw_rl.slime_hooks.trainer_teacher import (
+        is_packed_prompt,
+        pack_teacher_prompt,
+        unpack_teacher_prompt,
+    )
+
+    model = AutoModelForCausalLM.from_pretrained(args.hf_checkpoint, dtype=torch.float32).eval()
+    for s in samples:
+        if not is_packed_prompt(getattr(s, "teacher_log_probs", None)):
+            continue
+        prompt, k = unpack_teacher_prompt(s.teacher_log_probs)
+        r, t = s.response_length, len(s.tokens)
+        logits = model(input_ids=torch.tensor([s.tokens])).logits[0, t - r - 1 : t - 1].float()
+        ids = torch.log_softmax(logits / float(args.rollout_temperature), dim=-1).topk(k, dim=-1).indices
+        s.teacher_log_probs = pack_teacher_prompt(prompt, r, k, ids.tolist())
+
+
 @torch.no_grad()
 def trainer_teacher_report(args, rollout_data: dict, sample_teacher: list, loss_teacher: dict) -> dict:
     """teacher_source trainer: the teacher log-probs the loss read against a plain full forward of the frozen
     HF teacher (the policy's checkpoint) on the packed prompt (prompt + hint) + the sampled response."""
     from transformers import AutoModelForCausalLM
 
-    from openclaw_rl.slime_hooks.trainer_teacher import is_packed_prompt, unpack_teacher_prompt
+    from openclaw_rl.slime_hooks.trainer_teacher import (
+        is_packed_prompt,
+        unpack_teacher_prompt_and_student_ids,
+    )
 
     model = AutoModelForCausalLM.from_pretrained(args.hf_checkpoint, dtype=torch.float32).eval()
     temperature = float(args.rollout_temperature)
-    diffs, top_diffs, ids_equal, hinted, own = [], [], True, 0, 0
+    diffs, top_diffs, ids_equal, hinted, own, at_student, not_own_topk = [], [], True, 0, 0, 0, 0
     for tokens, r, carried in zip(rollout_data["tokens"], rollout_data["response_lengths"], sample_teacher, strict=True):
         tokens = [int(t) for t in torch.as_tensor(tokens).tolist()]
         if not is_packed_prompt(carried):
             own += 1
             continue
-        prompt, k = unpack_teacher_prompt(carried)
+        prompt, k, student = unpack_teacher_prompt_and_student_ids(carried)
         hinted += prompt != tokens[: len(tokens) - r]  # the hinted prompt, not the sample's own
         ids = torch.tensor([prompt + tokens[len(tokens) - r:]])
         logp = torch.log_softmax(model(input_ids=ids).logits[0, len(prompt) - 1 : len(prompt) - 1 + r].float()
@@ -321,6 +353,10 @@ def trainer_teacher_report(args, rollout_data: dict, sample_teacher: list, loss_
         want = logp.gather(-1, ids[0, len(prompt):].unsqueeze(-1)).squeeze(-1)
         got, top_lp, top_ids = loss_teacher[tuple(tokens)]
         values, ids = logp.topk(max(k, 1), dim=-1)
+        if student is not None:  # distill_subset student: the teacher read at the student's ids, not its own top-K
+            at_student += 1
+            not_own_topk += int(not torch.equal(student, ids))
+            values, ids = logp.gather(-1, student), student
         if got.numel() != r:  # context parallelism: this rank's rows, by Slime's own slice of the student's
             from slime.backends.megatron_utils.cp_utils import slice_log_prob_with_cp
 
@@ -331,7 +367,8 @@ def trainer_teacher_report(args, rollout_data: dict, sample_teacher: list, loss_
             ids_equal = ids_equal and bool(torch.equal(top_ids.long(), ids))
     return {"n_scored": len(diffs), "n_hinted_prompt": hinted, "n_own_teacher": own,
             "max_abs_diff": max(diffs) if diffs else None,
-            "topk_max_abs_diff": max(top_diffs) if top_diffs else None, "topk_ids_equal": ids_equal}
+            "topk_max_abs_diff": max(top_diffs) if top_diffs else None, "topk_ids_equal": ids_equal,
+            "n_at_student_ids": at_student, "n_student_ids_not_teacher_topk": not_own_topk}
 
 
 def pytest_approx_list(values: list[float]) -> list:
@@ -363,6 +400,8 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     from slime.backends.megatron_utils.loss import get_log_probs_and_entropy, loss_function
     from slime.utils.misc import load_function
 
+    if os.environ.get(STUDENT_IDS_ENV):
+        args.openclaw_opd_distill_subset = "student"  # the launch refuses it (the proxy's side is not built)
     passthrough = types.SimpleNamespace(put=lambda obj, **_: obj, get=lambda ref, **_: ref)
     slime_rollout.ray, slime_data.ray = passthrough, passthrough  # no Ray cluster: objects are passed through
     _cpu_device()

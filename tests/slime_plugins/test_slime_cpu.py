@@ -94,7 +94,8 @@ def tiny_model_args(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Pa
 
 
 def _run(target: SlimeTarget, variant: str, tp: int, tmp_path: Path, tiny_model_dir: Path, model_args: Path,
-         port: int, extra: tuple[str, ...] = (), script_env: dict[str, str] | None = None, cp: int = 1) -> dict:
+         port: int, extra: tuple[str, ...] = (), script_env: dict[str, str] | None = None, cp: int = 1,
+         driver_env: dict[str, str] | None = None) -> dict:
     env = {**os.environ, **(script_env or {}), "DRY_RUN": "1", "SLIME_DIR": target.slime_dir, "MEGATRON_DIR": target.megatron_dir,
            "PYTHON": target.python,
            "PYTHONPATH": str(STUBS), "RUN_DIR": str(tmp_path / "run"), "SAVE_CKPT": str(tmp_path / "ckpt"),
@@ -112,7 +113,7 @@ def _run(target: SlimeTarget, variant: str, tp: int, tmp_path: Path, tiny_model_
     result = tmp_path / "result.json"
     rank_env = {**os.environ, "PYTHONPATH": target.pythonpath(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                 "OPENCLAW_CHECK_POLICY_PORT": str(next(PORTS)),
-                "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1", **target.rank_env}
+                "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1", **target.rank_env, **(driver_env or {})}
     ranks = [subprocess.Popen([target.python, str(HERE / "slime_cpu_driver.py"), str(tmp_path / "dry_run.txt"), variant,
                                str(tp), str(result)], env={**rank_env, "RANK": str(r)}, cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(tp * cp)]
@@ -274,6 +275,26 @@ def test_the_teacher_inside_the_trainer_scores_the_hinted_prompt_in_slimes_actor
     got = _run(TARGETS[slime], variant, tp, tmp_path, tiny_model_dir, tiny_model_args, next(PORTS),
                script_env={"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"})
     _check_trainer_teacher(got, slime, variant, f"TP={tp}")
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("variant", ["opd_topk", "topk_select"])
+@pytest.mark.parametrize("slime", _trainer_teacher_targets())
+def test_the_teacher_inside_the_trainer_is_read_at_the_students_top_k_ids_in_slimes_actor(
+        tmp_path, tiny_model_dir, tiny_model_args, slime, variant, tp):
+    """distill_subset student: each hinted Sample also carries the student's top-K ids per response position
+    (packed beside the prompt; here the HF policy's top-K on the Sample's own tokens, the rollout engine's
+    stand-in); Slime's actor carries them to the hook, which reads the frozen teacher there: the top-K the loss
+    reads equals a direct forward of the teacher gathered at those ids, the ids are the student's."""
+    got = _run(TARGETS[slime], variant, tp, tmp_path, tiny_model_dir, tiny_model_args, next(PORTS),
+               script_env={"OPENCLAW_COMBINE_OPD_TEACHER_SOURCE": "trainer"},
+               driver_env={"OPENCLAW_CHECK_STUDENT_IDS": "1"})
+    report = got["trainer_teacher"]
+    assert report["n_at_student_ids"] == report["n_scored"] >= 1, report
+    _check_trainer_teacher(got, slime, variant, f"TP={tp} student ids")
+    print(f"[slime-cpu] {slime} {variant} TP={tp} distill_subset student: teacher log-probs at the student's top-K "
+          f"ids vs a direct forward max |diff| {report['topk_max_abs_diff']:.3g} ({report['n_at_student_ids']} samples, "
+          f"{report['n_student_ids_not_teacher_topk']} whose student ids differ from the teacher's own top-K)")
 
 
 def _check_trainer_teacher(got: dict, slime: str, variant: str, layout: str) -> None:

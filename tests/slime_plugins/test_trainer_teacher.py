@@ -21,6 +21,7 @@ from openclaw_rl.slime_hooks.trainer_teacher import (
     pack_teacher_prompt,
     score_and_unpack,
     unpack_teacher_prompt,
+    unpack_teacher_prompt_and_student_ids,
 )
 
 HINT_IDS = [7, 8, 9, 10, 11]
@@ -179,3 +180,73 @@ def test_beside_the_trainer_teachers_top_k_an_rl_only_samples_rows_ride_packed(m
     score_and_unpack(SimpleNamespace(), 0, batch)
     lp, ids = teacher_topk_from_batch(batch)
     assert batch["teacher_log_probs"][0].tolist() == [-0.5] * r and ids[0][:, 0].tolist() == [5, 6, 7]
+
+
+def student_ids(ts: TrainingSample, k: int, seed: int) -> list[list[int]]:
+    """Stand-in for the rollout engine's top-K ids at each sampled position: distinct ids, none of them
+    the teacher's own ranking (so a hook that read the teacher's top-K would not match)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randperm(300, generator=g)[:k].add(50).tolist() for _ in range(ts.response_length)]
+
+
+def test_student_top_k_ids_ride_beside_the_packed_prompt():
+    ids, r = list(range(100, 140)), 4
+    student = [[5, 6, 7], [151935, 0, 9], [1, 2, 3], [16777215, 4, 8]]
+    packed = pack_teacher_prompt(ids, r, topk=3, student_ids=student)
+    assert packed.dtype == torch.float32 and is_packed_prompt(packed)
+    prompt, k, got = unpack_teacher_prompt_and_student_ids(packed)
+    assert (prompt, k) == (ids, 3) and got.tolist() == student
+    assert unpack_teacher_prompt_and_student_ids(pack_teacher_prompt(ids, r, topk=3))[2] is None
+    with pytest.raises(ValueError, match="student top-K ids"):
+        pack_teacher_prompt(ids, r, topk=3, student_ids=student[:3])  # R rows, K wide: nothing else
+    with pytest.raises(ValueError, match="2\\*\\*24"):
+        pack_teacher_prompt(ids, r, topk=3, student_ids=[[1 << 24, 0, 0]] * r)
+
+
+def test_the_hook_reads_the_frozen_teacher_at_the_students_top_k_ids(tiny_model_dir):
+    """distill_subset student on Slime: each Sample carries the rollout's top-K ids beside its hinted prompt; the
+    actor's teacher top-K rows are the teacher's log-probs at exactly those ids (a direct forward gathered there),
+    not its own top-K, and the sampled tokens' log-probs are unchanged."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    k = 4
+    ts = samples(tok)
+    for n, s in enumerate(ts):
+        s.student_topk_indices = student_ids(s, k, n)
+    ts = [TrainingSample.from_json(s.to_json()) for s in ts]  # the spool keeps them
+    batch = actor_batch([to_slime_sample(s, teacher_topk=k) for s in ts])
+    args = SimpleNamespace(rollout_temperature=0.7, openclaw_opd_distill_subset="student")
+    assert fill_trainer_teacher(args, batch, model=model) == 3
+    for i, s in enumerate(ts):
+        want, _ = direct(model, s, 0.7, 0)
+        ids = torch.tensor([s.teacher_prompt_ids + s.response_ids])
+        p, r = len(s.teacher_prompt_ids), s.response_length
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=ids).logits[0, p - 1:p + r - 1].float() / 0.7, dim=-1)
+        at_student = logp.gather(-1, torch.tensor(s.student_topk_indices))
+        got = batch["teacher_log_probs"][i]
+        assert (got - want).abs().max().item() < 1e-5
+        assert torch.equal(got.openclaw_teacher_topk_indices, torch.tensor(s.student_topk_indices))
+        assert (got.openclaw_teacher_topk_log_probs - at_student).abs().max().item() < 1e-5
+        assert (got.openclaw_teacher_topk_log_probs - logp.topk(k, dim=-1).values).abs().max().item() > 0.1
+    lp, top_ids = teacher_topk_from_batch(batch)
+    assert [t.tolist() for t in top_ids] == [s.student_topk_indices for s in ts]  # what the loss reads
+
+
+def test_the_student_subset_without_student_ids_or_with_some_missing_is_refused(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ts = samples(tok, n=2)
+    model = torch.nn.Linear(1, 1)
+    args = SimpleNamespace(rollout_temperature=1.0, openclaw_opd_distill_subset="student")
+    with pytest.raises(ValueError, match="carry no student top-K ids"):
+        fill_trainer_teacher(args, actor_batch([to_slime_sample(s, teacher_topk=3) for s in ts]), model=model)
+    ts[0].student_topk_indices = student_ids(ts[0], 3, 0)
+    with pytest.raises(ValueError, match="1 of 2 packed teacher prompts"):
+        fill_trainer_teacher(args, actor_batch([to_slime_sample(s, teacher_topk=3) for s in ts]), model=model)
+    with pytest.raises(ValueError, match="need teacher_prompt_ids"):
+        TrainingSample(session_id="s", turn=1, kind="opd", prompt_ids=[1], response_ids=[2], rollout_log_probs=[-1.0],
+                       loss_mask=[1], reward=0.0, student_topk_indices=[[1, 2]])
