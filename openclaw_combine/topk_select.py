@@ -3,7 +3,8 @@ the teacher's top-K ids, upstream's recommended combine method (issue #28; upstr
 ``openclaw-combine/openclaw_topk_select_loss.py`` at ngquochuy0101/OpenClaw-RL f48ac35).
 
 Per response token t and id v of the subset S_t (the teacher's valid top-K ids, or with
-``openclaw_opd_distill_subset: overlap`` those also in the student's top-K; ``openclaw_opd.loss``):
+``openclaw_opd_distill_subset: overlap`` those also in the student's top-K, or with ``student`` the student's
+own top-K ids, which the trainer's teacher fills; ``openclaw_opd.loss``):
 
     w_v   = softmax_{u in S_t}(l_old(u))                      detached importance weight
     A_v   = clip(l_T(v) - l_old(v), -c, +c) * w_v              detached, c = openclaw_combine_topk_adv_diff_clip

@@ -22,11 +22,11 @@ Which K tokens the top-K loss compares (``openclaw_opd_distill_subset``, upstrea
 the teacher's top-K ids; ``overlap`` only those of them that are also in the student's own top-K (K the
 same, ranked on the logits being trained, ties at the K-th value included); the other teacher entries
 fold into the tail bin on both sides, and a token with no common id contributes 0 (upstream masks it).
-Upstream's ``student`` (the student's top-K, the teacher gathered there) is refused at configuration:
-the teacher here is a server that returns its own top-K only, so its log-probs at student ids outside
-that set are unknown (upstream's teacher runs in the trainer, PR #85). ``openclaw_opd_teacher_source: trainer``
-(``openclaw_rl/embedded/frozen_teacher.py``) fills the teacher's own top-K the same way; gathering the teacher
-at the student's ids is not built there either.
+Upstream's ``student`` (the student's top-K, the teacher gathered there) needs the teacher inside the trainer
+(``openclaw_opd_teacher_source: trainer``, ``openclaw_rl/embedded/frozen_teacher.py``), which fills the rows
+with the student's top-K ids and the teacher's log-probs at them, so this loss compares them as given; with a
+teacher server (its own top-K only) it is refused at configuration, and on Slime at launch (the proxy does not
+record the rollout's top-K ids the actor-side hook would read).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 # top-K (K=4) log-probs (three candidate hints, sequence_optimal); one step trains on
 # w_rl * GRPO + w_opd * a PPO surrogate over the teacher's top-K ids (openclaw_combine.topk_select).
 # Knobs: OPENCLAW_TOPK_K [4], OPENCLAW_TOPK_HINT_SELECTION [sequence_optimal], OPENCLAW_TOPK_MAX_CAND [3],
-# OPENCLAW_TOPK_SUBSET_MODE [teacher; upstream's default student needs an in-trainer teacher, not built],
+# OPENCLAW_TOPK_SUBSET_MODE [teacher; upstream's default student runs in `openclaw-rl local`/`train` only],
 # OPENCLAW_TOPK_ADV_DIFF_CLIP [1.0], OPENCLAW_COMBINE_W_RL / OPENCLAW_COMBINE_W_OPD [1.0].
 # Upstream: openclaw-combine/run_qwen3_4b_openclaw_topk_select.sh (ngquochuy0101/OpenClaw-RL f48ac35).
 #
