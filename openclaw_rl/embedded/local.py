@@ -151,9 +151,9 @@ def set_aside_earlier_run(out: Path, model: str) -> tuple[Path, str] | None:
         earlier_model = json.loads(marker.read_text()).get("model") if marker.exists() else None
     except (OSError, ValueError, AttributeError):
         earlier_model = None
-    from .trainer import latest_checkpoint
+    from .trainer import run_has_checkpoint
 
-    resumable = latest_checkpoint(out / "checkpoints") is not None
+    resumable = run_has_checkpoint(out / "checkpoints")
     other_model = earlier_model is not None and earlier_model != model
     moved: tuple[Path, str] | None = None
     if other_model or not resumable:

@@ -130,9 +130,9 @@ def _cmd_local(ns: Any) -> int:
               f"{report.final_rate:.0%} over {report.interactions} interactions; probability of the preferred "
               f"opener {report.preferred_prob_before:.0%} -> {report.preferred_prob_after:.0%})")
     if report.untrained_samples:
-        from .trainer import latest_checkpoint
+        from .trainer import run_has_checkpoint
 
-        resumable = cfg.save_every > 0 and latest_checkpoint(Path(cfg.out_dir) / "checkpoints") is not None
+        resumable = cfg.save_every > 0 and run_has_checkpoint(Path(cfg.out_dir) / "checkpoints")
         print(f"{report.untrained_samples} samples collected after the last step stay in {cfg.out_dir}/spool: " +
               ("the next run with this --out-dir resumes the latest checkpoint and trains them first" if resumable
                else "no checkpoint was saved (--save-every N), so the next run with this --out-dir starts from the "

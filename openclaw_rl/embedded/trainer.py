@@ -215,6 +215,15 @@ def latest_checkpoint(ckpt_dir: str | Path) -> Path | None:
     return done[-1] if done else None
 
 
+def run_has_checkpoint(ckpt_dir: str | Path) -> bool:
+    """A finished checkpoint a restarted run resumes: the full-weight trainer's, or any per-user adapter's
+    (``users/<adapter>/step-N``, ``user_trainer.py``)."""
+    root = Path(ckpt_dir)
+    users = root / "users"
+    return latest_checkpoint(root) is not None or (
+        users.is_dir() and any(latest_checkpoint(d) is not None for d in users.iterdir() if d.is_dir()))
+
+
 @dataclass
 class StepResult:
     step: int

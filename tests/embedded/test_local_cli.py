@@ -121,6 +121,18 @@ def test_a_run_that_cannot_continue_the_last_sets_its_files_aside(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["model.json", "previous"]
 
 
+def test_a_run_with_per_user_adapter_checkpoints_is_continued_not_set_aside(tmp_path):
+    """--per-user-adapters saves under checkpoints/users/<adapter>/step-N and resumes each adapter: the
+    earlier run's spool stays (it used to be moved to previous/ as if nothing could resume)."""
+    out = tmp_path / "run"
+    (out / "spool").mkdir(parents=True)
+    (out / "checkpoints" / "users" / "lora-alice" / "step-000002.tmp").mkdir(parents=True)
+    assert set_aside_earlier_run(out, "tiny-h128-s0-v6") is not None  # a save cut short resumes nothing
+    (out / "spool").mkdir()
+    (out / "checkpoints" / "users" / "lora-alice" / "step-000002").mkdir()
+    assert set_aside_earlier_run(out, "tiny-h128-s0-v6") is None and (out / "spool").is_dir()
+
+
 def test_combine_loss_topk_select_reaches_proxy_and_trainer_with_k_4_unless_given():
     """`local --mode combine --combine-loss topk_select`: the variant of issue #28, K = 4 by default."""
     import pytest
