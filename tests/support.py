@@ -71,6 +71,20 @@ def scripted_server(tokenizer: Any, reply: Callable[[str], str], *, port: int | 
         yield server
 
 
+def talk(url: str, sid: str, user_turns: list[str], done: bool = True) -> None:
+    """One session through the proxy, each request the whole conversation so far; the last turn marked
+    done (``X-Session-Done``) unless ``done`` is False."""
+    import httpx
+
+    convo: list[dict] = []
+    for i, text in enumerate(user_turns):
+        convo.append({"role": "user", "content": text})
+        headers = {"X-Session-Id": sid, **({"X-Session-Done": "1"} if done and i == len(user_turns) - 1 else {})}
+        r = httpx.post(f"{url}/v1/chat/completions", json={"messages": convo}, headers=headers, timeout=30)
+        assert r.status_code == 200, r.text
+        convo.append(r.json()["choices"][0]["message"])
+
+
 def wait_until(cond: Callable[[], Any], timeout: float = 30.0) -> None:
     """Poll ``cond`` (another thread's or process's progress, which has no event to wait on)."""
     deadline = time.monotonic() + timeout

@@ -38,19 +38,6 @@ def _pairs(values: dict[str, list[torch.Tensor]]) -> dict[str, dict[str, float]]
     return out
 
 
-async def _sample(core: Any, prompt: list[int], n_new: int, temperature: float, seed: int) -> tuple[list[int], list[float]]:
-    from openclaw_rl.engine.model import SamplingConfig
-
-    ids, lps = [], []
-    cfg = SamplingConfig(temperature=temperature, top_p=1.0, top_k=-1, min_p=0.0, max_new_tokens=n_new, seed=seed)
-    async for step in core.generate(prompt, cfg):
-        ids.append(step.token_id)
-        lps.append(step.logprob)
-        if len(ids) == n_new:
-            break
-    return ids, lps
-
-
 async def _server_scores(url: str, tokenizer: Any, turns: list[Any], hints: list[str]) -> list[torch.Tensor]:
     import httpx
 
@@ -82,6 +69,7 @@ def measure(n_samples: int = 16, n_new: int = 32, temperatures: tuple[float, ...
     from openclaw_rl.embedded.tiny_model import ensure_tiny_model
     from openclaw_rl.embedded.trainer import sequence_logprobs
     from openclaw_rl.engine.app import make_engine_app
+    from openclaw_rl.engine.model import sample_tokens
     from openclaw_rl.engine.torch_core import TorchModel
     from openclaw_rl.servers import BackgroundServer
 
@@ -106,7 +94,7 @@ def measure(n_samples: int = 16, n_new: int = 32, temperatures: tuple[float, ...
                 for i, req in enumerate(requests):
                     messages = [{"role": "user", "content": req.text}]
                     _, prompt = renderer.render(messages)
-                    ids, lps = asyncio.run(_sample(policy, list(prompt), n_new, temperature, seed * 1000 + i))
+                    ids, lps = asyncio.run(sample_tokens(policy, list(prompt), n_new, temperature, seed * 1000 + i))
                     gen = SimpleNamespace(response_ids=array("l", ids), response_logprobs=array("d", lps))
                     turn = SimpleNamespace(generation=gen, messages=messages, tools=None,
                                            sampling_temperature=temperature)

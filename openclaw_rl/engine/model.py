@@ -141,3 +141,18 @@ class EngineModel(Protocol):
     def flush_cache(self) -> None:
         """Drop any prefix/KV cache that is not in use (``/flush_cache``); a no-op for cacheless cores."""
         ...
+
+
+async def sample_tokens(core: EngineModel, prompt: Sequence[int], n_new: int, temperature: float = 1.0,
+                        seed: int | None = None) -> tuple[list[int], list[float]]:
+    """``n_new`` tokens sampled from ``core`` without truncation (top-p 1, no top-k or min-p) and their
+    log-probs: how the trainer tests and the teacher-mismatch bench draw responses straight from a core."""
+    ids: list[int] = []
+    lps: list[float] = []
+    cfg = SamplingConfig(temperature=temperature, top_p=1.0, top_k=-1, min_p=0.0, max_new_tokens=n_new, seed=seed)
+    async for step in core.generate(prompt, cfg):
+        ids.append(step.token_id)
+        lps.append(step.logprob)
+        if len(ids) == n_new:
+            break
+    return ids, lps

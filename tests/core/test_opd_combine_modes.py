@@ -8,20 +8,7 @@ from __future__ import annotations
 
 import math
 
-import httpx
-from support import HINT, metric, settle, wait_for_samples
-
-
-def talk(url: str, sid: str, user_turns: list[str], done: bool = True) -> None:
-    convo: list[dict] = []
-    for i, text in enumerate(user_turns):
-        convo.append({"role": "user", "content": text})
-        headers = {"X-Session-Id": sid}
-        if done and i == len(user_turns) - 1:
-            headers["X-Session-Done"] = "1"
-        r = httpx.post(f"{url}/v1/chat/completions", json={"messages": convo}, headers=headers, timeout=30)
-        assert r.status_code == 200, r.text
-        convo.append(r.json()["choices"][0]["message"])
+from support import HINT, metric, settle, talk, wait_for_samples
 
 
 def expected_teacher(response_ids: list[int]) -> list[float]:

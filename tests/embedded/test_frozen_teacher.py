@@ -12,7 +12,7 @@ import itertools
 
 import pytest
 import torch
-from support import scripted_server, settle, wait_for_samples
+from support import scripted_server, settle, talk, wait_for_samples
 
 from openclaw_rl.config import load_settings
 from openclaw_rl.embedded.frozen_teacher import FrozenTeacher, TeacherTokenizerMismatch
@@ -211,16 +211,6 @@ def test_contradictory_settings_are_refused(values, match):
 HINT = "Answer in French, please."
 
 
-def talk(url: str, sid: str, user_turns: list[str]) -> None:
-    import httpx
-
-    convo: list[dict] = []
-    for i, text in enumerate(user_turns):
-        convo.append({"role": "user", "content": text})
-        headers = {"X-Session-Id": sid, **({"X-Session-Done": "1"} if i == len(user_turns) - 1 else {})}
-        r = httpx.post(f"{url}/v1/chat/completions", json={"messages": convo}, headers=headers, timeout=30)
-        assert r.status_code == 200, r.text
-        convo.append(r.json()["choices"][0]["message"])
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support import wait_for_samples
+from support import talk, wait_for_samples
 
 from openclaw_opd.teacher import HINT_HEADER
 from openclaw_rl.config import JudgeSettings
@@ -120,15 +120,6 @@ def one_hint_judge(tokenizer):
 RULES = ("shortest", "sequence_optimal", "token_optimal")
 
 
-def talk(url: str, sid: str, user_turns: list[str]) -> None:
-    """One session through the proxy, the last turn marked done."""
-    convo: list[dict] = []
-    for i, text in enumerate(user_turns):
-        convo.append({"role": "user", "content": text})
-        headers = {"X-Session-Id": sid, **({"X-Session-Done": "1"} if i == len(user_turns) - 1 else {})}
-        r = httpx.post(f"{url}/v1/chat/completions", json={"messages": convo}, headers=headers, timeout=30)
-        assert r.status_code == 200, r.text
-        convo.append(r.json()["choices"][0]["message"])
 
 
 def _kept(policy_server: Any, judge: Any, make_proxy: Any, mode: str) -> dict[str, tuple[list[float], str, Any]]:

@@ -9,22 +9,13 @@ import pytest
 import torch
 
 from openclaw_rl.embedded.trainer import EmbeddedTrainer, TrainerConfig, build_batch, sequence_logprobs
-from openclaw_rl.engine.model import SamplingConfig
+from openclaw_rl.engine.model import sample_tokens
 from openclaw_rl.modes import MODES
 from openclaw_rl.samples import TrainingSample
 
 
 async def sample_from(core, prompts: list[list[int]], n_new: int = 12, temperature: float = 1.0):
-    async def one(prompt, seed):
-        ids, lps = [], []
-        cfg = SamplingConfig(temperature=temperature, top_p=1.0, top_k=-1, min_p=0.0, max_new_tokens=n_new, seed=seed)
-        async for step in core.generate(prompt, cfg):
-            ids.append(step.token_id)
-            lps.append(step.logprob)
-            if len(ids) == n_new:
-                break
-        return ids, lps
-    return await asyncio.gather(*(one(p, i) for i, p in enumerate(prompts)))
+    return await asyncio.gather(*(sample_tokens(core, p, n_new, temperature, i) for i, p in enumerate(prompts)))
 
 
 def samples_for(tokenizer, core, mode="rl", temperature: float = 1.0) -> list[TrainingSample]:
