@@ -3,7 +3,7 @@
 Why: the proxy's work is spread over the event loop, the render thread and the writer thread. cProfile
 sees the main thread only, and a sampling profiler counts a thread blocked in ``fsync`` or a futex as
 busy; yappi with the CPU clock attributes on-CPU time per function across all threads. The stats are
-written at exit in pstats format (SIGUSR1 clears what was counted so far: start-up, warm-up) (read them with ``python -m pstats OUT``). Used by ``openclaw-rl bench
+written at exit in pstats format (and each thread apart, OUT.<thread class>-<id>.pstat) (SIGUSR1 clears what was counted so far: start-up, warm-up) (read them with ``python -m pstats OUT``). Used by ``openclaw-rl bench
 --profile-proxy X.pstat``; yappi is a benchmark-only dependency (``pip install yappi``).
 """
 
@@ -32,6 +32,8 @@ def main() -> None:
     def save() -> None:
         yappi.stop()
         yappi.get_func_stats().save(out, type="pstat")
+        for t in yappi.get_thread_stats():  # each thread apart: OUT.<thread name>.pstat
+            yappi.get_func_stats(filter={"ctx_id": t.id}).save(f"{out}.{t.name}-{t.id}.pstat", type="pstat")
 
     atexit.register(save)
     runpy.run_module(module, run_name="__main__", alter_sys=True)
