@@ -4,6 +4,7 @@ later accesses alike."""
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from typing import Any
 
@@ -12,7 +13,7 @@ from jinja2 import Undefined
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from openclaw_rl.template_sandbox import FastImmutableSandbox, fast_sandbox_template
+from openclaw_rl.template_sandbox import FastImmutableSandbox, fast_sandbox_template, memoised_tojson
 
 
 class DictSub(dict):
@@ -98,3 +99,68 @@ def test_another_environment_class_is_not_replaced():
         pass
 
     assert fast_sandbox_template(Custom().from_string("x"), "x") is None
+
+
+def transformers_tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+                        sort_keys: bool = False) -> str:
+    """What transformers' chat-template ``tojson`` filter is: ``json.dumps`` with these options."""
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+class StrSub(str):
+    pass
+
+
+TOOL = {"type": "function", "function": {"name": "read", "description": "Read a file – ünïcode",
+                                         "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                                                        "required": ["path"], "max": 1.5e300, "n": 3, "ok": True}}}
+VALUES: list[Any] = [TOOL, [TOOL, TOOL], ("a", 1), {"b": 1, "a": 2}, "text", 7, 2.5, -0.0, 1e16, True, None,
+                     {"x": None}, {"x": float("nan")}, {"x": float("inf")}, [float("-inf")], {1: "int key"},
+                     {"big": 2 ** 70}, {"s": StrSub("sub")}, StrSub("sub"), {"t": (1, 2)}, [1, True, 1.0]]
+CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+    ((), {}), ((), {"indent": 2}), ((), {"sort_keys": True}), ((), {"ensure_ascii": True}),
+    ((), {"separators": [",", ":"]}), ((), {"separators": (",", ":")}), ((True, 4), {})]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=[repr(v)[:30] for v in VALUES])
+def test_the_memoised_tojson_writes_what_json_dumps_writes_or_raises_alike(value: Any):
+    memo = memoised_tojson(transformers_tojson)
+    for args, kwargs in CALLS * 2:  # each twice: the second may come from the memo
+        try:
+            expected: Any = transformers_tojson(value, *args, **kwargs)
+        except (TypeError, ValueError) as e:
+            expected = type(e)
+        try:
+            got: Any = memo(value, *args, **kwargs)
+        except (TypeError, ValueError) as e:
+            got = type(e)
+        assert got == expected, (args, kwargs)
+
+
+def test_an_equal_plain_value_is_dumped_once_and_nan_or_a_non_string_key_every_time():
+    calls: list[Any] = []
+
+    def counted(x: Any, *args: Any, **kwargs: Any) -> str:
+        calls.append(x)
+        return transformers_tojson(x, *args, **kwargs)
+
+    memo = memoised_tojson(counted)
+    tools = [json.loads(json.dumps(TOOL)) for _ in range(3)]  # equal, not the same object: as each request's are
+    assert [memo(t) for t in tools] == [transformers_tojson(TOOL)] * 3
+    assert len(calls) == 1
+    assert memo(tools[0], indent=2) == transformers_tojson(TOOL, indent=2) and len(calls) == 2  # options are key
+    for odd in ({"x": float("nan")}, {"x": None}, {1: "a"}):
+        memo(odd), memo(odd)
+    assert len(calls) == 2 + 6
+
+
+def test_a_template_with_the_tools_renders_the_same_through_the_memo():
+    source = "{%- for t in tools %}{{ t | tojson }}\n{{ t.function | tojson(indent=2) }}{% endfor %}"
+    env = ImmutableSandboxedEnvironment()
+    env.filters["tojson"] = transformers_tojson
+    base = env.from_string(source)
+    fast = fast_sandbox_template(base, source)
+    assert env.filters["tojson"] is transformers_tojson  # the parent environment is left as it was
+    for _ in range(2):
+        odd = {"function": {"x": float("nan")}}
+        assert fast.render(tools=[TOOL, odd]) == base.render(tools=[TOOL, odd])
