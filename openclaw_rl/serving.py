@@ -47,6 +47,7 @@ from .parsers import OutputParser
 from .protocol import ChatCompletionRequest, completion_chunk, completion_response, usage
 from .sessions import SessionTracker
 from .spool import SpoolMissing
+from .threadname import name_os_thread
 from .turns import DropReason, Generation, Turn
 from .users.adapters import AdapterDirectory
 
@@ -99,8 +100,8 @@ class ChatService:
         vocab = renderer.tokenizer.get_vocab() if hasattr(renderer.tokenizer, "get_vocab") else {}
         self.max_token_bytes = max((len(t.encode("utf-8", "surrogatepass")) for t in vocab), default=0)
         # One thread owns the renderer's prefix cache (no locking needed); bulk prompts get their own.
-        self._render_pool = ThreadPoolExecutor(1, thread_name_prefix="openclaw-render")
-        self._bulk_pool = ThreadPoolExecutor(1, thread_name_prefix="openclaw-render-bulk")
+        self._render_pool = ThreadPoolExecutor(1, thread_name_prefix="openclaw-render", initializer=name_os_thread)
+        self._bulk_pool = ThreadPoolExecutor(1, thread_name_prefix="openclaw-render-bulk", initializer=name_os_thread)
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:

@@ -47,6 +47,7 @@ from .metrics import ProxyMetrics, log_safe
 from .samples import TrainingSample
 from .scoring import Outcome
 from .spool import Spool, SpoolFull, SpoolMissing, TurnKey
+from .threadname import name_os_thread
 from .turns import Turn
 
 log = logging.getLogger(__name__)
@@ -175,6 +176,7 @@ class SampleWriter:
     # --- thread ----------------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        name_os_thread()
         later: tuple[str, Any, Any] | None = None  # a control item met while gathering a group: next
         nxt = one = None
         while True:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import codec
+from ..threadname import name_os_thread
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ class TurnJournal:
     # --- thread ------------------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        name_os_thread()
         while True:
             item = self._queue.get()
             if item is None:
