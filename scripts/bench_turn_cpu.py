@@ -55,6 +55,22 @@ async def wait_workers(http: httpx.AsyncClient, url: str, n: int) -> None:
     raise RuntimeError(f"the {n} workers did not all connect")
 
 
+def thread_cpu(pids: list[int]) -> dict[str, float]:
+    """On-CPU seconds of the proxies' threads by OS name (``threadname.py``: the event loop keeps the
+    process's name, ``python``; ``oc-render_0``, ``oc-writer``, ``oc-journal``), summed over ``pids``."""
+    out: dict[str, float] = {}
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                name = (task / "comm").read_text().strip()
+                cpu = int((task / "schedstat").read_text().split()[0]) / 1e9
+            except OSError:  # the thread ended
+                continue
+            name = "loop" if name.startswith("python") else name.removeprefix("oc-").rstrip("_0123456789")
+            out[name] = out.get(name, 0.0) + cpu
+    return out
+
+
 def tree_cpu(pids: list[int]) -> float:
     """On-CPU seconds of the proxies ``pids``."""
     return sum(processes.cpu_seconds_fine(pid) for pid in pids)
@@ -114,16 +130,21 @@ async def run(ns: argparse.Namespace, tokenizer_dir: str, cases: dict[int, list[
                     for pid in pids:
                         await stack.settle(pid=pid)
                     load0, cpu0, owner0 = os.getloadavg()[0], tree_cpu(pids), tree_cpu(pids[:1])
+                    threads0 = thread_cpu(pids)
                     turns, errors, wall = await drive(load, urls, sessions[4:], ns.concurrency,
                                                       f"r{rep}h{h}", ns.reply)
                     for pid in pids:
                         await stack.settle(pid=pid)
                     cpu, owner = tree_cpu(pids) - cpu0, tree_cpu(pids[:1]) - owner0
+                    threads = {name: round((sec - threads0.get(name, 0.0)) / max(turns, 1) * 1e3, 3)
+                               for name, sec in sorted(thread_cpu(pids).items())
+                               if sec - threads0.get(name, 0.0) > 1e-4}
                     rows.append({"history": h, "rep": rep, "turns": turns, "errors": errors,
                                  "cpu_ms_per_turn": round(cpu / max(turns, 1) * 1e3, 3),
                                  # with --workers: the owner's part (tracker, judge, spool writer)
                                  "owner_cpu_ms_per_turn": round(owner / max(turns, 1) * 1e3, 3),
                                  "turns_per_s": round(turns / wall, 1), "load": round(load0, 2),
+                                 "thread_ms_per_turn": threads,  # which thread the CPU went to
                                  "load_end": round(os.getloadavg()[0], 2)})
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
         finally:
@@ -150,10 +171,12 @@ def main() -> int:
              for h in map(int, ns.histories.split(","))}
     with tempfile.TemporaryDirectory(prefix="openclaw-turn-cpu-") as tmp:
         rows = asyncio.run(run(ns, tokenizer_dir, cases, Path(tmp)))
-    print(f"{'history':>8}{'CPU ms/turn':>13}{'owner ms':>10}{'turns/s':>9}{'turns':>7}{'errors':>8}{'load':>7}")
+    print(f"{'history':>8}{'CPU ms/turn':>13}{'owner ms':>10}{'turns/s':>9}{'turns':>7}{'errors':>8}{'load':>7}"
+          "  ms per turn by thread")
     for r in rows:
         print(f"{r['history']:>8}{r['cpu_ms_per_turn']:>13}{r['owner_cpu_ms_per_turn']:>10}{r['turns_per_s']:>9}"
-              f"{r['turns']:>7}{r['errors']:>8}{r['load']:>7}")
+              f"{r['turns']:>7}{r['errors']:>8}{r['load']:>7}  "
+              + " ".join(f"{k} {v}" for k, v in r["thread_ms_per_turn"].items()))  # type: ignore[union-attr]
     for h in cases:
         sel = [float(r["cpu_ms_per_turn"]) for r in rows if r["history"] == h]  # type: ignore[arg-type]
         print(f"~{h} tokens: CPU ms/turn best {min(sel):.3f}, mean {sum(sel) / len(sel):.3f} (proxies {ns.proxies}, workers {ns.workers})")
