@@ -47,7 +47,7 @@ def test_stream_cost_prints_each_row_once():
 def test_the_bench_targets_pass_the_figures_the_readme_documents_for_a_quiet_machine():
     """A quiet machine whose figures are inside the README's ranges got MISS on 5 of 8 targets (e.g.
     `cpu_ms_per_turn_4k 6.448 <= 5 MISS`): the targets are now the documented envelope."""
-    from openclaw_rl.bench.proxy_bench import verdicts
+    from openclaw_rl.bench.report import verdicts
 
     documented = {"cpu_ms_per_turn_4k": 6.448,  # the report's quiet run; README: 2.4-14 ms, ~8K plain 5.4-8.1
                   "a_added_p50_ms": 8.6,  # README: the proxy adds 3.5-8.6 ms at c=1

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from openclaw_rl.bench.mock import ensure_tokenizer
-from openclaw_rl.bench.proxy_bench import METRIC_KEYS, TARGETS
+from openclaw_rl.bench.report import METRIC_KEYS, TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
 
