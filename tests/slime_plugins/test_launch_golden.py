@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_launch_scripts import THIS_PYTHON_FIRST, fake_slime, parse_submit, script
+from launch_support import THIS_PYTHON_FIRST, fake_slime, parse_submit, script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = REPO_ROOT / "tests" / "data" / "launch-golden"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-HOOKS = [  # every dotted path a launch script hands to Slime (tests/slime_plugins/test_launch_scripts.py)
+HOOKS = [  # every dotted path a launch script hands to Slime (tests/slime_plugins/test_launch_*.py)
     "openclaw_rl.rollout.generate_rollout_openclaw", "openclaw_rl.rollout.generate", "openclaw_rl.rollout.reward_func",
     "openclaw_opd.rollout.generate_rollout_openclaw_opd", "openclaw_opd.rollout.generate",
     "openclaw_opd.rollout.reward_func", "openclaw_opd.loss.on_policy_distillation_advantages",
