@@ -27,6 +27,7 @@ def test_floor_answers_a_two_turn_session_and_commits_the_turn_and_its_sample(tm
 
     tokenizer = AutoTokenizer.from_pretrained(str(mock.ensure_tokenizer()))
     seen: list[list[int]] = []
+    committed: list[tuple[str, int, bytes]] = []
     policy_app = mock.build_mock_app(tokenizer, reply_tokens=16)
     judge_app = mock.build_mock_app(tokenizer, judge=True)
     first, second = [{"role": "system", "content": mock.SYSTEM}, {"role": "user", "content": "Read a.txt"}], None
@@ -47,6 +48,9 @@ def test_floor_answers_a_two_turn_session_and_commits_the_turn_and_its_sample(tm
                     headers = {**mock.JSON_HEADERS, "X-Session-Id": "s1", **({"X-Session-Done": "1"} if done else {})}
                     out.append(orjson.loads(await load.post(f"http://127.0.0.1:{port}/v1/chat/completions",
                                                             mock.chat_body(case, 16, False), headers)))
+                    if not done:  # answered: its turn is committed (read by another connection), not yet judged
+                        with sqlite3.connect(tmp_path / "floor.sqlite") as other:
+                            committed.extend(other.execute("SELECT session, turn, prompt_ids FROM turns").fetchall())
             await asyncio.gather(*floor.tasks)  # the first turn's judgement
             floor.spool._commit()  # what is queued still (the last turn's drop)
             server.cancel()
@@ -61,6 +65,7 @@ def test_floor_answers_a_two_turn_session_and_commits_the_turn_and_its_sample(tm
                                                                add_generation_prompt=True), add_special_tokens=False)
                 for m in (first, second)]
     assert seen == expected, "the floor sent other prompt ids than the chat template's"
+    assert [(c[0], c[1], array("i", c[2]).tolist()) for c in committed] == [("s1", 1, expected[0])]
     db = sqlite3.connect(tmp_path / "floor.sqlite")
     rows = db.execute("SELECT session, turn, prompt_ids, response_ids, logprobs, score, votes FROM samples").fetchall()
     assert len(rows) == 1
