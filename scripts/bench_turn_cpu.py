@@ -10,7 +10,14 @@ reach the proxy that holds its pending turn); CPU is summed over them. ``--worke
 ``serve --workers N`` (an owner process and N HTTP workers on one port, ``openclaw_rl/workers/``): sessions go
 to whichever worker the kernel gives each connection, and CPU is the owner's plus its workers'. A benchmark:
 nothing is asserted.
-Usage: ``python scripts/bench_turn_cpu.py [--sessions 64] [--histories 1024,8192] [--workers N] [--profile out.pstat]``.
+
+The floor (on by default, ``--no-floor`` to skip): the same sessions also go, in the same run and right after
+the proxy's for each history, through ``openclaw_rl/bench/turn_floor.py`` (its own process, the same mocks):
+the least work per turn a proxy with this contract does, in one asyncio process. Its CPU is read the same way,
+and the table prints proxy/floor beside the proxy's figure. ``--floor-parts`` has the floor time its parts
+(template, tokenising, JSON, HTTP, SQLite, judge: ``time.thread_time``) and prints them per turn.
+Usage: ``python scripts/bench_turn_cpu.py [--sessions 64] [--histories 1024,8192] [--workers N] [--profile out.pstat]
+[--no-floor] [--floor-parts]``.
 """
 
 from __future__ import annotations
@@ -100,6 +107,24 @@ async def drive(load: LoadClient, urls: list[str], sessions: list[list[mock.Case
     return turns, errors, time.perf_counter() - start
 
 
+async def start_floor(ns: argparse.Namespace, stack: processes.Stack, http: httpx.AsyncClient, tokenizer_dir: str
+                      ) -> tuple[int, str]:
+    """The floor proxy (``turn_floor.py``) on the stack's mocks, as its own process: (pid, url)."""
+    port = free_port("127.0.0.1")
+    args = [sys.executable, "-m", "openclaw_rl.bench.turn_floor", "--tokenizer", tokenizer_dir, "--policy-url",
+            stack.policy_url, "--judge-url", stack.judge_url, "--port", str(port), "--spool",
+            str(stack.workdir / "floor.sqlite"), *(["--parts"] if ns.floor_parts else [])]
+    proc = stack._spawn("floor", args)
+    url = f"http://127.0.0.1:{port}"
+    await stack._wait_healthy(http, [(proc, f"{url}/healthz")], 120.0)
+    return proc.pid, url
+
+
+async def floor_parts(http: httpx.AsyncClient, url: str) -> dict[str, float]:
+    """The floor's CPU seconds per part so far (``--parts``)."""
+    return (await http.get(f"{url}/parts")).json()["cpu_s"]
+
+
 async def run(ns: argparse.Namespace, tokenizer_dir: str, cases: dict[int, list[list[mock.Case]]], workdir: Path
               ) -> list[dict[str, object]]:
     stack = processes.Stack(tokenizer_dir, workdir, reply_tokens=ns.reply, judge_votes=3, replay=False,
@@ -120,9 +145,12 @@ async def run(ns: argparse.Namespace, tokenizer_dir: str, cases: dict[int, list[
                 urls.append(f"http://127.0.0.1:{port}")
                 await stack._wait_healthy(http, [(proc, f"{urls[-1]}/healthz")], 120.0)
                 pids.append(proc.pid)
+            floor_pid, floor_url = await start_floor(ns, stack, http, tokenizer_dir) if ns.floor else (0, "")
             for h, sessions in cases.items():  # warm-up: first use of each path, tokenizer caches
                 await drive(load, urls, sessions[:2 * ns.proxies], 2, f"warm{h}", ns.reply)
-            for pid in pids:
+                if floor_pid:
+                    await drive(load, [floor_url], sessions[:2], 2, f"fwarm{h}", ns.reply)
+            for pid in pids + ([floor_pid] if floor_pid else []):
                 await stack.settle(pid=pid)
             stack.profile_reset()
             for rep in range(ns.reps):
@@ -146,6 +174,23 @@ async def run(ns: argparse.Namespace, tokenizer_dir: str, cases: dict[int, list[
                                  "turns_per_s": round(turns / wall, 1), "load": round(load0, 2),
                                  "thread_ms_per_turn": threads,  # which thread the CPU went to
                                  "load_end": round(os.getloadavg()[0], 2)})
+                    if floor_pid:  # the same sessions (other ids) through the floor, right after
+                        await stack.settle(pid=floor_pid)
+                        f0, p0 = processes.cpu_seconds_fine(floor_pid), await floor_parts(http, floor_url) \
+                            if ns.floor_parts else {}
+                        fturns, ferrors, fwall = await drive(load, [floor_url], sessions[4:], ns.concurrency,
+                                                             f"f{rep}h{h}", ns.reply)
+                        await stack.settle(pid=floor_pid)
+                        fcpu = processes.cpu_seconds_fine(floor_pid) - f0
+                        rows[-1].update({"floor_ms_per_turn": round(fcpu / max(fturns, 1) * 1e3, 3),
+                                         "floor_errors": ferrors, "floor_turns_per_s": round(fturns / fwall, 1),
+                                         "floor_load_end": round(os.getloadavg()[0], 2)})
+                        rows[-1]["proxy_over_floor"] = round(float(rows[-1]["cpu_ms_per_turn"])  # type: ignore[arg-type]
+                                                             / max(float(rows[-1]["floor_ms_per_turn"]), 1e-9), 2)  # type: ignore[arg-type]
+                        if ns.floor_parts:
+                            p1 = await floor_parts(http, floor_url)
+                            rows[-1]["floor_parts_ms"] = {k: round((v - p0.get(k, 0.0)) / max(fturns, 1) * 1e3, 3)
+                                                          for k, v in sorted(p1.items())}
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
         finally:
             stack.stop()
@@ -161,6 +206,9 @@ def main() -> int:
     p.add_argument("--reply", type=int, default=64)
     p.add_argument("--proxies", type=int, default=1, help="independent proxies, sessions split between them (item 5)")
     p.add_argument("--workers", type=int, default=1, help="serve --workers N: an owner and N HTTP workers (item 5)")
+    p.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run the sessions through the floor proxy (turn_floor.py) and print proxy/floor")
+    p.add_argument("--floor-parts", action="store_true", help="the floor times its parts; print them per turn")
     p.add_argument("--profile", default="", help="profile the proxy (.pstat: yappi; .folded: py-spy)")
     ns = p.parse_args()
     from transformers import AutoTokenizer
@@ -172,14 +220,21 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="openclaw-turn-cpu-") as tmp:
         rows = asyncio.run(run(ns, tokenizer_dir, cases, Path(tmp)))
     print(f"{'history':>8}{'CPU ms/turn':>13}{'owner ms':>10}{'turns/s':>9}{'turns':>7}{'errors':>8}{'load':>7}"
-          "  ms per turn by thread")
+          + (f"{'floor ms':>10}{'proxy/floor':>13}{'floor err':>11}" if ns.floor else "") + "  ms per turn by thread")
     for r in rows:
         print(f"{r['history']:>8}{r['cpu_ms_per_turn']:>13}{r['owner_cpu_ms_per_turn']:>10}{r['turns_per_s']:>9}"
-              f"{r['turns']:>7}{r['errors']:>8}{r['load']:>7}  "
-              + " ".join(f"{k} {v}" for k, v in r["thread_ms_per_turn"].items()))  # type: ignore[union-attr]
+              f"{r['turns']:>7}{r['errors']:>8}{r['load']:>7}"
+              + (f"{r['floor_ms_per_turn']:>10}{r['proxy_over_floor']:>13}{r['floor_errors']:>11}" if ns.floor else "")
+              + "  " + " ".join(f"{k} {v}" for k, v in r["thread_ms_per_turn"].items()))  # type: ignore[union-attr]
+        if ns.floor_parts:
+            print("   floor parts, ms/turn: " + ", ".join(f"{k} {v}" for k, v in r["floor_parts_ms"].items()))  # type: ignore[union-attr]
     for h in cases:
         sel = [float(r["cpu_ms_per_turn"]) for r in rows if r["history"] == h]  # type: ignore[arg-type]
         print(f"~{h} tokens: CPU ms/turn best {min(sel):.3f}, mean {sum(sel) / len(sel):.3f} (proxies {ns.proxies}, workers {ns.workers})")
+        if ns.floor:
+            fl = [float(r["floor_ms_per_turn"]) for r in rows if r["history"] == h]  # type: ignore[arg-type]
+            print(f"~{h} tokens: floor ms/turn best {min(fl):.3f}, mean {sum(fl) / len(fl):.3f}; "
+                  f"proxy/floor of the means {sum(sel) / max(sum(fl), 1e-9):.2f}")
     print(f"load average at end {tuple(round(x, 2) for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     return 0
 
