@@ -88,6 +88,7 @@ class _Client(asyncio.Protocol):
         self.request = bytearray()
         self.up: _Upstream | None = None
         self.tokens = 0
+        self.logprobs: list[float] = []
         self.done = False
         self.created = int(time.time())
         self.prefix = b""  # the fixed part of each chunk, up to its delta
@@ -112,7 +113,7 @@ class _Client(asyncio.Protocol):
 
     async def _start(self, body: dict[str, Any]) -> None:
         host, port, path = self.upstream
-        self.tokens, self.done = 0, False
+        self.tokens, self.done, self.logprobs = 0, False, []
         rid = b"chatcmpl-floor"
         model = orjson.dumps(body.get("model") or "policy")
         self.prefix = (b'data: {"id":"' + rid + b'","object":"chat.completion.chunk","created":'
@@ -143,8 +144,7 @@ class _Client(asyncio.Protocol):
         if len(ids) != len(triples):
             raise ValueError("ids and log-probs differ in number")
         self.tokens += len(ids)
-        logprobs = [t[0] for t in triples]  # what a trainer keeps
-        del logprobs
+        self.logprobs += [t[0] for t in triples]  # what a trainer keeps (the proxy checks them against the ids)
         out = self.prefix + orjson.dumps({"content": obj["text"]}) + self.suffix
         if meta.get("finish_reason"):
             self.done = True
@@ -162,7 +162,7 @@ class _Client(asyncio.Protocol):
         self.up = None
 
     def upstream_gone(self) -> None:
-        pass
+        """The mock closed the connection: nothing to do (the reply ended at ``[DONE]``; a bench tool trusts it)."""
 
 
 async def serve(port: int, upstream_url: str, interval: int) -> None:
