@@ -287,13 +287,20 @@ class OutputParser:
 
 
 def _held_back(text: str, tags: tuple[str, ...]) -> int:
-    """How many trailing characters could be the beginning of one of ``tags`` (so must wait)."""
-    best = 0
+    """How many trailing characters could be the beginning of one of ``tags`` (so must wait): the longest
+    proper prefix of a tag that ends ``text``. Found from where the tag's first character occurs in the
+    last ``len(tag) - 1`` characters (usually nowhere: one ``find`` per streamed snapshot, not one
+    ``endswith`` per prefix length)."""
+    best, n = 0, len(text)
     for tag in tags:
-        for k in range(min(len(tag) - 1, len(text)), 0, -1):
-            if text.endswith(tag[:k]):
-                best = max(best, k)
+        if len(tag) < 2:
+            continue
+        j = text.find(tag[0], max(0, n - (len(tag) - 1)))
+        while j >= 0:
+            if tag.startswith(text[j:]):  # text[j:] is shorter than tag: a proper prefix of it
+                best = max(best, n - j)
                 break
+            j = text.find(tag[0], j + 1)
     return best
 
 

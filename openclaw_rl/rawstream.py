@@ -255,6 +255,23 @@ class StreamConnection(asyncio.BufferedProtocol):
         blank = self.sse and self.status == 200
         while r < stop and not self.complete:
             state = self._state
+            if blank and state == "chunk_size" and gap < 0 and w == r and self._at_line_start and not self._line:
+                # the common read of an event stream: whole chunks, each an event ending in a newline. The same
+                # bytes as the general path below (framing blanked in place, the CRLF after the chunk kept as
+                # the next gap), without its per-state steps
+                nl = buf.find(b"\n", r, stop)
+                if nl >= 0:
+                    size = int(bytes(buf[r:nl]).split(b";", 1)[0].strip(), 16)
+                    p = nl + 1
+                    q = p + size
+                    if size and q + 2 <= stop and buf[q - 1] == _NL:
+                        n = p - r
+                        buf[r:p] = b"\n" if n == 1 else b":" + b" " * (n - 2) + b"\n"
+                        if size >= ALIGNED_MIN:
+                            self.aligned.append((self.base + p, self.base + q))
+                        gap, r = q, q + 2  # the chunk's CRLF: blanked with whatever framing follows it
+                        w = r
+                        continue
             if state == "head":  # copied out (it is small), so the body starts where it follows the head
                 seen = len(self._head)
                 self._head += buf[r:stop]

@@ -130,36 +130,53 @@ class PromptStopServer(uvicorn.Server):
     (``server_state``, ``lifespan``) shuts down its own way."""
 
     POLL_S = 0.005  # how often the shutdown checks its connections and tasks
-    TICK_S = 0.1  # the main loop's longest wait between two exit checks when nobody wakes it (uvicorn's tick)
+    TICK_S = 1.0  # the main loop's wait between two ticks when nobody wakes it
+    """uvicorn ticks every 0.1 s (an exit check, and the date header every tenth tick); a proxy streaming a
+    reply was woken by it ten times a second (~0.16 wake-ups per paced stream event, and an ``asyncio.wait_for``
+    per tick: ~2.5 ms of CPU a second, ``scripts/bench_stream_events.py``). Setting ``should_exit`` wakes the
+    loop at once, so the tick only refreshes the date header, as uvicorn's does once a second
+    (``limit_max_requests``, unused by the proxy, is checked once a second too)."""
 
     def __init__(self, config: uvicorn.Config):
-        super().__init__(config)
-        self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiter: asyncio.Future | None = None
+        super().__init__(config)
+
+    @property  # type: ignore[override]
+    def should_exit(self) -> bool:
+        return self._should_exit
+
+    @should_exit.setter
+    def should_exit(self, value: bool) -> None:
+        self._should_exit = value
+        if value:  # whoever sets it (a signal, stop(), a test, a worker whose owner is gone): noticed now
+            self.wake()
 
     def wake(self) -> None:
-        """Called from any thread after ``should_exit`` is set: the main loop notices now, not at its tick."""
-        loop, event = self._loop, self._wake
-        if loop is not None and event is not None:
+        """Called from any thread (or a signal handler): the main loop runs its exit check now, not at its tick."""
+        loop = self._loop
+        if loop is not None:
             try:
-                loop.call_soon_threadsafe(event.set)
+                loop.call_soon_threadsafe(self._end_wait)
             except RuntimeError:  # the loop closed meanwhile: it has stopped already
                 pass
 
-    def handle_exit(self, sig: int, frame: Any) -> None:  # SIGINT/SIGTERM: uvicorn's rules, noticed at once
-        super().handle_exit(sig, frame)
-        self.wake()
+    def _end_wait(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     async def main_loop(self) -> None:
-        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        loop = self._loop = asyncio.get_running_loop()
         tick = 0
         while not await self.on_tick(tick):  # on_tick keeps uvicorn's date header and exit rules
-            tick = (tick + 1) % 864000
+            tick = (tick + 10) % 864000  # a tick is a second: uvicorn refreshes the date at every tenth of its own
+            self._waiter = waiter = loop.create_future()
+            handle = loop.call_later(self.TICK_S, self._end_wait)
             try:
-                await asyncio.wait_for(self._wake.wait(), self.TICK_S)
-            except asyncio.TimeoutError:
-                pass
-            self._wake.clear()  # a wake without should_exit set must not turn this loop into a spin
+                await waiter
+            finally:
+                handle.cancel()
+                self._waiter = None
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         state, lifespan = getattr(self, "server_state", None), getattr(self, "lifespan", None)

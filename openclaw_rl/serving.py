@@ -280,12 +280,13 @@ class _Reply:
     def _check_text(self, result: GenerateResult, ids_text: IdsText, final: bool) -> None:
         """The client sees only text of the ids that train (idstext.py): other text drops the turn as
         ``backend_invalid_output`` and the client gets a 502 (or, streaming, an error event)."""
-        trim = max((len(s.encode("utf-8")) for s in self.req.stop_list()), default=0) + self.svc.max_token_bytes
         try:
             text = ids_text.update(result.output_ids)
         except Exception as e:  # noqa: BLE001 - ids the tokenizer cannot decode (e.g. beyond 64 bits)
             problem: str | None = f"its output ids do not decode: {e!r}"
-        else:
+        else:  # trim_bytes counts only in the final check: not worked out for every streamed snapshot
+            trim = max((len(s.encode("utf-8")) for s in self.req.stop_list()), default=0) + self.svc.max_token_bytes \
+                if final else 0
             problem = text_problem(result.text, text, final=final, stopped=result.finish_reason == "stop",
                                    trim_bytes=trim)
         if problem is not None:

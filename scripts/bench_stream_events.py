@@ -4,8 +4,12 @@ A paced policy mock (``--ttft-ms``, ``--tokens-per-s``; incremental SGLang strea
 ``--interval`` tokens, judge off: only the stream is measured) streams replies of two lengths through the
 proxy at concurrency 1; the difference of the proxy's CPU (``schedstat``, all threads) between the long and the
 short replies, divided by the events between them, is the CPU per event, and likewise the number of times
-its threads were scheduled (wake-ups). A benchmark: nothing is asserted. Usage:
-``python scripts/bench_stream_events.py [--lengths 64,512] [--reps 8]``.
+its threads were scheduled (wake-ups), split into the times a thread slept and was woken (voluntary
+context switches) and the times it was preempted while runnable (involuntary). A benchmark: nothing is
+asserted. ``--floor`` measures, the same way and on the same paced mock, a minimal relay
+(``openclaw_rl/bench/stream_floor.py``: uvloop, orjson, one OpenAI chunk per event, nothing else) and prints
+it beside the proxy: what a Python process on this machine pays per event at least. Usage:
+``python scripts/bench_stream_events.py [--lengths 64,512] [--reps 8] [--floor]``.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -23,18 +28,77 @@ import httpx  # noqa: E402
 
 from openclaw_rl.bench import mock, processes  # noqa: E402
 from openclaw_rl.bench.stream_cost import _stream_turn  # noqa: E402
+from openclaw_rl.servers import free_port  # noqa: E402
 
 
-def cpu_and_runs(pid: int) -> tuple[float, int]:
-    """(on-CPU seconds, times scheduled) of the live threads of ``pid``."""
-    cpu = runs = 0
+def cpu_and_runs(pid: int) -> tuple[float, int, int, int]:
+    """(on-CPU seconds, times scheduled, voluntary and involuntary context switches) of the live threads of
+    ``pid``."""
+    cpu = runs = vol = invol = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             fields = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
         except OSError:
             continue
         cpu, runs = cpu + int(fields[0]), runs + int(fields[2])
-    return cpu / 1e9, runs
+        for line in status.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                vol += int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                invol += int(line.split()[1])
+    return cpu / 1e9, runs, vol, invol
+
+
+def _diff(a: tuple, b: tuple, n: float) -> tuple[float, ...]:
+    return tuple((y - x) / n for x, y in zip(a, b))
+
+
+async def per_turn(http: httpx.AsyncClient, stack: processes.Stack, url: str, pid: int, case: mock.Case,
+                   lengths: list[int], ns: argparse.Namespace, label: str, settle_pid: int | None = None,
+                   reset: bool = False) -> dict[int, tuple[tuple[float, ...], tuple[float, ...]]]:
+    """For each reply length: (CPU s, runs, voluntary, involuntary) per turn of ``pid`` and of the policy mock."""
+    per: dict[int, tuple[tuple[float, ...], tuple[float, ...]]] = {}
+    for length in lengths:
+        await http.post(f"{stack.policy_url}/bench/latency", json={
+            "reply_tokens": length - 1, "ttft_ms": ns.ttft_ms, "tokens_per_s": ns.tokens_per_s})
+        await _stream_turn(http, url, case, length, f"warm-{label}-{length}")
+        await stack.settle(pid=settle_pid)
+        if reset and length == lengths[0]:
+            stack.profile_reset()  # under --profile X.pstat: count the measured turns only
+        own0, mock0 = cpu_and_runs(pid), cpu_and_runs(stack.procs[0].pid)  # the mock sends each event
+        for i in range(ns.reps):
+            await _stream_turn(http, url, case, length, f"{label}{length}-{i}")
+        await stack.settle(pid=settle_pid)
+        per[length] = (_diff(own0, cpu_and_runs(pid), ns.reps), _diff(mock0, cpu_and_runs(stack.procs[0].pid), ns.reps))
+        print(f"{label} {length}-token replies: {per[length][0][0] * 1e3:.2f} ms of CPU and "
+              f"{per[length][0][1]:.1f} wake-ups per turn", flush=True)
+    return per
+
+
+def per_event_line(name: str, per: dict, lengths: list[int], interval: int, which: int = 0) -> str:
+    short, long = lengths[0], lengths[-1]
+    events = (long - short) / max(interval, 1)
+    cpu, runs, vol, invol = ((per[long][which][k] - per[short][which][k]) / events for k in range(4))
+    return (f"{name}: {cpu * 1e6:.0f} us of CPU, {runs:.2f} wake-ups per event "
+            f"({vol:.2f} woken from sleep, {invol:.2f} preempted)")
+
+
+async def start_floor(stack: processes.Stack, interval: int) -> tuple[subprocess.Popen, str]:
+    """The minimal relay (``stream_floor.py``) on the stack's policy mock; (process, URL) once it listens."""
+    port = free_port(mock.HOST)
+    proc = stack._spawn("floor", [sys.executable, "-m", "openclaw_rl.bench.stream_floor", "--port", str(port),
+                                  "--upstream", stack.policy_url, "--interval", str(interval)])
+    for _ in range(200):
+        try:
+            _, w = await asyncio.open_connection(mock.HOST, port)
+            w.close()
+            return proc, f"http://{mock.HOST}:{port}"
+        except OSError:
+            if proc.poll() is not None:
+                break
+            await asyncio.sleep(0.05)
+    raise RuntimeError("the floor relay did not start")
 
 
 async def measure(ns: argparse.Namespace) -> None:
@@ -51,35 +115,19 @@ async def measure(ns: argparse.Namespace) -> None:
         async with httpx.AsyncClient(timeout=600, trust_env=False) as http:
             try:
                 await stack.start(http)
-                per: dict[int, tuple[float, float]] = {}
-                sender: dict[int, tuple[float, float]] = {}
-                for length in lengths:
-                    await http.post(f"{stack.policy_url}/bench/latency", json={
-                        "reply_tokens": length - 1, "ttft_ms": ns.ttft_ms, "tokens_per_s": ns.tokens_per_s})
-                    await _stream_turn(http, stack.proxy_url, case, length, f"warm-{length}")
-                    await stack.settle()
-                    if length == lengths[0]:
-                        stack.profile_reset()  # under --profile X.pstat: count the measured turns only
-                    cpu0, runs0 = cpu_and_runs(stack.proxy_pid)
-                    mock0 = cpu_and_runs(stack.procs[0].pid)  # the policy mock: it sends each event
-                    for i in range(ns.reps):
-                        await _stream_turn(http, stack.proxy_url, case, length, f"s{length}-{i}")
-                    await stack.settle()
-                    cpu1, runs1 = cpu_and_runs(stack.proxy_pid)
-                    per[length] = ((cpu1 - cpu0) / ns.reps, (runs1 - runs0) / ns.reps)
-                    mock1 = cpu_and_runs(stack.procs[0].pid)
-                    sender[length] = ((mock1[0] - mock0[0]) / ns.reps, (mock1[1] - mock0[1]) / ns.reps)
-                    print(f"{length}-token replies: {per[length][0] * 1e3:.2f} ms of proxy CPU and "
-                          f"{per[length][1]:.1f} wake-ups per turn", flush=True)
-                short, long = lengths[0], lengths[-1]
-                events = (long - short) / max(ns.interval, 1)
-                print(f"per event: {(per[long][0] - per[short][0]) / events * 1e6:.0f} us of CPU, "
-                      f"{(per[long][1] - per[short][1]) / events:.2f} wake-ups; load average "
-                      f"{tuple(round(x, 2) for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+                per = await per_turn(http, stack, stack.proxy_url, stack.proxy_pid, case, lengths, ns, "proxy",
+                                     reset=True)
+                load = tuple(round(x, 2) for x in os.getloadavg())
+                print(per_event_line("per event", per, lengths, ns.interval),
+                      f"; load average {load} on {os.cpu_count()} CPUs", sep="", flush=True)
+                if ns.floor:
+                    proc, url = await start_floor(stack, ns.interval)
+                    floor = await per_turn(http, stack, url, proc.pid, case, lengths, ns, "floor", settle_pid=proc.pid)
+                    print(per_event_line("per event, the floor relay (stream_floor.py)", floor, lengths, ns.interval),
+                          f"; load average {tuple(round(x, 2) for x in os.getloadavg())}", sep="", flush=True)
                 # a reference, not a floor: the mock (one Python process, uvicorn) only formats and sends each
                 # event after a timer wakes it; the proxy also reads, checks and forwards it
-                print(f"the policy mock, which sends them: {(sender[long][0] - sender[short][0]) / events * 1e6:.0f} "
-                      f"us of CPU, {(sender[long][1] - sender[short][1]) / events:.2f} wake-ups per event")
+                print(per_event_line("the policy mock, which sends them", per, lengths, ns.interval, which=1))
             finally:
                 stack.stop()
 
@@ -91,6 +139,8 @@ def main() -> int:
     p.add_argument("--interval", type=int, default=8, help="tokens per SGLang stream event")
     p.add_argument("--ttft-ms", type=float, default=50.0)
     p.add_argument("--tokens-per-s", type=float, default=500.0)
+    p.add_argument("--floor", action="store_true",
+                   help="also measure the minimal relay (openclaw_rl/bench/stream_floor.py) on the same mock")
     p.add_argument("--profile", default="", help="profile the proxy (.pstat: yappi; .folded: py-spy)")
     asyncio.run(measure(p.parse_args()))
     return 0

@@ -146,10 +146,11 @@ def test_a_request_finishing_within_the_grace_period_completes_before_the_lifesp
     assert not server.running
 
 
-@pytest.mark.parametrize("how", ["stop", "signal"])
+@pytest.mark.parametrize("how", ["stop", "signal", "flag"])
 def test_a_stop_or_a_signal_wakes_the_main_loop_without_waiting_for_its_tick(how):
-    """With the main loop's tick set to an hour, only the wake can end it: ``stop()`` and SIGINT/SIGTERM
-    (``handle_exit``, as uvicorn's signal handlers call it) both stop the server (and run its lifespan shutdown)."""
+    """With the main loop's tick set to an hour, only the wake can end it: ``stop()``, SIGINT/SIGTERM
+    (``handle_exit``, as uvicorn's signal handlers call it) and ``should_exit = True`` alone (how a worker whose
+    owner is gone, or uvicorn itself, asks) all stop the server (and run its lifespan shutdown)."""
     import signal
 
     events: list[str] = []
@@ -164,9 +165,12 @@ def test_a_stop_or_a_signal_wakes_the_main_loop_without_waiting_for_its_tick(how
     server = BackgroundServer(app)
     server._server.TICK_S = 3600.0
     server.start()
-    wait_until(lambda: server._server._wake is not None)  # the main loop is waiting
+    wait_until(lambda: server._server._waiter is not None)  # the main loop is waiting
     if how == "stop":
         server.stop(timeout=20)
+    elif how == "flag":
+        server._server.should_exit = True
+        server._thread.join(20)
     else:
         server._server.handle_exit(signal.SIGTERM, None)
         server._thread.join(20)
