@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from . import chat_format
 from .chat_format import ChatFormat
-from .protocol import has_lone_surrogate
+from .unicode_text import has_lone_surrogate  # not from protocol: no pydantic schemas for config's users
 
 
 @dataclass(slots=True)

@@ -20,6 +20,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .unicode_text import has_lone_surrogate  # re-exported: routes.py and older imports take it from here
+
 # https://platform.openai.com/docs/api-reference/chat/create
 
 
@@ -44,25 +46,6 @@ class OtherPart(BaseModel):
 
 
 ContentPart = TextPart | OtherPart
-
-
-def has_lone_surrogate(value: Any) -> bool:
-    """Whether a string anywhere in ``value`` (dict keys too) holds a lone UTF-16 surrogate: not Unicode,
-    so no tokenizer, JSON encoder or database takes it. UTF-8 encoding refuses exactly those, in C."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
-                return True
-        elif isinstance(v, dict):
-            stack.extend(v.keys())
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-    return False
 
 
 class FunctionCall(BaseModel):

@@ -66,7 +66,10 @@ def first_bindable(host: str, candidates: list[int], reuse_address: bool = False
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     error: OSError | None = None
     for port in [*candidates, 0]:
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP named, not left 0: asyncio sets TCP_NODELAY only on connections whose socket says TCP,
+        # and the accepted ones copy this listener's. With 0, Nagle held every response's second write
+        # (uvicorn sends head and body apart) for the client's delayed ACK: ~44 ms a request, not ~1.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             if reuse_address:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import build_session_model, judge_reply, policy_reply, scripted_server
+from support import build_session_model, judge_reply, policy_reply, private_model_build, scripted_server
 
 # huggingface_hub reads these at import time, so set them before any test imports transformers.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -71,8 +71,8 @@ def tiny_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the session's tiny model lives. Building it (tokenizer + pre-training) is the suite's largest
     fixed cost, so it is kept in the repository's ignored ``.cache/`` under a key of its sources (every file
     of ``openclaw_rl/embedded``), library versions and thread count: any change rebuilds it. A private,
-    fresh build with ``OPENCLAW_TEST_FRESH_MODEL=1`` and in the full suite (``OPENCLAW_TEST_FULL=1``),
-    shared by the workers of one ``pytest -n`` run."""
+    fresh build with ``OPENCLAW_TEST_FRESH_MODEL=1`` (``scripts/run_full_tests.sh`` sets it; see
+    ``support.private_model_build``), shared by the workers of one ``pytest -n`` run."""
     import hashlib
 
     import tokenizers
@@ -81,7 +81,7 @@ def tiny_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     import openclaw_rl.embedded as embedded
 
-    if os.environ.get("OPENCLAW_TEST_FRESH_MODEL") == "1" or os.environ.get("OPENCLAW_TEST_FULL") == "1":
+    if private_model_build(os.environ):
         base = tmp_path_factory.getbasetemp()
         return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "tiny-cache"
     key = hashlib.sha256()

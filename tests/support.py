@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -304,6 +304,14 @@ def build_lock(cache: Path) -> Iterator[None]:
     with open(cache.with_name(cache.name + ".lock"), "w") as lock:  # beside it: the cache holds only models
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+def private_model_build(environ: Mapping[str, str]) -> bool:
+    """Whether the session builds its own tiny model instead of using the repository's cache: only with
+    ``OPENCLAW_TEST_FRESH_MODEL=1`` (``scripts/run_full_tests.sh`` sets it). ``OPENCLAW_TEST_FULL=1`` alone
+    once implied it, so a single full-size test (``test_workers``' SIGKILL test: 16 s) also paid a whole
+    build first (46-128 s of fixture setup on the shared machine)."""
+    return environ.get("OPENCLAW_TEST_FRESH_MODEL") == "1"
 
 
 def build_session_model(cache: Path, locked: Callable[[], None] = lambda: None) -> Path:

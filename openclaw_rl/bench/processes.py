@@ -67,6 +67,7 @@ class Stack:
         self.replay = replay  # start the direct floor's replay server (benches that send direct turns)
         self.direct: subprocess.Popen | None = None
         self.logs: list[Any] = []
+        self.log_paths: dict[int, Path] = {}  # pid -> its log: a process that exits at start says why from there
         ports = [free_port(HOST) for _ in range(2)] + [proxy_port or free_port(HOST), free_port(HOST)]
         # direct_url: the policy mock's answers replayed by a lean server (replay.py), the bench's floor
         self.policy_url, self.judge_url, self.proxy_url, self.direct_url = (f"http://{HOST}:{p}" for p in ports)
@@ -79,6 +80,7 @@ class Stack:
         self.logs.append(log)
         self.procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
                                            start_new_session=True))
+        self.log_paths[self.procs[-1].pid] = Path(log.name)
         return self.procs[-1]
 
     async def start(self, http: httpx.AsyncClient, timeout_s: float = 120.0) -> None:
@@ -118,6 +120,7 @@ class Stack:
     def _proxy_args(self, spool: str = "spool") -> list[str]:
         """``serve`` as the benchmark runs it, under the profiler ``profile_proxy`` names (if any)."""
         cli = self._cli()
+        self._check_profiler()
         if self.profile_proxy.endswith(".folded"):  # py-spy (sampling; C time shows): collapsed stacks
             spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
             cli = [spy, "record", "--nonblocking", "--rate", "250", "-f", "raw", "-o", self.profile_proxy, "--", *cli]
@@ -130,12 +133,33 @@ class Stack:
                 self.tokenizer_dir, "--port", _port(self.proxy_url), "--spool-dir", str(self.workdir / spool),
                 "--session-ttl", "3600", *self.proxy_args]
 
+    def _check_profiler(self) -> None:
+        """The profiler ``profile_proxy`` names is installed (both are benchmark-only dependencies): else one
+        clear error before anything starts, instead of a proxy that exits at once."""
+        import importlib.util
+
+        if self.profile_proxy.endswith(".pstat") and importlib.util.find_spec("yappi") is None:
+            raise RuntimeError(f"profiling the proxy into {self.profile_proxy} (.pstat) needs yappi: pip install yappi")
+        if self.profile_proxy.endswith(".folded") and not (shutil.which("py-spy") or
+                                                           Path(sys.executable).with_name("py-spy").exists()):
+            raise RuntimeError(f"profiling the proxy into {self.profile_proxy} (.folded) needs py-spy: pip install py-spy")
+
+    def _exited(self, proc: subprocess.Popen, url: str) -> str:
+        """Why ``proc`` (answering at ``url``) did not come up: its exit status and its log's last lines (the
+        benchmarks' work directories are temporary, gone by the time anyone reads the error)."""
+        log = self.log_paths.get(proc.pid)
+        tail = log.read_text(errors="replace").strip().splitlines()[-12:] if log and log.exists() else []
+        return (f"{url} did not come up: {' '.join(map(str, proc.args))[:300]} exited with status {proc.returncode}"
+                + ("; its last output:\n  " + "\n  ".join(tail) if tail else " and printed nothing"))
+
     async def _wait_healthy(self, http: httpx.AsyncClient, checks: list[tuple[subprocess.Popen, str]],
                             timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         for proc, url in checks:
             while True:
-                if proc.poll() is not None or time.monotonic() > deadline:
+                if proc.poll() is not None:
+                    raise RuntimeError(self._exited(proc, url))
+                if time.monotonic() > deadline:
                     raise RuntimeError(f"{url} did not come up; see the logs in {self.workdir}")
                 try:
                     if (await http.get(url)).status_code == 200:
