@@ -218,7 +218,11 @@ def main() -> int:
     cases = {h: sessions_at(tokenizer, sessions=ns.sessions + 4, history=h, reply=ns.reply, seed=h)
              for h in map(int, ns.histories.split(","))}
     with tempfile.TemporaryDirectory(prefix="openclaw-turn-cpu-") as tmp:
-        rows = asyncio.run(run(ns, tokenizer_dir, cases, Path(tmp)))
+        try:
+            rows = asyncio.run(run(ns, tokenizer_dir, cases, Path(tmp)))
+        except RuntimeError as e:  # a stack that cannot start (a missing profiler, a proxy that exits): say why
+            print(f"bench_turn_cpu: {e}", file=sys.stderr)
+            return 2
     print(f"{'history':>8}{'CPU ms/turn':>13}{'owner ms':>10}{'turns/s':>9}{'turns':>7}{'errors':>8}{'load':>7}"
           + (f"{'floor ms':>10}{'proxy/floor':>13}{'floor err':>11}" if ns.floor else "") + "  ms per turn by thread")
     for r in rows:
