@@ -278,8 +278,25 @@ def _command_of(argv: list[str]) -> str | None:
     return None
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to ``sys.stderr`` as it is when a record is emitted, not as it was when logging was set up:
+    a background thread that logs after ``sys.stderr`` was replaced (a test harness's capture, a
+    daemonising wrapper) writes to the current stream instead of a closed one."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def setup_logging(level: str, as_json: bool) -> None:
-    handler = logging.StreamHandler()
+    handler = _StderrHandler()
     if as_json:
         class JsonFormatter(logging.Formatter):
             def format(self, record: logging.LogRecord) -> str:
