@@ -151,6 +151,19 @@ MISTRAL_CONTROL = ["[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "
                    "[/TOOL_RESULTS]"]
 
 
+def record_generate(proxy: Any) -> list[dict[str, Any]]:
+    """Wrap ``proxy``'s policy backend so each ``/generate`` payload it sends is kept (a copy), in order."""
+    seen: list[dict[str, Any]] = []
+    original = proxy.service.backend.generate
+
+    async def recording(payload: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        seen.append(dict(payload))
+        return await original(payload, *args, **kwargs)
+
+    proxy.service.backend.generate = recording
+    return seen
+
+
 def mistral_shaped_tokenizer(model_dir: Path) -> Any:
     """The tiny tokenizer with Mistral's control tokens added and a Mistral-shaped chat template: the
     second model family of the chat-format tests."""

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 import torch
+from support import record_generate
 
 from openclaw_rl.engine.adapters import lora_config
 from openclaw_rl.errors import CommandError
@@ -79,13 +80,7 @@ def test_the_proxy_sends_each_users_adapter_and_labels_the_turn_with_its_version
     carol = f"{key_namespace('front')}/carol"  # as local publishes: one name, the engine labels the version
     core.load_adapter(adapter_name(carol), some_adapter(tiny_model_dir), "step-2")  # replaced after admission
     proxy.service.adapters.loaded(carol, "step-1")
-    seen: list[dict[str, Any]] = []
-    original = proxy.service.backend.generate
-
-    async def recording(payload: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        seen.append(dict(payload))
-        return await original(payload, *args, **kwargs)
-    proxy.service.backend.generate = recording
+    seen = record_generate(proxy)
     for user in ("alice", "bob", "carol"):
         r = httpx.post(f"{base}/v1/chat/completions", timeout=60,
                        headers={"Authorization": "Bearer front", "X-User-Id": user, "X-Session-Id": f"s-{user}"},

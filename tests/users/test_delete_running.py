@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from support import on_loop
+from support import on_loop, record_generate
 
 from openclaw_oel.store import ExperienceStore
 from openclaw_rl.cli import main
@@ -143,13 +143,7 @@ def test_deleting_a_user_while_running_removes_their_data_adapter_and_nothing_of
 
     # bob keeps chatting; alice comes back and starts from the base model, in a fresh session
     chats[BOB].say("and more thanks")
-    seen: list[dict[str, Any]] = []
-    original = proxy.service.backend.generate
-
-    async def recording(payload: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        seen.append(dict(payload))
-        return await original(payload, *args, **kwargs)
-    proxy.service.backend.generate = recording
+    seen = record_generate(proxy)
     chats[ALICE].messages.clear()
     chats[ALICE].say("hello again")
     assert "lora_path" not in seen[0]
