@@ -58,6 +58,11 @@ class ResponseTooLarge(ResponseError):
     """A whole response's body passed the connection's ``max_body`` (reading stopped there)."""
 
 
+def _chunk_size(line: bytes) -> int:
+    """A chunked body's size line (hex, extensions after ``;`` ignored); ValueError when it is not one."""
+    return int(line.split(b";", 1)[0].strip(), 16)
+
+
 class StreamConnection(asyncio.BufferedProtocol):
     """One connection. The kernel writes straight into ``buf``; ``buf[lo:end]`` holds the response body
     bytes not yet consumed by the caller (``base`` counts the bytes dropped from ``buf``'s front, so a
@@ -261,7 +266,7 @@ class StreamConnection(asyncio.BufferedProtocol):
                 # the next gap), without its per-state steps
                 nl = buf.find(b"\n", r, stop)
                 if nl >= 0:
-                    size = int(bytes(buf[r:nl]).split(b";", 1)[0].strip(), 16)
+                    size = _chunk_size(bytes(buf[r:nl]))
                     p = nl + 1
                     q = p + size
                     if size and q + 2 <= stop and buf[q - 1] == _NL:
@@ -336,7 +341,7 @@ class StreamConnection(asyncio.BufferedProtocol):
         line = bytes(self._line)
         self._line.clear()
         if state == "chunk_size":
-            size = int(line.split(b";", 1)[0].strip(), 16)
+            size = _chunk_size(line)
             self._left, self._state = size, ("chunk" if size else "trailer")
         elif not line.strip():  # the blank line that ends the trailer
             self.complete = True

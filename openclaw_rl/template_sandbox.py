@@ -104,11 +104,13 @@ def memoised_tojson(tojson: Callable[..., str]) -> Callable[..., str]:
     memo: dict[tuple[Any, ...], str] = {}
 
     def memo_tojson(x: Any, *args: Any, **kwargs: Any) -> str:
+        if type(x) not in _MEMO_TYPES:  # enums and the like: the filter decides
+            return tojson(x, *args, **kwargs)
         try:
             data = orjson.dumps(x, option=_KEY_OPTIONS)
         except TypeError:  # not plain JSON data as orjson sees it: the filter decides
             return tojson(x, *args, **kwargs)
-        if b"null" in data or type(x) not in _MEMO_TYPES:  # null may stand for NaN; enums and the like
+        if b"null" in data:  # null may stand for NaN or an infinity
             return tojson(x, *args, **kwargs)
         try:
             key = (data, args, tuple(sorted(kwargs.items())))
