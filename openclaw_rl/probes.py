@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -34,6 +35,7 @@ class BackendProbes:
         self.state: dict[str, dict[str, Any]] = {}
         self.not_router = False  # the one policy URL is a plain engine, not an sglang-router
         self._task: asyncio.Task | None = None
+        self.on_refresh: Callable[[], None] | None = None  # after each refresh (the context length may be new)
 
     async def refresh(self) -> None:
         p, j = self.settings.proxy, self.settings.judge
@@ -79,6 +81,8 @@ class BackendProbes:
             self.service.context_length = policy["context_length"]
         if "judge" in state and not j.context_length and state["judge"]["context_length"]:
             self.judge.context_length = state["judge"]["context_length"]
+        if self.on_refresh is not None:
+            self.on_refresh()
 
     def start(self) -> None:
         async def loop() -> None:

@@ -72,8 +72,12 @@ class SampleWriter:
     def __init__(self, spool: Spool, metrics: ProxyMetrics, record_dir: str = "",
                  on_written: Callable[[list[TrainingSample]], None] | None = None, max_overflow: int = 10_000):
         self.spool, self.metrics = spool, metrics
-        self.max_overflow = max_overflow
+        self._max_overflow = max_overflow
         self.on_written = on_written
+        # called (on this thread, or the one that sets max_overflow) when `problem`, the overflow's length or
+        # `overloaded` changed: `serve --workers` tells its workers then (workers/owner.py), instead of polling
+        self.on_state_change: Callable[[], None] | None = None
+        self._told_state: tuple[str | None, int, bool] = (None, 0, False)
         # SimpleQueue: put/get in C, where Queue runs ~10 Python calls (its Condition) per put and get, 3-4 of
         # each per turn (issue #33 item 2)
         self._queue: queue.SimpleQueue[tuple[str, Any, Any] | None] = queue.SimpleQueue()
@@ -136,7 +140,31 @@ class SampleWriter:
     @property
     def overloaded(self) -> bool:
         """The spool is full and the in-memory overflow reached its bound: admit no new turns."""
-        return len(self.overflow) >= self.max_overflow
+        return len(self.overflow) >= self._max_overflow
+
+    @property
+    def max_overflow(self) -> int:
+        return self._max_overflow
+
+    @max_overflow.setter
+    def max_overflow(self, value: int) -> None:
+        self._max_overflow = value
+        self._state_changed()
+
+    def _state_changed(self) -> None:
+        if self.on_state_change is not None:
+            try:
+                self.on_state_change()
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the writer
+                log.exception("the writer's state-change listener failed")
+
+    def _check_state(self) -> None:
+        """Tell ``on_state_change`` when what a refusal depends on changed since it was last told (run on
+        this thread after every queued item, where all of it changes)."""
+        state = (self.problem, len(self.overflow), self.overloaded)
+        if state != self._told_state:
+            self._told_state = state
+            self._state_changed()
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until everything enqueued so far is persisted (at once when closed: nothing would answer)."""
@@ -180,6 +208,7 @@ class SampleWriter:
         later: tuple[str, Any, Any] | None = None  # a control item met while gathering a group: next
         nxt = one = None
         while True:
+            self._check_state()
             if later is not None:
                 item, later = later, None
             else:

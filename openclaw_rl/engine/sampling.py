@@ -16,7 +16,7 @@ from openclaw_rl.engine.model import SamplingConfig, TopLogprobs
 
 
 class SampledRow(Protocol):
-    """What sampling reads of one batch row (``torch_core._Request`` is one)."""
+    """What sampling reads of one batch row (``torch_batch.Request`` is one)."""
 
     sampling: SamplingConfig
     generator: torch.Generator

@@ -9,29 +9,32 @@ computes in fp32, so its log-probs match a trainer's plain full forward to ~1e-6
 shares a long head with a recent one (OpenClaw's ~15K-token system prompt and tools, on every turn)
 prefills only its new tail on top of the cached KV of that head (``prefix_cache.PrefixCache``; cleared
 by every weight update and by ``flush_cache``). It knows nothing about text, chat templates or stop
-rules (the server owns those).
+rules (the server owns those). The batch's rows and KV bookkeeping are ``torch_batch``, one step's
+sampling ``sampling``, checkpoints and weight matching ``torch_weights``; this module schedules and runs
+the forward passes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import random
 import threading
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from transformers import DynamicCache
 
 from openclaw_rl.engine.model import InputScores, SamplingConfig, TokenStep
 from openclaw_rl.engine.prefix_cache import PrefixCache
 from openclaw_rl.engine.sampling import sample_rows, top_pairs
+from openclaw_rl.engine.torch_batch import KVBatch, Request
+from openclaw_rl.engine.torch_weights import config_eos, forward_kwargs, match_state_dict, read_checkpoint
+
+__all__ = ["LOOKAHEAD", "TorchModel", "forward_kwargs", "read_checkpoint"]  # the last two: torch_weights'
 
 logger = logging.getLogger(__name__)
 
@@ -39,33 +42,6 @@ LOOKAHEAD = 2
 """Steps a request may have computed but not yet pulled; beyond that it sits out decode steps (its
 cache column is masked), so a paused or slow consumer never makes the core run ahead of it."""
 _GREEDY_BELOW = 1e-6
-
-
-def forward_kwargs(model: Any) -> tuple[str, str | None]:
-    """The KV-cache and logits-trimming keyword names of ``model.forward``: transformers 5.x renamed
-    ``past_key_values`` to ``cache`` (the old name warns, removal in 5.40); 4.5x only knows the old one."""
-    params = inspect.signature(model.forward).parameters
-    cache = "cache" if "cache" in params else "past_key_values"
-    return cache, "logits_to_keep" if "logits_to_keep" in params else None
-
-
-@dataclass(eq=False, slots=True)
-class _Request:
-    """One ``generate`` call: its sampling setup, its place in the batch and its outbox of steps."""
-
-    prompt: list[int]
-    sampling: SamplingConfig
-    generator: torch.Generator
-    outbox: asyncio.Queue[TokenStep | BaseException]
-    bias: tuple[torch.Tensor, torch.Tensor] | None  # (ids, values) of the in-vocabulary logit_bias
-    temperature: float  # the logits' divisor; 1.0 for greedy rows, whose log-probs are unscaled
-    greedy: bool
-    truncates: bool  # top-k, top-p or min-p cut the distribution: only then is a sort needed
-    adapter: str  # the LoRA adapter of this row (adapters.BASE: none)
-    produced: int = 0
-    pos: int = 0  # valid cache entries of this row = the position of `pending`
-    pending: int = -1  # the last sampled token, which enters the cache in the next decode step
-    closed: bool = False
 
 
 class TorchModel:
@@ -90,7 +66,7 @@ class TorchModel:
         self._cache_kw, self._keep_kw = forward_kwargs(self.model)
         self._vocab_size = int(self.model.get_input_embeddings().num_embeddings)
         self._token_limit = min(tokenizer_vocab_size or self._vocab_size, self._vocab_size)
-        self._eos = frozenset(eos_token_ids if eos_token_ids is not None else _config_eos(self.model))
+        self._eos = frozenset(eos_token_ids if eos_token_ids is not None else config_eos(self.model))
         config = self.model.config
         self._context_length = int(context_length or getattr(config, "max_position_embeddings", 0) or 4096)
         self.max_batch = max_batch
@@ -100,15 +76,13 @@ class TorchModel:
         self._lock = threading.Lock()  # held for a whole scheduler tick, a score pass or a weight copy
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch-core")
         # batch state, touched only by the scheduler's ticks (in the worker thread, under the lock)
-        self._rows: list[_Request] = []
-        self._cache: Any = None
-        self._mask: torch.Tensor | None = None
+        self._batch = KVBatch()
         self.prefixes = PrefixCache(prefix_cache_entries)  # under the lock; cleared whenever weights change
         # event-loop state
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
-        self._waiting: list[_Request] = []
+        self._waiting: list[Request] = []
         self.idle_waits = 0  # times the scheduler planned, found nothing to run and waited: a settled core
         self.adapters: Any = None  # an ``adapters.AdapterBank`` once ``enable_lora`` ran (SGLang's --enable-lora)
 
@@ -146,7 +120,7 @@ class TorchModel:
     @property
     def num_requests(self) -> int:
         """Requests holding a batch slot or waiting for one; closed generators leave at the next tick."""
-        return len(self._rows) + len(self._waiting)
+        return len(self._batch.rows) + len(self._waiting)
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingConfig) -> AsyncGenerator[TokenStep, None]:
         if not prompt_ids:
@@ -209,7 +183,7 @@ class TorchModel:
         with self._lock:
             self.adapters.unload(name)
 
-    def _version_of(self, req: _Request, version: str) -> str:
+    def _version_of(self, req: Request, version: str) -> str:
         if req.adapter == "__base__" or self.adapters is None:
             return version
         return self.adapters.versions.get(req.adapter, version)
@@ -224,7 +198,7 @@ class TorchModel:
         refused with a ``ValueError`` and the old weights keep serving (real SGLang dies here). Tied
         weights need only one of their names. ``version`` None keeps the current label.
         """
-        pairs = self._match(state_dict, source)
+        pairs = match_state_dict(self.model, state_dict, source, peft=self.adapters is not None)
         with self._lock, torch.no_grad():
             for target, tensor in pairs:
                 target.copy_(tensor)
@@ -233,31 +207,9 @@ class TorchModel:
             if version is not None:
                 self._weight_version = str(version)
 
-    def _match(self, state_dict: Mapping[str, torch.Tensor], source: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        own = self.model.state_dict(keep_vars=True)
-        if self.adapters is not None:  # PEFT-wrapped layers: the base weights under their plain names
-            own = {k.replace(".base_layer.", "."): v for k, v in own.items() if ".lora_" not in k}
-        groups: dict[int, list[str]] = {}
-        for name, tensor in own.items():
-            groups.setdefault(id(tensor), []).append(name)
-        unexpected = sorted(set(state_dict) - set(own))
-        if unexpected:
-            raise ValueError(f"{source} does not fit the loaded model: unexpected tensors {unexpected[:3]}")
-        pairs = []
-        for names in groups.values():
-            found = next((n for n in names if n in state_dict), None)
-            if found is None:
-                raise ValueError(f"{source} does not fit the loaded model: tensor {names[0]!r} is missing")
-            target, tensor = own[found], state_dict[found]
-            if tuple(tensor.shape) != tuple(target.shape):
-                raise ValueError(f"{source} does not fit the loaded model: tensor {found!r} has shape "
-                                 f"{list(tensor.shape)}, the model expects {list(target.shape)}")
-            pairs.append((target.data, tensor))
-        return pairs
-
     # --- scheduling (event loop) ----------------------------------------------------------------
 
-    def _new_request(self, prompt_ids: Sequence[int], s: SamplingConfig) -> _Request:
+    def _new_request(self, prompt_ids: Sequence[int], s: SamplingConfig) -> Request:
         seed = s.seed if s.seed is not None else self._seeds.getrandbits(63)
         bias_items = [(int(t), float(b)) for t, b in s.logit_bias.items() if 0 <= int(t) < self._vocab_size]
         bias = None
@@ -267,20 +219,20 @@ class TorchModel:
         truncates = not greedy and (s.top_k > 0 or s.top_p < 1.0 or s.min_p > 0.0)
         if s.adapter is not None and (self.adapters is None or s.adapter not in self.adapters.versions):
             raise ValueError(f"LoRA adapter {s.adapter!r} is not loaded")
-        return _Request(list(prompt_ids), s, torch.Generator().manual_seed(seed), asyncio.Queue(), bias,
-                        1.0 if greedy else float(s.temperature), greedy, truncates, s.adapter or "__base__")
+        return Request(list(prompt_ids), s, torch.Generator().manual_seed(seed), asyncio.Queue(), bias,
+                       1.0 if greedy else float(s.temperature), greedy, truncates, s.adapter or "__base__")
 
     def _wake(self) -> None:
         if self._wakeup is not None:
             self._wakeup.set()
 
-    def _submit(self, req: _Request) -> None:
+    def _submit(self, req: Request) -> None:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             if self._task is not None and not self._task.done() and self._loop is not None and self._loop.is_running():
                 raise RuntimeError("TorchModel is already serving requests on another event loop")
             with self._lock:  # requests of a finished loop can never be pulled again: drop them
-                self._reset_batch()
+                self._batch.reset()
             self._waiting.clear()
             self._loop, self._wakeup, self._task = loop, asyncio.Event(), None
         self._waiting.append(req)
@@ -293,13 +245,14 @@ class TorchModel:
         thread, deliver its steps. Exits when idle; the next submit starts it again."""
         assert self._loop is not None and self._wakeup is not None
         try:
-            while self._rows or self._waiting:
+            batch = self._batch
+            while batch.rows or self._waiting:
                 self._wakeup.clear()
-                leaving = [r for r in self._rows if r.closed]
+                leaving = [r for r in batch.rows if r.closed]
                 self._waiting = [r for r in self._waiting if not r.closed]
-                free = self.max_batch - len(self._rows) + len(leaving)
+                free = self.max_batch - len(batch.rows) + len(leaving)
                 joining, self._waiting = self._waiting[:free], self._waiting[free:]
-                ready = [r for r in self._rows if not r.closed and r.produced < r.sampling.max_new_tokens
+                ready = [r for r in batch.rows if not r.closed and r.produced < r.sampling.max_new_tokens
                          and r.outbox.qsize() < LOOKAHEAD]
                 if not (leaving or joining or ready):
                     self.idle_waits += 1
@@ -312,10 +265,10 @@ class TorchModel:
                     steps = await self._loop.run_in_executor(self._executor, self._tick, leaving, joining, ready,
                                                              burst)
                 except Exception as exc:  # a failed forward fails its requests, not the server
-                    logger.exception("engine tick failed; failing %d requests", len(self._rows) + len(joining))
-                    failed = [*self._rows, *joining]
+                    logger.exception("engine tick failed; failing %d requests", len(batch.rows) + len(joining))
+                    failed = [*batch.rows, *joining]
                     with self._lock:
-                        self._reset_batch()
+                        self._batch.reset()
                     for req in failed:
                         req.outbox.put_nowait(exc)
                     continue
@@ -327,16 +280,16 @@ class TorchModel:
 
     # --- ticks (worker thread) ------------------------------------------------------------------
 
-    def _tick(self, leaving: list[_Request], joining: list[_Request], ready: list[_Request],
-              burst: int = 1) -> list[tuple[_Request, TokenStep]]:
+    def _tick(self, leaving: list[Request], joining: list[Request], ready: list[Request],
+              burst: int = 1) -> list[tuple[Request, TokenStep]]:
         """Leaves, ``burst`` decode steps of the ready rows, then the joins' prefill. The lock is held
         per forward pass, so a weight update lands between two steps and never mid-forward."""
-        out: list[tuple[_Request, TokenStep]] = []
+        out: list[tuple[Request, TokenStep]] = []
         with torch.inference_mode():
             for i in range(burst if ready else 1):
                 with self._lock:
                     if i == 0 and leaving:
-                        self._remove(leaving)
+                        self._batch.remove(leaving)
                     if ready:
                         out += self._decode(ready, self._weight_version)
             if joining:
@@ -344,7 +297,7 @@ class TorchModel:
                     out += self._prefill(joining, self._weight_version)
         return out
 
-    def _forward(self, ids: torch.Tensor, cache: Any, rows: Sequence[_Request], **kwargs: Any) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, cache: Any, rows: Sequence[Request], **kwargs: Any) -> torch.Tensor:
         if self._keep_kw:
             kwargs[self._keep_kw] = 1
         kwargs.update(input_ids=ids, use_cache=True, **{self._cache_kw: cache})
@@ -352,12 +305,12 @@ class TorchModel:
             return self.adapters.forward([r.adapter for r in rows], **kwargs).logits[:, -1]
         return self.model(**kwargs).logits[:, -1]
 
-    def _prefill(self, joining: list[_Request], version: str) -> list[tuple[_Request, TokenStep]]:
+    def _prefill(self, joining: list[Request], version: str) -> list[tuple[Request, TokenStep]]:
         """A prompt with a cached head prefills its tail alone on top of that head's KV; the others
         prefill in groups of equal length (no padding). Every prompt's KV is then cached and merged
         into the batch."""
         out = []
-        by_length: dict[int, list[_Request]] = {}
+        by_length: dict[int, list[Request]] = {}
         for req in joining:
             # the last token must be fed; an adapter's KV is its own, so only base rows share cached heads
             hit = self.prefixes.lookup(req.prompt, len(req.prompt) - 1) if req.adapter == "__base__" else None
@@ -373,8 +326,8 @@ class TorchModel:
             out += self._joined(logits, group, cache, version)
         return out
 
-    def _joined(self, logits: torch.Tensor, group: list[_Request], cache: Any,
-                version: str) -> list[tuple[_Request, TokenStep]]:
+    def _joined(self, logits: torch.Tensor, group: list[Request], cache: Any,
+                version: str) -> list[tuple[Request, TokenStep]]:
         """Sample the first tokens of freshly prefilled rows, cache their prompts' KV, merge them."""
         length = len(group[0].prompt)
         kv = [(item[0], item[1]) for item in cache]
@@ -385,19 +338,17 @@ class TorchModel:
             self.prefixes.store(req.prompt, kv if len(group) == 1 else
                                 [(k[i:i + 1].clone(), v[i:i + 1].clone()) for k, v in kv])
         steps = self._emit(logits, group, version)
-        self._merge(kv, group, length)
+        self._batch.merge(kv, group, length)
         return steps
 
-    def _decode(self, ready: list[_Request], version: str) -> list[tuple[_Request, TokenStep]]:
+    def _decode(self, ready: list[Request], version: str) -> list[tuple[Request, TokenStep]]:
         """One token for every ready row; rows that are not ready feed a masked dummy column."""
-        rows = self._rows
-        is_ready = [r in ready for r in rows]
-        if not any(is_ready) or self._mask is None:  # the batch was reset (its event loop ended) mid-burst
+        batch = self._batch
+        rows, step = batch.rows, batch.step(ready)
+        if step is None:  # the batch was reset (its event loop ended) mid-burst
             return []
-        ids = torch.tensor([[r.pending] for r in rows])
-        positions = torch.tensor([[r.pos] for r in rows])
-        self._mask = torch.cat([self._mask, torch.tensor(is_ready).unsqueeze(1)], dim=1)
-        logits = self._forward(ids, self._cache, rows, attention_mask=self._mask, position_ids=positions)
+        is_ready = step.is_ready
+        logits = self._forward(step.ids, batch.cache, rows, attention_mask=batch.mask, position_ids=step.positions)
         if not all(is_ready):
             logits = logits[[i for i, ok in enumerate(is_ready) if ok]]
         chosen = [r for r, ok in zip(rows, is_ready) if ok]
@@ -405,53 +356,13 @@ class TorchModel:
             req.pos += 1
         return self._emit(logits, chosen, version)
 
-    def _emit(self, logits: torch.Tensor, reqs: list[_Request], version: str) -> list[tuple[_Request, TokenStep]]:
+    def _emit(self, logits: torch.Tensor, reqs: list[Request], version: str) -> list[tuple[Request, TokenStep]]:
         tokens, logprobs, tops = sample_rows(logits, reqs, self._token_limit)
         for req, token in zip(reqs, tokens):
             req.pending = token
             req.produced += 1
         return [(r, TokenStep(t, lp, top, self._version_of(r, version)))
                 for r, t, lp, top in zip(reqs, tokens, logprobs, tops)]
-
-    def _merge(self, kv: list[tuple[torch.Tensor, torch.Tensor]], group: list[_Request], length: int) -> None:
-        """Append rows to the batch cache, left-padding whichever side is shorter so last tokens align."""
-        mask = torch.ones(len(group), length, dtype=torch.bool)
-        if self._rows:
-            assert self._mask is not None
-            width = max(self._mask.shape[1], length)
-            kv = [(torch.cat([_lpad(k0, width), _lpad(k, width)]), torch.cat([_lpad(v0, width), _lpad(v, width)]))
-                  for (k0, v0), (k, v) in zip(self._cache_tensors(), kv)]
-            mask = torch.cat([_lpad(self._mask, width), _lpad(mask, width)])
-        self._set_batch(self._rows + group, kv, mask)
-
-    def _remove(self, leaving: list[_Request]) -> None:
-        """Drop rows, then the cache columns no remaining row attends to (their left padding)."""
-        keep = [i for i, r in enumerate(self._rows) if r not in leaving]
-        rows = [self._rows[i] for i in keep]
-        if not rows:
-            self._reset_batch()
-            return
-        assert self._mask is not None
-        index = torch.tensor(keep)
-        kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self._cache_tensors()]
-        mask = self._mask.index_select(0, index)
-        used = mask.any(dim=0)
-        if not bool(used.all()):
-            cols = used.nonzero().squeeze(1)
-            kv = [(k.index_select(2, cols), v.index_select(2, cols)) for k, v in kv]
-            mask = mask.index_select(1, cols)
-        self._set_batch(rows, kv, mask)
-
-    def _cache_tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return [(item[0], item[1]) for item in self._cache]  # 5.x yields (k, v, sliding), 4.5x (k, v)
-
-    def _set_batch(self, rows: list[_Request], kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor) -> None:
-        """Rebuild the cache object only when the batch changes; decode steps grow it in place."""
-        self._rows, self._mask = rows, mask
-        self._cache = DynamicCache(kv)
-
-    def _reset_batch(self) -> None:
-        self._rows, self._cache, self._mask = [], None, None
 
     # --- scoring (worker thread) ----------------------------------------------------------------
 
@@ -477,33 +388,3 @@ class TorchModel:
         tops = [top_pairs(v, i) for v, i in zip(values.tolist(), indices.tolist())]
         return InputScores(token_lps, tops[:-1], tops[-1])
 
-
-def _lpad(x: torch.Tensor, width: int) -> torch.Tensor:
-    """Left-pad the sequence axis (dim 2 of a [B, H, T, D] cache, dim 1 of a [B, T] mask) to ``width``."""
-    missing = width - x.shape[-2 if x.dim() == 4 else -1]
-    if missing == 0:
-        return x
-    return F.pad(x, (0, 0, missing, 0)) if x.dim() == 4 else F.pad(x, (missing, 0), value=False)
-
-
-def _config_eos(model: Any) -> list[int]:
-    ids: list[int] = []
-    for source in (getattr(model, "generation_config", None), model.config):
-        value = getattr(source, "eos_token_id", None)
-        ids += [value] if isinstance(value, int) else list(value or [])
-    return sorted(set(ids))
-
-
-def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
-    """The tensors of a ``.safetensors`` file or of a directory of safetensors shards (what
-    ``save_pretrained`` writes); read outside the lock, so serving goes on meanwhile."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    shards = [path] if path.is_file() else sorted(path.glob("*.safetensors"))
-    if not shards:
-        raise FileNotFoundError(f"no safetensors checkpoint at {path}")
-    state: dict[str, torch.Tensor] = {}
-    for shard in shards:
-        state.update(load_file(shard))
-    return state

@@ -35,7 +35,6 @@ from . import wire
 
 log = logging.getLogger(__name__)
 
-STATUS_POLL_S = 0.1  # how often the spool's state is compared with what the workers were last told
 COLLECT_TIMEOUT_S = 5.0  # a worker that does not send its metrics by then is left out of that scrape
 
 
@@ -60,6 +59,7 @@ class OwnerHub:
         self._server: asyncio.AbstractServer | None = None
         self._status_task: asyncio.Task | None = None
         self._last_status: wire.Status | None = None
+        self._status_changed = asyncio.Event()  # set where the state ``status()`` reads may have changed
         forget = proxy.tracker.on_end
 
         def on_end(key: str) -> None:  # a session ended: every worker drops its cached prompt prefix
@@ -70,10 +70,20 @@ class OwnerHub:
     async def start(self, path: str) -> None:
         self._server = await asyncio.start_unix_server(self._serve, path=path)
         os.chmod(path, 0o600)
-        self._status_task = asyncio.get_running_loop().create_task(self._push_status())
+        loop = asyncio.get_running_loop()
+
+        def writer_changed() -> None:  # on the writer thread: its problem or overflow changed
+            try:
+                loop.call_soon_threadsafe(self._status_changed.set)
+            except RuntimeError:  # the loop is closed: no worker is left to tell
+                pass
+        self.proxy.writer.on_state_change = writer_changed
+        self.proxy.probes.on_refresh = self._status_changed.set  # on this loop: a context length learned
+        self._status_task = loop.create_task(self._push_status())
 
     async def close(self) -> None:
         """Stop taking workers; the connections still open are closed (call after the workers exited)."""
+        self.proxy.writer.on_state_change = self.proxy.probes.on_refresh = None
         if self._status_task is not None:
             self._status_task.cancel()
         if self._server is not None:
@@ -92,12 +102,17 @@ class OwnerHub:
                            keep_messages=self.proxy.service.keep_messages)
 
     async def _push_status(self) -> None:
+        """Send every worker the new ``status()`` when it changed. Event-driven, no poll: each field has a
+        hook that sets ``_status_changed`` (the writer's problem, overflow and overloaded: its
+        ``on_state_change``, from the writer thread; the policy's context length: the probes'
+        ``on_refresh``; ``keep_messages`` is fixed at start), so an idle owner sleeps here."""
         while True:
             status = self.status()
             if status != self._last_status:
                 self._last_status = status
                 self.broadcast(status)
-            await asyncio.sleep(STATUS_POLL_S)
+            await self._status_changed.wait()
+            self._status_changed.clear()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = WorkerConn(wire.Link(reader, writer))

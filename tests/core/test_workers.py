@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import pickle
+import queue
 import signal
 import threading
 from concurrent.futures import Future
@@ -327,6 +328,35 @@ def test_workers_refuse_while_the_owners_spool_is_full_and_feedback_reaches_the_
         wait_until(lambda: not any(w.owner.state.overloaded for w in workers))
         assert chat(http, urls[1], "g", [{"role": "user", "content": "hello"}]).status_code == 200
         assert "openclaw_backpressure_total 1.0" in http.get(f"{urls[0]}/metrics").text
+
+
+def test_the_owners_spool_state_is_pushed_to_the_workers_when_it_changes(policy_server, owner_and_workers):
+    """The owner polls nothing: the writer thread's own state change (a spool file replaced behind its back,
+    then put back) is what sends the workers a new Status (``SampleWriter.on_state_change``), both ways."""
+    # no probe refresh during the test: it recomputes the status too (a context length may be new)
+    owner, _, workers = owner_and_workers(policy_server.url, "", workers=1, proxy_probe_interval_s=3600)
+    client = workers[0].owner
+    told: queue.Queue = queue.Queue()
+    on_status = client.on_status
+    client.on_status = lambda status: (on_status(status), told.put(status))
+
+    def next_told(cond: Any) -> Any:
+        while not cond(status := told.get(timeout=30)):  # the timeout only ends a hang
+            pass
+        return status
+
+    path = owner.proxy.spool.path
+    away, other = path.with_name("away.db"), path.with_name("other.db")
+    os.link(path, away)  # the path is never empty: the writer would write the open database back there
+    other.write_bytes(b"")
+    os.replace(other, path)
+    owner.proxy.writer.retry()
+    assert "replaced by another file" in next_told(lambda s: s.problem is not None).problem
+    assert client.state.problem is not None
+    os.replace(away, path)  # the file it opened is back: the next retry's probe commits
+    owner.proxy.writer.retry()
+    next_told(lambda s: s.problem is None)
+    assert owner.proxy.writer.problem is None
 
 
 def test_users_are_listed_and_deleted_through_any_worker(policy_server, owner_and_workers):

@@ -30,6 +30,12 @@ Stand-ins (see docs/deployment.md): ``ray.put``/``ray.get`` pass objects through
 Slime itself fills in once its router is up); the
 accelerator is a CPU backend given to Slime's ``set_accelerator``, Megatron's GPU-architecture query answers 9 (Hopper), the model is the
 table above, and SGLang / torch_memory_saver / wandb are import-only stubs (slime_cpu_stubs/).
+
+Stage: launch script → **Slime on CPU** (parse, rollout, train) → the result JSON ``test_slime_cpu.py``
+asserts on. This module parses and runs the trainer side (3); the rollout side (2) is
+``slime_cpu_rollout.py``, the table and the CPU device (4) ``slime_cpu_standins.py``, the checks of the
+teacher log-probs the loss read ``slime_cpu_reports.py`` (siblings: this script's directory is
+``sys.path[0]``).
 """
 
 from __future__ import annotations
@@ -39,15 +45,14 @@ import json
 import os
 import shlex
 import sys
-import threading
 import types
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
-VOCAB_SEED = 1234
-TEACHER_SEED = 4321  # the table standing in for THUDM/slime's --opd-teacher-load checkpoint
+from slime_cpu_reports import megatron_teacher_report, trainer_teacher_report
+from slime_cpu_rollout import STUDENT_IDS_ENV, rollout_through_slime
+from slime_cpu_standins import TEACHER_SEED, TableModel, cpu_device
 
 
 def slime_argv(dry_run_output: str) -> tuple[list[str], dict[str, str]]:
@@ -76,312 +81,6 @@ def parse_slime_args(argv: list[str], env: dict[str, str]):
     return parse_args()
 
 
-class TableModel:
-    """``logits[t] = E[token_t, shard]``: deterministic in the tokens, one leaf parameter per rank."""
-
-    def __init__(self, vocab: int, tp: int, rank: int, seed: int = VOCAB_SEED) -> None:
-        # The same padded width at every TP (Megatron pads the vocabulary too), so TP=1 and TP=2 see one table.
-        full = torch.randn(vocab, vocab + (-vocab) % 8, generator=torch.Generator().manual_seed(seed))
-        width = full.size(1) // tp
-        self.weight = full[:, rank * width : (rank + 1) * width].clone().requires_grad_()
-
-    def __call__(self, tokens_1T: torch.Tensor) -> torch.Tensor:
-        return self.weight[tokens_1T]  # [1, T, V_local]
-
-
-def _cpu_device() -> None:
-    """Run Slime's device calls on the CPU.
-
-    Current Slime goes through its accelerator API (``slime.utils.accelerator``), which registers CUDA and
-    MUSA only: it gets a CPU backend through its own ``set_accelerator``. The Slime bundled in OpenClaw-RL
-    predates that API and calls ``torch.cuda`` directly: the few calls on the paths driven here
-    (``current_device`` as a ``.to`` target, ``Tensor.cuda``, ``synchronize``, ``empty_cache``) answer for the CPU.
-    """
-    try:
-        from slime.utils import accelerator
-    except ImportError:
-        torch.cuda.current_device = lambda: torch.device("cpu")
-        torch.cuda.synchronize = torch.cuda.empty_cache = lambda *a, **k: None
-        torch.Tensor.cuda = lambda self, *a, **k: self
-        return
-    accelerator.set_accelerator(_cpu_accelerator())
-
-
-def _cpu_accelerator():
-    """A CPU backend for Slime's accelerator API (it registers CUDA and MUSA only)."""
-    from slime.utils.accelerator.base import Accelerator
-
-    class CPUAccelerator(Accelerator):
-        def is_available(self): return True
-        def device(self, index=None): return torch.device("cpu")
-        def device_name(self, index=None): return "cpu"
-        def set_device(self, index): pass
-        def current_device(self): return "cpu"
-        def device_count(self): return 1
-        def synchronize(self, device=None): pass
-        def current_stream(self, device=None): return None
-        def empty_cache(self): pass
-        def mem_get_info(self, device=None): return (0, 0)
-        def memory_allocated(self, device=None): return 0
-        def memory_reserved(self, device=None): return 0
-
-    return CPUAccelerator()
-
-
-FOLLOW_UPS = {  # the user's next message per session (cycled): the next state the judge scores
-    # rl: 3 of 4 positive, so the (unnormalised) rewards do not cancel and the loss has a real gradient
-    "rl": ("thanks, that helps", "thanks, that helps", "that is wrong", "thanks, that helps"),
-    "opd": ("that is wrong, answer in french", "wrong again, in french please"),
-    "opd_topk": ("that is wrong, answer in french", "wrong again, in french please"),
-    "combine": ("thanks, that helps", "that is wrong, answer in french"),
-    "topk_select": ("thanks, that helps", "that is wrong, answer in french"),
-    # OEL: each session ends after its second turn (X-Session-Done); the judge then extracts the experience
-    "qwen3_1.7b_oel_online": ("that is wrong, answer in french", "wrong again, in french please"),
-}
-# The mode whose proxy a launch variant's rollout hook starts (its key in the bridge's runtimes).
-RUNTIME_MODE = {"opd_topk": "opd", "topk_select": "combine", "qwen3_1.7b_oel_online": "oel"}
-
-
-def oel_aware_judge(judge_reply):
-    """The scripted judge, plus OEL's experience extraction: the hint as the one rule when the conversation
-    has a correction (so the hint-aware teacher scorer shows the teacher saw the experience)."""
-    from support import HINT
-
-    def reply(prompt: str) -> str:
-        if "[EXPERIENCE_START]" not in prompt:
-            return judge_reply(prompt)
-        if "wrong" in prompt.split("## Conversation", 1)[-1]:
-            return f"Learned. [EXPERIENCE_START]\n- {HINT}\n[EXPERIENCE_END] \\boxed{{1}}"
-        return "Nothing. \\boxed{0}"
-
-    return reply
-MAX_SESSIONS = 24  # bounded: the batch needs ROLLOUT_BATCH_SIZE judged turns
-
-
-def chat_until_done(url: str, mode: str, done: threading.Event) -> list[str]:
-    """Chat sessions through the proxy until Slime's rollout returns; returns each session's follow-up."""
-    import httpx
-
-    follow_ups: list[str] = []
-    with httpx.Client(timeout=60, trust_env=False) as client:
-        for i in range(MAX_SESSIONS):
-            if done.is_set():
-                break
-            convo = [{"role": "user", "content": f"question {i}: hello there"}]
-            follow_ups.append(FOLLOW_UPS[mode][i % len(FOLLOW_UPS[mode])])
-            for next_user in (follow_ups[-1], "ok"):
-                headers = {"X-Session-Id": f"session-{i}"}
-                if RUNTIME_MODE.get(mode) == "oel" and next_user == "ok":  # OEL distils a session once it ends
-                    headers["X-Session-Done"] = "1"
-                r = client.post(f"{url}/v1/chat/completions", json={"messages": convo}, headers=headers)
-                if r.status_code == 503:  # the gate closed behind a full batch (it was open when we began)
-                    return follow_ups
-                r.raise_for_status()
-                convo += [r.json()["choices"][0]["message"], {"role": "user", "content": next_user}]
-    return follow_ups
-
-
-def rollout_through_slime(args, mode: str, slime_rollout, load_function):
-    """Slime's ``RolloutManager.generate(0)`` with our rollout function, against the scripted engines."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support.py's scripted engines
-    from support import hint_aware_scorer, judge_reply, policy_reply, scripted_server
-    from transformers import AutoTokenizer
-
-    from openclaw_rl.engine.scripted import hash_scorer
-    from openclaw_rl.slime_hooks.bridge import shutdown_runtimes
-
-    tok = AutoTokenizer.from_pretrained(args.hf_checkpoint)
-    report: dict = {}
-    # The judge listens where the launch script's run config (Slime's --custom-config-path, set on args by
-    # Slime's parse_args) says the PRM server is.
-    judge_port = int(args.openclaw_judge_url.rsplit(":", 1)[1])
-    policy_port = int(os.environ.get("OPENCLAW_CHECK_POLICY_PORT") or 0) or None  # test_slime_cpu.py's range
-    with scripted_server(tok, policy_reply, port=policy_port) as policy, \
-            scripted_server(tok, oel_aware_judge(judge_reply), port=judge_port, scorer=hint_aware_scorer(tok)):
-        # Slime sets these once its SGLang router is up; the router here is the scripted policy engine.
-        args.sglang_router_ip, port = policy.url.removeprefix("http://").rsplit(":", 1)
-        args.sglang_router_port = int(port)
-
-        manager_cls = getattr(slime_rollout.RolloutManager, "__ray_actor_class__", slime_rollout.RolloutManager)
-        manager = object.__new__(manager_cls)  # __init__ would start SGLang engines and Ray actors
-        manager.args, manager.servers, manager._health_monitors, manager.rollout_id = args, {}, [], -1
-        # what the bundled Slime's __init__ sets instead (one health monitor, no engines, no CI checker)
-        manager._health_monitor, manager._metric_checker = None, None
-        manager.all_rollout_engines, manager.nodes_per_engine = [], 1
-        manager.data_source = load_function(args.data_source_path)(args)
-        real_rollout = load_function(args.rollout_function_path)
-        returned: list = []
-
-        def rollout_spy(*a, **k):  # what our function handed to Slime, to check it after Slime's conversion
-            returned.append(real_rollout(*a, **k))
-            if os.environ.get(STUDENT_IDS_ENV):
-                add_student_ids(args, [s for group in returned[-1].samples for s in group])
-            return returned[-1]
-
-        manager.generate_rollout = rollout_spy
-        manager.eval_generate_rollout = load_function(args.eval_function_path)
-        manager.custom_reward_post_process_func = (load_function(args.custom_reward_post_process_path)
-                                                   if args.custom_reward_post_process_path else None)
-        manager.custom_convert_samples_to_train_data_func = (
-            load_function(args.custom_convert_samples_to_train_data_path)
-            if args.custom_convert_samples_to_train_data_path else None)
-        manager.train_parallel_config = {"dp_size": 1, "cp_size": 1, "vpp_size": 1,
-                                         "microbatch_group_size_per_vp_stage": 1}
-        out: dict = {}
-        done = threading.Event()
-
-        def generate() -> None:
-            try:
-                out["refs"] = manager.generate(0)
-            except BaseException as exc:  # noqa: BLE001 - re-raised on the main thread
-                out["error"] = exc
-            finally:
-                done.set()
-
-        worker = threading.Thread(target=generate, daemon=True)
-        worker.start()
-        from openclaw_rl.slime_hooks.bridge import _RUNTIMES
-
-        runtime_mode = RUNTIME_MODE.get(mode, mode)
-        for _ in range(1200):  # the proxy starts inside our rollout function, called by Slime
-            if done.is_set() or (runtime_mode in _RUNTIMES and _RUNTIMES[runtime_mode].proxy.gate.is_open):
-                break
-            done.wait(0.1)
-        follow_ups = [] if done.is_set() else chat_until_done(_RUNTIMES[runtime_mode].url, mode, done)
-        done.wait(120)
-        if "error" in out:
-            raise out["error"]
-        if "refs" not in out:
-            proxy = _RUNTIMES[runtime_mode].proxy
-            raise AssertionError(f"Slime's generate did not return: {proxy.spool.ready_count()} samples ready "
-                                 f"after {len(follow_ups)} sessions, {proxy.tracker.pending_turns} turns pending")
-        shutdown_runtimes()
-
-        samples = [s for group in returned[0].samples for s in group]
-        eos = min(policy.model.eos_token_ids)
-        checks = []
-        for s in samples:
-            prompt, response = s.tokens[: -s.response_length], s.tokens[-s.response_length :]
-            script = policy.model.encode_non_canonical(policy_reply(tok.decode(prompt, skip_special_tokens=False)))
-            lps = [hash_scorer(prompt + response[:j], t) for j, t in enumerate(response)]
-            session = int(s.metadata["session_id"].rsplit("-", 1)[1])
-            teacher = getattr(s, "teacher_log_probs", None)  # an attribute, not a field, in the bundled Slime
-            if teacher is not None:
-                teacher = (teacher[:, 0] if teacher.dim() == 2 else teacher).tolist()
-            checks.append({
-                "session": session, "turn": s.metadata["turn"], "follow_up": follow_ups[session],
-                "tokens_exact": response in (script, script + [eos]),
-                "log_probs_exact": s.rollout_log_probs == pytest_approx_list(lps),
-                "reward": s.get_reward_value(args),
-                "teacher_is_hinted": teacher is not None and teacher == pytest_approx_list(
-                    [-((t % 7) + 1) / 10 for t in response]),
-                "teacher_is_rollout": teacher is not None and teacher == pytest_approx_list(s.rollout_log_probs),
-                "has_topk": hasattr(s, "teacher_topk_indices"),
-            })
-        report.update(n_samples=len(samples), sessions=len(follow_ups), checks=checks,
-                      policy_requests=len(follow_ups), metrics=returned[0].metrics)
-    return out["refs"], report
-
-
-def megatron_teacher_report(rollout_data: dict, sample_teacher: list, teacher_table: torch.Tensor) -> dict:
-    """What the loss got as teacher log-probs under --use-opd --opd-type megatron, against (a) the teacher table
-    scoring each Sample's own tokens and (b) the hinted teacher log-probs the Sample carried."""
-    def max_diff(a: list, b: list) -> float:
-        return max(float((x.float() - y.float()).abs().max()) for x, y in zip(a, b, strict=True))
-
-    own = []
-    for tokens, r in zip(rollout_data["tokens"], rollout_data["response_lengths"], strict=True):
-        tokens = torch.as_tensor(tokens)
-        logp = torch.log_softmax(teacher_table[tokens[:-1]].float(), dim=-1)[-r:]
-        own.append(logp.gather(-1, tokens[-r:].unsqueeze(-1)).squeeze(-1))
-    slime = rollout_data["teacher_log_probs"]
-    return {"vs_own_tokens": max_diff(slime, own), "vs_sample": max_diff(slime, sample_teacher),
-            "sample_vs_own_tokens": max_diff(sample_teacher, own), "n": len(slime)}
-
-
-STUDENT_IDS_ENV = "OPENCLAW_CHECK_STUDENT_IDS"  # test_slime_cpu.py: distill_subset student through Slime's actor
-
-
-@torch.no_grad()
-def add_student_ids(args, samples: list) -> None:
-    """distill_subset student: pack beside each hinted prompt the policy's own top-K ids at each response position.
-    The scripted engine has no model, so they come from the HF checkpoint on the Sample's own tokens (the
-    rollout engine's top-K stand-in; the proxy's recording of SGLang's top-K is not built)."""
-    from transformers import AutoModelForCausalLM
-
-    from openclaw_rl.slime_hooks.trainer_teacher import (
-        is_packed_prompt,
-        pack_teacher_prompt,
-        unpack_teacher_prompt,
-    )
-
-    model = AutoModelForCausalLM.from_pretrained(args.hf_checkpoint, dtype=torch.float32).eval()
-    for s in samples:
-        if not is_packed_prompt(getattr(s, "teacher_log_probs", None)):
-            continue
-        prompt, k = unpack_teacher_prompt(s.teacher_log_probs)
-        r, t = s.response_length, len(s.tokens)
-        logits = model(input_ids=torch.tensor([s.tokens])).logits[0, t - r - 1 : t - 1].float()
-        ids = torch.log_softmax(logits / float(args.rollout_temperature), dim=-1).topk(k, dim=-1).indices
-        s.teacher_log_probs = pack_teacher_prompt(prompt, r, k, ids.tolist())
-
-
-@torch.no_grad()
-def trainer_teacher_report(args, rollout_data: dict, sample_teacher: list, loss_teacher: dict) -> dict:
-    """teacher_source trainer: the teacher log-probs the loss read against a plain full forward of the frozen
-    HF teacher (the policy's checkpoint) on the packed prompt (prompt + hint) + the sampled response."""
-    from transformers import AutoModelForCausalLM
-
-    from openclaw_rl.slime_hooks.trainer_teacher import (
-        is_packed_prompt,
-        unpack_teacher_prompt_and_student_ids,
-    )
-
-    model = AutoModelForCausalLM.from_pretrained(args.hf_checkpoint, dtype=torch.float32).eval()
-    temperature = float(args.rollout_temperature)
-    diffs, top_diffs, ids_equal, hinted, own, at_student, not_own_topk = [], [], True, 0, 0, 0, 0
-    for tokens, r, carried in zip(rollout_data["tokens"], rollout_data["response_lengths"], sample_teacher, strict=True):
-        tokens = [int(t) for t in torch.as_tensor(tokens).tolist()]
-        if not is_packed_prompt(carried):
-            own += 1
-            continue
-        prompt, k, student = unpack_teacher_prompt_and_student_ids(carried)
-        hinted += prompt != tokens[: len(tokens) - r]  # the hinted prompt, not the sample's own
-        ids = torch.tensor([prompt + tokens[len(tokens) - r:]])
-        logp = torch.log_softmax(model(input_ids=ids).logits[0, len(prompt) - 1 : len(prompt) - 1 + r].float()
-                                 / temperature, dim=-1)
-        want = logp.gather(-1, ids[0, len(prompt):].unsqueeze(-1)).squeeze(-1)
-        got, top_lp, top_ids = loss_teacher[tuple(tokens)]
-        values, ids = logp.topk(max(k, 1), dim=-1)
-        if student is not None:  # distill_subset student: the teacher read at the student's ids, not its own top-K
-            at_student += 1
-            not_own_topk += int(not torch.equal(student, ids))
-            values, ids = logp.gather(-1, student), student
-        if got.numel() != r:  # context parallelism: this rank's rows, by Slime's own slice of the student's
-            from slime.backends.megatron_utils.cp_utils import slice_log_prob_with_cp
-
-            want, values, ids = (slice_log_prob_with_cp(x, len(tokens), r) for x in (want, values, ids))
-        diffs.append(float((got.float() - want).abs().max()))
-        if k:
-            top_diffs.append(float((top_lp.float() - values).abs().max()))
-            ids_equal = ids_equal and bool(torch.equal(top_ids.long(), ids))
-    return {"n_scored": len(diffs), "n_hinted_prompt": hinted, "n_own_teacher": own,
-            "max_abs_diff": max(diffs) if diffs else None,
-            "topk_max_abs_diff": max(top_diffs) if top_diffs else None, "topk_ids_equal": ids_equal,
-            "n_at_student_ids": at_student, "n_student_ids_not_teacher_topk": not_own_topk}
-
-
-def pytest_approx_list(values: list[float]) -> list:
-    """Float lists compared at float32 precision (the teacher rides as float32)."""
-    import math
-
-    class Close(float):
-        def __eq__(self, other):  # type: ignore[override]
-            return math.isclose(float(self), float(other), rel_tol=1e-6, abs_tol=1e-6)
-
-    return [Close(v) for v in values]
-
-
 def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
     rank = int(os.environ.get("RANK", "0"))
     argv, env = slime_argv(Path(dry_run_output).read_text())
@@ -404,7 +103,7 @@ def main(dry_run_output: str, mode: str, tp: int, result_path: str) -> None:
         args.openclaw_opd_distill_subset = "student"  # the launch refuses it (the proxy's side is not built)
     passthrough = types.SimpleNamespace(put=lambda obj, **_: obj, get=lambda ref, **_: ref)
     slime_rollout.ray, slime_data.ray = passthrough, passthrough  # no Ray cluster: objects are passed through
-    _cpu_device()
+    cpu_device()
 
     cp = int(getattr(args, "context_parallel_size", 1) or 1)  # CONTEXT_PARALLEL: tp x cp gloo ranks
     dist.init_process_group("gloo", rank=rank, world_size=tp * cp)
