@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,12 +35,13 @@ CURVES = [
 @dataclass
 class Sources:
     """Where a dashboard reads. ``waiting`` returns the waiting turns' records (``Turn.to_record`` shape
-    plus ``state``), called on the proxy's event loop for a live run."""
+    plus ``state``), called on the proxy's event loop for a live run; the routes also take an awaitable
+    of them (a ``serve --workers`` worker asks its owner, ``workers/app.py``)."""
 
     journal_dir: Path
     metrics_path: Path | None = None
     tokenizer: Any = None
-    waiting: Callable[[], list[dict[str, Any]]] = lambda: []
+    waiting: Callable[[], list[dict[str, Any]] | Awaitable[list[dict[str, Any]]]] = lambda: []
     _cache: dict[str, Any] = field(default_factory=dict)
 
     def journal(self) -> list[dict[str, Any]]:

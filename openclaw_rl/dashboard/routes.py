@@ -6,13 +6,15 @@ need no key: a browser cannot send a bearer header when it navigates. Every ``/d
 takes the same ``Authorization: Bearer`` key as the chat API and answers only that key's sessions. The
 assets ship inside the package; the page loads nothing from anywhere else (its Content-Security-Policy
 says so). Queries that read files run on a worker thread, so a large journal never stalls the proxy's
-event loop; the live waiting turns are read on the loop first (the tracker belongs to it).
+event loop; the live waiting turns are read on the loop first (the tracker belongs to it), or awaited
+where they are another process's answer (a ``serve --workers`` worker asks its owner).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -53,6 +55,8 @@ def dashboard_router(sources: data.Sources, identify: Identify) -> APIRouter:
     async def query(request: Request, fn: Callable[..., Any], *args: Any) -> Response:
         ns = identify(request.headers.get("authorization"))
         waiting = sources.waiting()  # on the loop: the live tracker belongs to it
+        if inspect.isawaitable(waiting):  # a worker's: the owner's answer
+            waiting = await waiting
         snapshot = dataclasses.replace(sources, waiting=lambda: waiting)
         snapshot._cache = sources._cache  # noqa: SLF001 - the parsed files are shared between requests
         result = await asyncio.to_thread(fn, snapshot, ns, *args)

@@ -7,12 +7,17 @@ session whose turns land on several workers costs a tokenisation per miss, never
 its own policy client and metrics. Its tracker is a ``RemoteTracker``: the owner numbers, pairs, judges
 and saves every turn, and a reply's last byte waits for the owner's ``Committed``. ``/healthz`` and
 ``/metrics`` are the owner's answers (all workers together); ``/v1/feedback`` is applied by the owner.
-The dashboard reads the spool's files (read-only) and shows its persisted waiting turns.
+The dashboard reads the run's files (read-only, as one process's does) and asks the owner, per query, for
+its tracker's waiting turns (a ``waiting`` call): the same rows and states as the one-process dashboard,
+turns still generating included. An owner that does not answer within ``WAITING_TIMEOUT_S`` (or is gone)
+never holds the page: the spool's saved waiting turns are shown instead, labelled ``SPOOL_FALLBACK``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import logging
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +31,7 @@ from ..chat import ChatRenderer
 from ..config import Settings
 from ..dashboard.data import Sources, waiting_from_spool
 from ..dashboard.routes import dashboard_router
+from ..errors import OpenClawError
 from ..gate import SubmissionGate
 from ..identity import check_resolver_names
 from ..metrics import ProxyMetrics
@@ -46,6 +52,13 @@ from ..users.identity import UserResolver
 from . import wire
 from .remote import OwnerClient, RemoteTracker
 
+log = logging.getLogger(__name__)
+
+WAITING_TIMEOUT_S = 2.0  # a dashboard query waits this long for the owner's waiting turns, then shows the spool's
+SPOOL_FALLBACK = "owner did not answer; saved in the spool"
+"""The state shown for the spool's waiting turns when the owner's live list is unavailable: their live state
+(waiting for a next state, being judged) is unknown, and turns not yet saved are missing."""
+
 
 @dataclass
 class Worker:
@@ -59,6 +72,7 @@ class Worker:
     auth: Authenticator
     users: UserResolver
     app: Any = None
+    waiting_timeout_s: float = WAITING_TIMEOUT_S
 
     @classmethod
     def build(cls, settings: Settings, owner_path: str, index: int, *, tokenizer: Any = None) -> Worker:
@@ -84,8 +98,17 @@ class Worker:
         worker = cls(settings, index, http, renderer, metrics, service, owner,
                      Authenticator(p.api_keys, p.rate_limit_per_min), UserResolver(p.trusted_user_keys, p.user_header))
         worker.app = make_worker_app(worker, Sources(Path(settings.spool.dir), tokenizer=tokenizer,
-                                                     waiting=lambda: waiting_from_spool(Path(settings.spool.dir))))
+                                                     waiting=worker.waiting))
         return worker
+
+    async def waiting(self) -> list[dict[str, Any]]:
+        """The owner tracker's waiting turns (its ``waiting`` call), or the spool's with ``SPOOL_FALLBACK``."""
+        try:
+            return await self.owner.call("waiting", timeout_s=self.waiting_timeout_s)
+        except OpenClawError as e:
+            log.warning("worker %d: the dashboard shows the spool's waiting turns: %s", self.index, e.message)
+        rows = await asyncio.to_thread(waiting_from_spool, Path(self.settings.spool.dir))
+        return [{**row, "state": SPOOL_FALLBACK} for row in rows]
 
     def refusal(self) -> Any:
         state = self.owner.state

@@ -26,6 +26,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 
+from ..dashboard.data import waiting_from_tracker
 from ..errors import OpenClawError
 from ..server import Proxy
 from ..spool import SpoolMissing
@@ -221,6 +222,8 @@ class OwnerHub:
                                                        "restarts": self.restarts}}
         if call.what == "metrics":
             return (await self.metrics()).decode()
+        if call.what == "waiting":  # a worker's dashboard: the live list, as one process's dashboard shows it
+            return waiting_from_tracker(self.proxy.tracker)
         if call.what == "users":
             return await list_users_as(self.proxy, call.args["authorization"])
         if call.what == "delete_user":

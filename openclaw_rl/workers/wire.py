@@ -7,7 +7,7 @@ turn (``Turn.to_record``): exact, and microseconds for 8K ids. A stream socket k
 in order, so a turn's ``Begin`` always reaches the owner before its ``Complete`` or ``Fail``.
 
 Worker → owner: ``Hello`` once, then ``Begin`` / ``Complete`` / ``Fail`` / ``EndSession`` (the tracker's
-calls), and ``Call`` (feedback, health, metrics). Owner → worker: ``Committed`` (the answer to a
+calls), and ``Call`` (feedback, health, metrics, users, waiting). Owner → worker: ``Committed`` (the answer to a
 ``Complete``: the turn is in the spool, or why not), ``Answer`` (to a ``Call``), ``Status`` (the spool's
 state and the policy's context length, pushed when they change), ``Forget`` (a session ended: drop its
 cached prompt prefix) and ``Collect`` (send your metrics).
@@ -71,7 +71,9 @@ class EndSession:
 
 @dataclass(slots=True)
 class Call:
-    """A question for the owner: ``feedback`` (args: key, rating, text), ``health``, ``metrics``."""
+    """A question for the owner: ``feedback`` (args: key, rating, text), ``health``, ``metrics``, ``users``
+    and ``delete_user`` (args: authorization, user), ``waiting`` (the tracker's waiting turns, for a
+    worker's dashboard: ``dashboard.data.waiting_from_tracker``'s rows)."""
     tag: ClassVar[str] = "call"
     call: int
     what: str

@@ -24,13 +24,14 @@ import pytest
 from support import http_client, metric, scripted_server, settle, wait_for_samples, wait_until
 
 from openclaw_rl.config import load_settings
+from openclaw_rl.dashboard import data
 from openclaw_rl.errors import CommandError
 from openclaw_rl.server import Proxy
 from openclaw_rl.servers import BackgroundServer
 from openclaw_rl.spool import Spool, SpoolLocked
 from openclaw_rl.turns import DropReason
 from openclaw_rl.users.identity import key_namespace
-from openclaw_rl.workers.app import Worker
+from openclaw_rl.workers.app import SPOOL_FALLBACK, Worker
 from openclaw_rl.workers.owner import OwnerHub
 
 SESSIONS = [["hello there", "thanks, that was wrong", "think first please"],
@@ -383,3 +384,55 @@ def test_users_are_listed_and_deleted_through_any_worker(policy_server, owner_an
         left = {row["user"] for row in http.get(f"{urls[0]}/v1/users", headers=root).json()["data"]}
     assert left == {bob_id}
     assert drops(owner.proxy)["user_deleted"] == 1
+
+
+def test_a_workers_dashboard_lists_the_owners_live_waiting_turns(tokenizer, owner_and_workers):
+    """The dashboard on a worker asks the owner for its tracker's waiting turns (the ``waiting`` call): a turn
+    served by worker 0 is listed on worker 1 as generating (not yet in the spool), then as waiting for its next
+    state, the rows the owner's one-process dashboard shows. An owner that does not answer in time leaves the
+    page the spool's saved rows, labelled so, never a hang."""
+    gate = threading.Event()
+
+    def reply(prompt: str) -> str:  # holds the engine until the dashboard has looked (the turn is generating)
+        gate.wait(30)
+        return "fine"
+
+    with scripted_server(tokenizer, reply) as policy:
+        owner, urls, workers = owner_and_workers(policy.url, "")
+        with http_client() as http:
+            def turns() -> list[tuple]:
+                r = http.get(f"{urls[1]}/dashboard/api/session", params={"id": "w"})
+                assert r.status_code == 200, r.text
+                return [(t["turn"], t["fate"]) for t in r.json()["turns"]]
+
+            done: Future = Future()
+
+            def send() -> None:
+                try:
+                    done.set_result(chat(http, urls[0], "w", [{"role": "user", "content": "hello"}]))
+                except Exception as e:  # noqa: BLE001 - raised by done.result below
+                    done.set_exception(e)
+            threading.Thread(target=send, daemon=True).start()
+            wait_until(lambda: any(c.turns for c in list(owner.hub.conns)))  # begun at the owner
+            try:
+                assert turns() == [(1, {"state": "waiting", "reason": "generating"})]
+            finally:
+                gate.set()
+            assert done.result(30).status_code == 200
+            assert turns() == [(1, {"state": "waiting", "reason": "waiting for its next state"})]
+            live = owner.on_loop(lambda: data.session_turns(owner.proxy.dashboard, "default", "w"))
+            assert http.get(f"{urls[1]}/dashboard/api/session", params={"id": "w"}).json()["turns"] == live
+
+            held = asyncio.Event()  # waited on and set on the owner's loop
+            real = owner.hub._call
+
+            async def silent(call: Any) -> Any:
+                if call.what == "waiting":
+                    await held.wait()
+                return await real(call)
+            owner.hub._call = silent
+            workers[1].waiting_timeout_s = 0.05
+            try:
+                assert turns() == [(1, {"state": "waiting", "reason": SPOOL_FALLBACK})]
+            finally:
+                owner.loop.call_soon_threadsafe(held.set)
