@@ -40,10 +40,10 @@ samples"). Each term follows a flag the scripts pass (launch/slime_args.py) and 
   ``LanguageModule._set_attention_backend`` sets ``NVTE_FLASH_ATTN=1 NVTE_FUSED_ATTN=0 NVTE_UNFUSED_ATTN=0``,
   so TransformerEngine never runs its unfused attention (which materialises the (S / CP)^2 x heads scores)
   and raises instead of falling back to it. Upstream #52 ran out of memory in exactly that unfused softmax at
-  14-17K tokens: its scripts passed ``--megatron-to-hf-mode bridge``, whose model provider did not forward
-  ``--attention-backend`` nor the recompute flags to Megatron (the later fork ngquochuy0101/OpenClaw-RL's
-  ``model_provider.py`` forwards them for that reason); Slime's raw path, which these scripts use, applies
-  both. An extra ``--attention-backend unfused`` (or ``local``) brings the scores back into the estimate:
+  14-17K tokens: its scripts passed ``--megatron-to-hf-mode bridge``, whose model provider then set only the
+  parallel sizes, not ``--attention-backend`` nor the recompute flags (left at Megatron's defaults: auto, which
+  allows the unfused path, and no recomputation); the fork ngquochuy0101/OpenClaw-RL forwards them since
+  177747e (2026-04-21) for that reason. Slime's raw path, which these scripts use, applies both. An extra ``--attention-backend unfused`` (or ``local``) brings the scores back into the estimate:
   one layer's (S / CP)^2 x heads / TP x 6 B (bf16 scores, fp32 softmax);
 * a custom layer spec (``--spec``, e.g. Qwen3.5's ``slime_plugins.models.qwen3_5``) can run whole-sequence
   Hugging Face attention on every rank (Slime's ``hf_attention.py`` gathers the sequence over TP and CP): its
