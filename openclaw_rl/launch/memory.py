@@ -2,23 +2,52 @@
 (``--tensor-model-parallel-size``, ``--context-parallel-size``, ``--max-tokens-per-gpu``), chosen from the
 context length and the GPU memory, with the arithmetic printed in the dry run.
 
-Stage: engine (trainer sizing, before launch). Why: upstream hard-coded context parallelism 1 and 32768 tokens
-per GPU, and its users ran out of memory at 14-17K-token samples on 80 GB GPUs (upstream issue #52); an
-OpenClaw turn is 15-25K tokens (its system prompt alone is several thousand). Slime packs samples into
+Stage: engine (trainer sizing, before launch). Why: an OpenClaw turn is 15-25K tokens (its system prompt alone
+is several thousand), and a plan that does not fit fails minutes into a launch. Slime packs samples into
 micro-batches of at most ``max_tokens_per_gpu x context_parallel_size`` tokens (``slime/utils/dp_schedule.py``;
 a longer sample goes alone), and context parallelism splits each sample over CP ranks.
 
-The estimate (bytes per GPU, an upper-bound style model, not a measurement; docs/deployment.md "Memory"):
+The estimate (bytes per actor GPU, an upper-bound style model, not a measurement; docs/deployment.md "Long
+samples"). Each term follows a flag the scripts pass (launch/slime_args.py) and the code it runs:
 
-* static: parameters in bf16 (2 B) and their fp32 main gradients (4 B), split by TP. Adam's states and the fp32
-  master weights live in host memory (the scripts pass ``--optimizer-cpu-offload``);
+* static: parameters in bf16 (2 B) and their fp32 main gradients (4 B, ``--accumulate-allreduce-grads-in-fp32``),
+  split by TP. The fp32 master weights and Adam's states live in host memory: ``--optimizer-cpu-offload`` with
+  ``--use-precision-aware-optimizer`` (Megatron's hybrid device optimizer; ``--optimizer-offload-fraction``
+  defaults to 1.0, all of it);
 * reserve: 6 GiB for the CUDA context, NCCL buffers and allocator fragmentation;
-* per token (split by TP; a GPU holds ``max_tokens_per_gpu`` tokens): the layer inputs Megatron's full
-  recomputation keeps (2 B x hidden x layers), one layer's recomputed activations (34 B x hidden, Korthikanti et
-  al.'s count without the attention scores), and the output layer's logits with their fp32 log-softmax,
-  softmax, entropy and gradient copies (24 B x vocabulary);
-* attention scores of the longest sample, should attention not run fused (upstream #52 failed exactly there,
-  in TransformerEngine's softmax): one layer's (S / CP)^2 x heads / TP x 6 B (bf16 scores, fp32 softmax).
+* per token (a GPU holds ``max(max_tokens_per_gpu, S / CP)`` tokens), split by TP:
+  - the layer inputs that full recomputation keeps (``--recompute-granularity full --recompute-method uniform
+    --recompute-num-layers 1``: one bf16 hidden state per layer, sequence-parallel so split by TP):
+    2 B x hidden x layers;
+  - the one layer being recomputed: its saved activations, 2 B x (4 x hidden + 3 x q + 3 x kv + 2 x heads +
+    3 x ffn) with q = heads x kv_channels and kv = query groups x kv_channels (the two norms' inputs and
+    outputs; q and k before and after their norm, and v; flash attention's output and its fp32 log-sum-exp
+    per head; the MLP's gate, up and product), and as many bytes again for their gradients during its
+    backward (Korthikanti et al.'s 34 B x hidden counts a GeLU 4h MLP with dropout masks, not this shape);
+  - the output layer's logits, 4 B + 8 B x passes per vocabulary entry: Megatron's Float16Module hands the
+    loss fp32 logits (THUDM/slime's ``get_log_probs_and_entropy`` asserts float32; the bundled Slime keeps
+    bf16, fewer bytes), and each log-softmax pass the loss keeps for backward costs 8 B per row: Slime's
+    own policy loss divides all the logits by the temperature (a copy) and ``_VocabParallelLogProbEntropy``
+    saves each ``--log-probs-chunk-size`` chunk's fp32 softmax (entropy without a gradient:
+    ``--entropy-coef 0.00``); this project's losses (``openclaw_rl/losses/logprobs.py``) keep the shifted
+    logits (saved by the gather) and their exponential. One pass; two for ``topk_select`` (its GRPO half and
+    its top-K half). No 24 B fp32 log-softmax/softmax/entropy/gradient stack: chunked, in place;
+* per sample, for this project's own losses: the temperature copy of one sample's response rows (4 B) and,
+  in the shared PPO loss (``combine``, ``topk_select``), its detached entropy computed on them at once
+  (shifted, clamped, exponential and product: 16 B), per row up to ``--rollout-max-response-len`` (8192) and
+  vocabulary entry, split by TP;
+* no attention scores: the scripts pass ``--attention-backend flash``, for which Megatron's
+  ``LanguageModule._set_attention_backend`` sets ``NVTE_FLASH_ATTN=1 NVTE_FUSED_ATTN=0 NVTE_UNFUSED_ATTN=0``,
+  so TransformerEngine never runs its unfused attention (which materialises the (S / CP)^2 x heads scores)
+  and raises instead of falling back to it. Upstream #52 ran out of memory in exactly that unfused softmax at
+  14-17K tokens: its scripts passed ``--megatron-to-hf-mode bridge``, whose model provider then set only the
+  parallel sizes, not ``--attention-backend`` nor the recompute flags (left at Megatron's defaults: auto, which
+  allows the unfused path, and no recomputation); the fork ngquochuy0101/OpenClaw-RL forwards them since
+  177747e (2026-04-21) for that reason. Slime's raw path, which these scripts use, applies both. An extra ``--attention-backend unfused`` (or ``local``) brings the scores back into the estimate:
+  one layer's (S / CP)^2 x heads / TP x 6 B (bf16 scores, fp32 softmax);
+* a custom layer spec (``--spec``, e.g. Qwen3.5's ``slime_plugins.models.qwen3_5``) can run whole-sequence
+  Hugging Face attention on every rank (Slime's ``hf_attention.py`` gathers the sequence over TP and CP): its
+  recomputed layer is counted for the whole sample, split by neither TP nor CP;
 * the in-trainer teacher (``OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=trainer``, ``slime_hooks/trainer_teacher.py``):
   a whole frozen bf16 HF copy on every actor GPU (params x 2 B, no gradients or optimizer, not split by TP: the
   hook loads the whole model on each rank), and its no-grad forward of the longest sample, one sample and one
@@ -30,6 +59,8 @@ The estimate (bytes per GPU, an upper-bound style model, not a measurement; docs
   the few tokens of the hint are not counted. With context parallelism every CP rank gathers the packed
   teacher prompt and scores the whole sequence, so neither the copy nor its forward shrinks with CP.
 
+Small and not counted: the teacher's top-K tensors of the top-K losses (K x (4 + 8) B per response token:
+about 5 MB for 8192 tokens at K = 50), the per-token log-probs and advantages, Slime's weight-update buckets.
 The usable memory is 90 % of ``GPU_MEMORY_GB``.
 """
 
@@ -42,13 +73,32 @@ from dataclasses import dataclass
 GIB = 1024**3
 RESERVE = 6 * GIB
 USABLE = 0.90
-LOGIT_BYTES = 24  # per token and vocabulary entry (bf16 logits + fp32 copies and gradient)
-LAYER_BYTES = 34  # per token and hidden unit: one recomputed layer (without the attention scores)
-SCORE_BYTES = 6  # per attention score: bf16 score + fp32 softmax
+LOGIT_BYTES = 4  # per token and vocabulary entry: the fp32 logits the loss gets
+PASS_BYTES = 8  # per token and vocabulary entry, for each log-softmax pass the loss keeps for backward
+LAYER_GRAD_FACTOR = 2  # the recomputed layer's activations, and as many bytes again for their gradients
+SCORE_BYTES = 6  # per attention score, unfused attention only: bf16 score + fp32 softmax
+UNFUSED_BACKENDS = ("unfused", "local")  # --attention-backend values that materialise the scores
 CP_CHOICES = (1, 2, 4, 8)
 TEACHER_WEIGHT_BYTES = 2  # the in-trainer teacher's bf16 weights, per parameter (a whole copy per actor GPU)
 TEACHER_LOGIT_BYTES = 12  # per kept response row and vocabulary entry: fp32 logits, / T copy, log-softmax
-MAX_RESPONSE_TOKENS = 8192  # --rollout-max-response-len (slime_args): the teacher's kept rows per sample
+MAX_RESPONSE_TOKENS = 8192  # --rollout-max-response-len (slime_args): the response rows of one sample
+
+
+@dataclass(frozen=True)
+class LossShape:
+    """What the training loss keeps beside the logits (module docstring): ``passes`` log-softmax passes kept
+    for backward (8 B each per token and vocabulary entry), and ``sample_bytes`` per response row and
+    vocabulary entry of the one sample this project's losses work on at a time."""
+
+    passes: int = 1
+    sample_bytes: int = 0
+    name: str = "Slime's policy loss"
+
+
+SLIME_LOSS = LossShape()
+PPO_LOSS = LossShape(1, 20, "the shared PPO loss (combine)")
+TOPK_LOSS = LossShape(1, 4, "the top-K OPD loss")
+TOPK_SELECT_LOSS = LossShape(2, 20, "the top-K select loss (GRPO + top-K)")
 
 
 @dataclass(frozen=True)
@@ -60,6 +110,7 @@ class ModelShape:
     groups: int
     kv_channels: int
     vocab: int
+    custom_spec: bool = False  # --spec: attention may run whole-sequence on every rank (module docstring)
 
     @property
     def params(self) -> int:
@@ -67,6 +118,12 @@ class ModelShape:
         q = self.heads * self.kv_channels
         attention = self.hidden * (q + 2 * self.groups * self.kv_channels) + q * self.hidden
         return self.layers * (attention + 3 * self.hidden * self.ffn) + 2 * self.vocab * self.hidden
+
+    @property
+    def layer_units(self) -> int:
+        """2-byte units one recomputed layer saves per token (module docstring)."""
+        q, kv = self.heads * self.kv_channels, self.groups * self.kv_channels
+        return 4 * self.hidden + 3 * q + 3 * kv + 2 * self.heads + 3 * self.ffn
 
 
 def shape_from_args(margs: Sequence[str]) -> ModelShape | None:
@@ -77,9 +134,21 @@ def shape_from_args(margs: Sequence[str]) -> ModelShape | None:
         groups = int(flags.get("--num-query-groups", "1")) if "--group-query-attention" in margs else heads
         return ModelShape(layers=int(flags["--num-layers"]), hidden=hidden, ffn=int(flags.get("--ffn-hidden-size",
                           4 * hidden)), heads=heads, groups=groups,
-                          kv_channels=int(flags.get("--kv-channels", hidden // heads)), vocab=int(flags["--vocab-size"]))
+                          kv_channels=int(flags.get("--kv-channels", hidden // heads)), vocab=int(flags["--vocab-size"]),
+                          custom_spec="--spec" in margs)
     except (KeyError, ValueError):
         return None
+
+
+def attention_backend(argv: Sequence[str]) -> str:
+    """The last ``--attention-backend`` in ``argv`` (argparse keeps the last), "" when none."""
+    value = ""
+    for i, arg in enumerate(argv):
+        if arg == "--attention-backend" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--attention-backend="):
+            value = arg.partition("=")[2]
+    return value
 
 
 @dataclass(frozen=True)
@@ -91,6 +160,8 @@ class Estimate:
     cp: int
     gpu_bytes: int
     teacher: bool = False  # the in-trainer teacher's copy and forward (module docstring)
+    loss: LossShape = SLIME_LOSS
+    unfused_attention: bool = False  # an extra --attention-backend unfused/local: the scores are materialised
 
     @property
     def budget(self) -> float:
@@ -101,12 +172,40 @@ class Estimate:
         return self.shape.params * 6 / self.tp
 
     @property
+    def layer_per_token(self) -> float:
+        """The recomputed layer's bytes per token, activations and gradients."""
+        return LAYER_GRAD_FACTOR * 2 * self.shape.layer_units
+
+    @property
+    def logit_bytes(self) -> int:
+        return LOGIT_BYTES + PASS_BYTES * self.loss.passes
+
+    @property
     def per_token(self) -> float:
         s = self.shape
-        return (2 * s.hidden * s.layers + LAYER_BYTES * s.hidden + LOGIT_BYTES * s.vocab) / self.tp
+        layer = 0 if s.custom_spec else self.layer_per_token
+        return (2 * s.hidden * s.layers + layer + self.logit_bytes * s.vocab) / self.tp
+
+    def whole_sample_layer(self, sample: int) -> float:
+        """A custom spec's recomputed layer over the whole sample, split by neither TP nor CP (0 without one)."""
+        return self.layer_per_token * sample if self.shape.custom_spec else 0.0
+
+    def sample_rows(self, sample: int) -> int:
+        return min(MAX_RESPONSE_TOKENS, math.ceil(sample / self.cp))
+
+    def loss_sample(self, sample: int) -> float:
+        """This project's losses: one sample's response rows at a time (0 for Slime's own loss)."""
+        return self.loss.sample_bytes * self.sample_rows(sample) * self.shape.vocab / self.tp
 
     def scores(self, sample: int) -> float:
+        """One layer's attention scores, only where attention runs unfused (never with the scripts' flash)."""
+        if not self.unfused_attention:
+            return 0.0
         return SCORE_BYTES * self.shape.heads / self.tp * math.ceil(sample / self.cp) ** 2
+
+    def per_sample(self, sample: int) -> float:
+        """What the longest sample adds beside the per-token bytes."""
+        return self.whole_sample_layer(sample) + self.loss_sample(sample) + self.scores(sample)
 
     @property
     def teacher_weights(self) -> float:
@@ -128,7 +227,7 @@ class Estimate:
         return self.teacher_per_token * sample + self.teacher_rows(sample) * self.shape.vocab * TEACHER_LOGIT_BYTES
 
     def total(self, sample: int, tokens_per_gpu: int) -> float:
-        training = self.per_token * tokens_per_gpu + self.scores(sample)
+        training = self.per_token * tokens_per_gpu + self.per_sample(sample)
         return self.static + RESERVE + self.teacher_weights + max(training, self.teacher_forward(sample))
 
     def fits(self, sample: int) -> bool:
@@ -144,9 +243,9 @@ class Estimate:
         return lo
 
     def tokens_per_gpu(self, sample: int, cap: int) -> int:
-        """``--max-tokens-per-gpu``: what fits beside the longest sample's scores, in steps of 1024, at least the
-        longest sample's share (S / CP, which Slime would run alone anyway) and at most ``cap``."""
-        room = (self.budget - self.static - RESERVE - self.teacher_weights - self.scores(sample)) / self.per_token
+        """``--max-tokens-per-gpu``: what fits beside the longest sample's own bytes, in steps of 1024, at least
+        the longest sample's share (S / CP, which Slime would run alone anyway) and at most ``cap``."""
+        room = (self.budget - self.static - RESERVE - self.teacher_weights - self.per_sample(sample)) / self.per_token
         return max(min(cap, int(room // 1024 * 1024)), math.ceil(sample / self.cp / 1024) * 1024, 1024)
 
 
@@ -164,14 +263,32 @@ def _gb(x: float) -> str:
     return f"{x / 1e9:.1f} GB"
 
 
+def _per_sample_line(e: Estimate, context: int) -> str:
+    s, rows = e.shape, e.sample_rows(context)
+    parts = []
+    if e.loss.sample_bytes:
+        parts.append(f"{e.loss.name}: {e.loss.sample_bytes} B x {rows} response rows (min({MAX_RESPONSE_TOKENS}, "
+                     f"CONTEXT_LENGTH / CP)) x {s.vocab} vocab / TP {e.tp} = {_gb(e.loss_sample(context))}")
+    if s.custom_spec:
+        parts.append(f"--spec layer over the whole sample (not split by TP or CP): {LAYER_GRAD_FACTOR} x 2 B x "
+                     f"{s.layer_units} x {context} = {_gb(e.whole_sample_layer(context))}")
+    if e.unfused_attention:
+        parts.append(f"unfused attention scores: {SCORE_BYTES} B x {s.heads} heads / TP {e.tp} x (CONTEXT_LENGTH "
+                     f"{context} / CP {e.cp})^2 = {_gb(e.scores(context))}")
+    else:
+        parts.append("attention scores: none (--attention-backend flash)")
+    return f"#   per sample = {'; '.join(parts)}"
+
+
 def choose(shape: ModelShape | None, *, actor_gpus: int, context: int, gpu_gb: float, tp: int | None,
            cp: int | None, max_tokens: int | None, tp_default: int, node_gpus: Sequence[int] = (),
-           teacher: bool = False) -> Choice:
+           teacher: bool = False, loss: LossShape = SLIME_LOSS, unfused_attention: bool = False) -> Choice:
     """TP (unless set), CP (unless set) and max tokens per GPU (unless set) for samples up to ``context``
     tokens: the default TP with CP 1 when that fits; else the pair (TP x CP dividing the actor GPUs, TP
     dividing the heads and query groups and, over several nodes, each node's Ray GPUs ``node_gpus``, so that no TP
     group spans nodes) that fits the longest sample, fewest CP ranks first. ``teacher``: the in-trainer
-    teacher's copy and forward are counted (neither shrinks with TP or CP)."""
+    teacher's copy and forward are counted (neither shrinks with TP or CP); ``loss``: what the variant's loss
+    keeps; ``unfused_attention``: an extra ``--attention-backend unfused``/``local`` (the scores counted)."""
     if shape is None:
         t, c = tp or tp_default, cp or 1
         return Choice(t, c, max_tokens or context, None, ("# memory: model shape unknown (no --num-layers/--hidden-size/"
@@ -185,7 +302,7 @@ def choose(shape: ModelShape | None, *, actor_gpus: int, context: int, gpu_gb: f
         t, c = tp or tp_default, cp or 1
         pairs = [(t, c)]
     default = (tp or tp_default, cp or 1) if (tp or tp_default) in tps else (max(tps, default=1), cp or 1)
-    estimates = {p: Estimate(shape, p[0], p[1], gpu, teacher) for p in pairs}
+    estimates = {p: Estimate(shape, p[0], p[1], gpu, teacher, loss, unfused_attention) for p in pairs}
     if default in estimates and estimates[default].fits(context):
         picked = default
     else:
@@ -194,25 +311,26 @@ def choose(shape: ModelShape | None, *, actor_gpus: int, context: int, gpu_gb: f
                   else max(pairs, key=lambda p: (estimates[p].longest(), -p[1])))
     e = estimates[picked]
     mt = max_tokens or e.tokens_per_gpu(context, context)
-    total = e.total(context, max(mt, math.ceil(context / e.cp)))
+    tokens = max(mt, math.ceil(context / e.cp))
+    total = e.total(context, tokens)
     s = shape
+    layer = "" if s.custom_spec else f"{LAYER_GRAD_FACTOR} x 2 B x {s.layer_units} (recomputed layer) + "
     lines = (
         f"# memory per actor GPU (estimate, GPU_MEMORY_GB={gpu_gb:g}: budget 90% = {_gb(e.budget)}): model "
         f"{s.params / 1e9:.2f}B params ({s.layers} layers, hidden {s.hidden}, {s.heads} heads, vocab {s.vocab})",
         f"#   static   = params x 6 B (bf16 weights + fp32 grads; Adam on CPU) / TP {e.tp} = {_gb(e.static)}; "
         f"reserve {_gb(RESERVE)}",
-        f"#   per token = (2 B x {s.hidden} x {s.layers} layers + {LAYER_BYTES} B x {s.hidden} + {LOGIT_BYTES} B x "
-        f"{s.vocab} vocab) / TP {e.tp} = {e.per_token / 1e6:.3f} MB; x max(MAX_TOKENS_PER_GPU {mt}, CONTEXT_LENGTH / "
-        f"CP) = {_gb(e.per_token * max(mt, math.ceil(context / e.cp)))}",
-        f"#   scores   = {SCORE_BYTES} B x {s.heads} heads / TP {e.tp} x (CONTEXT_LENGTH {context} / CP {e.cp})^2 = "
-        f"{_gb(e.scores(context))} (one layer, unfused attention)",
+        f"#   per token = (2 B x {s.hidden} x {s.layers} layers + {layer}({LOGIT_BYTES} + {PASS_BYTES} x "
+        f"{e.loss.passes}) B x {s.vocab} vocab) / TP {e.tp} = {e.per_token / 1e6:.3f} MB; x max(MAX_TOKENS_PER_GPU "
+        f"{mt}, CONTEXT_LENGTH / CP) = {_gb(e.per_token * tokens)}",
+        _per_sample_line(e, context),
         *(() if not teacher else (
             f"#   teacher  = params x {TEACHER_WEIGHT_BYTES} B (in-trainer teacher: a whole bf16 copy on every actor "
             f"GPU, no grads/optimizer, not split by TP) = {_gb(e.teacher_weights)}; its forward of the longest sample "
             f"(not split by TP or CP) = 2 B x (3 x {s.hidden} + 4 x {s.heads} x {s.kv_channels} + 3 x {s.ffn}) x "
             f"{context} tokens + (min({MAX_RESPONSE_TOKENS}, {context}) + 1) rows x {s.vocab} vocab x "
             f"{TEACHER_LOGIT_BYTES} B = {_gb(e.teacher_forward(context))}, before the training pass: the total "
-            f"takes the larger of it and tokens + scores",)),
+            f"takes the larger of it and per token + per sample",)),
         f"#   total    = {_gb(total)} of {_gb(e.budget)}: {'fits' if total <= e.budget else 'DOES NOT FIT'}; "
         f"longest sample that fits at TP {e.tp} x CP {e.cp}: {e.longest()} tokens; a micro-batch packs up to "
         f"MAX_TOKENS_PER_GPU x CP = {mt * e.cp} tokens",

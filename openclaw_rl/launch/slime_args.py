@@ -185,7 +185,7 @@ def build(s: ScriptSettings, extra: Sequence[str], console: Console, cwd: str) -
                *(["--train-backend", "fsdp"] if lora else [])]
     margs = model_args(s, cwd)
     if not lora:
-        size_for_long_samples(s, margs, console)
+        size_for_long_samples(s, margs, console, extra)
     check_layout(s)
     # --load = --save: a relaunch resumes the last checkpoint (weights, optimizer, rollout id); with no
     # checkpoint there yet Slime starts from REF_LOAD / the HF checkpoint. The spool keeps every batch
@@ -267,16 +267,33 @@ def judge_host(s: ScriptSettings) -> str:
     return s.master_addr if s.num_nodes > 1 else "127.0.0.1"
 
 
-def size_for_long_samples(s: ScriptSettings, margs: Sequence[str], console: Console) -> None:
+LOSS_SHAPES = {  # what each custom loss keeps beside the logits (launch/memory.py); none: Slime's policy loss
+    "openclaw_combine.loss.combine_loss_function": memory.PPO_LOSS,
+    "openclaw_combine.topk_select.topk_select_loss_function": memory.TOPK_SELECT_LOSS,
+    "openclaw_opd.loss.topk_distillation_loss_function": memory.TOPK_LOSS,
+}
+
+
+def loss_shape(s: ScriptSettings) -> memory.LossShape:
+    """The loss the Megatron job trains with (the custom loss _algorithm_args passes, else Slime's own)."""
+    hooks, algorithm = s.mode.slime, s.variant.algorithm
+    path = hooks.custom_loss if algorithm == "grpo" else hooks.topk_loss if algorithm in ("opd_topk",
+                                                                                          "topk_select") else None
+    return LOSS_SHAPES.get(str(path), memory.TOPK_SELECT_LOSS) if path else memory.SLIME_LOSS
+
+
+def size_for_long_samples(s: ScriptSettings, margs: Sequence[str], console: Console, extra: Sequence[str] = ()) -> None:
     """TRAIN_TP (unless set), CONTEXT_PARALLEL (unless set) and MAX_TOKENS_PER_GPU (unless set) from CONTEXT_LENGTH
-    and GPU_MEMORY_GB (launch/memory.py); the arithmetic goes into the dry run."""
+    and GPU_MEMORY_GB (launch/memory.py); the arithmetic goes into the dry run. An extra ``--attention-backend``
+    of unfused or local (it overrides the scripts' flash) puts the attention scores into the estimate."""
     cp_set = bool(s.context_parallel)
     choice = memory.choose(memory.shape_from_args(margs), actor_gpus=s.actor_gpus, context=s.context_length,
                            gpu_gb=s.gpu_memory_gb, tp=s.train_tp if s.train_tp_set else None,
                            cp=s.context_parallel or None, max_tokens=s.max_tokens_per_gpu if s.max_tokens_set else None,
                            tp_default=s.train_tp,
                            node_gpus=(s.head_ray_gpus, s.gpus_per_node) if s.num_nodes > 1 else (),
-                           teacher=s.teacher_source == "trainer")
+                           teacher=s.teacher_source == "trainer", loss=loss_shape(s),
+                           unfused_attention=memory.attention_backend(extra) in memory.UNFUSED_BACKENDS)
     if s.actor_gpus % (choice.tp * choice.cp):
         raise LaunchError(f"ACTOR_GPUS={s.actor_gpus} is not a multiple of TRAIN_TP x CONTEXT_PARALLEL = {choice.tp} x "
                           f"{choice.cp}")

@@ -14,8 +14,16 @@ import pytest
 from check_ports import free_ports, port_range
 
 from openclaw_rl.launch.layout import Layout, layouts
-from openclaw_rl.launch.memory import Estimate, choose, shape_from_args
-from openclaw_rl.launch.slime_args import QWEN3_4B
+from openclaw_rl.launch.memory import (
+    PPO_LOSS,
+    TOPK_LOSS,
+    TOPK_SELECT_LOSS,
+    Estimate,
+    attention_backend,
+    choose,
+    shape_from_args,
+)
+from openclaw_rl.launch.slime_args import QWEN3_4B, QWEN35_4B
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 QWEN3 = shape_from_args(QWEN3_4B)
@@ -41,18 +49,56 @@ def test_slimes_engine_host_assumption_is_checked():
     assert Layout((8, 8), 0, 8, 8, 8, 2, 2).problems() == []
 
 
-def test_upstreams_long_sample_settings_do_not_fit_and_the_chosen_ones_do():
-    """Upstream: TP 4, CP 1, 32768 tokens per GPU at a 32768 context (#52: out of memory on 80 GB). Chosen for the
-    default 4 actor GPUs: OpenClaw's 15-25K-token turns fit; a 1-GPU estimate shows why more GPUs are needed."""
+def test_upstreams_long_sample_settings_fit_under_flash_attention_and_not_unfused():
+    """Upstream: TP 4, CP 1, 32768 tokens per GPU at a 32768 context. The scripts pass --attention-backend flash
+    (Megatron sets NVTE_UNFUSED_ATTN=0): no (S / CP)^2 scores, and upstream's sizes fit, so they are chosen.
+    #52 ran out of memory in TransformerEngine's unfused softmax: an extra unfused backend counts the scores
+    and needs context parallelism; a 1-GPU estimate still shows why more GPUs are needed."""
     upstream = Estimate(QWEN3, 4, 1, 80 * 10**9)
-    assert upstream.total(32768, 32768) > upstream.budget
+    assert upstream.total(32768, 32768) <= upstream.budget and upstream.scores(32768) == 0
     c = choose(QWEN3, actor_gpus=4, context=32768, gpu_gb=80, tp=None, cp=None, max_tokens=None, tp_default=4)
-    assert (c.tp, c.cp) == (2, 2) and c.estimate is not None and c.estimate.longest() >= 25000
-    assert c.max_tokens_per_gpu * c.cp >= 25000 and "longest sample that fits" in c.lines[-1]
-    assert choose(QWEN3, actor_gpus=4, context=24576, gpu_gb=80, tp=None, cp=None, max_tokens=None,
-                  tp_default=4).warning == ""
+    assert (c.tp, c.cp, c.max_tokens_per_gpu) == (4, 1, 32768) and c.warning == ""
+    assert "attention scores: none (--attention-backend flash)" in c.lines[-2] and ": fits;" in c.lines[-1]
+    unfused = choose(QWEN3, actor_gpus=4, context=32768, gpu_gb=80, tp=None, cp=None, max_tokens=None, tp_default=4,
+                     unfused_attention=True)
+    assert Estimate(QWEN3, 4, 1, 80 * 10**9, unfused_attention=True).scores(32768) == 6 * 32 / 4 * 32768**2
+    assert (unfused.tp, unfused.cp) == (2, 2) and "unfused attention scores: 6 B x 32 heads" in unfused.lines[-2]
     tight = choose(QWEN3, actor_gpus=1, context=32768, gpu_gb=80, tp=None, cp=None, max_tokens=None, tp_default=1)
     assert "may run out of memory" in tight.warning
+
+
+def test_the_estimates_terms_are_the_ones_the_flags_give():
+    """Each term by hand, from the module docstring (Qwen3-4B, TP 4, CP 1, 32768 tokens): bf16 weights + fp32
+    grads; the checkpointed layer inputs; one recomputed layer, 2 B x (4h + 3q + 3kv + 2 heads + 3 ffn), twice
+    (its gradients); logits 4 B + 8 B per kept log-softmax pass (not 24 B); no attention scores."""
+    h, layers, vocab, q, kv, heads, ffn = 2560, 36, 151936, 32 * 128, 8 * 128, 32, 9728
+    layer = 2 * 2 * (4 * h + 3 * q + 3 * kv + 2 * heads + 3 * ffn)
+    assert QWEN3.layer_units == 54848 and layer == 219392
+    e = Estimate(QWEN3, 4, 1, 80 * 10**9)
+    assert e.per_token == (2 * h * layers + layer + 12 * vocab) / 4
+    assert e.total(32768, 32768) == QWEN3.params * 6 / 4 + 6 * 1024**3 + 32768 * (2 * h * layers + layer + 12 * vocab) / 4
+    two = Estimate(QWEN3, 4, 1, 80 * 10**9, loss=TOPK_SELECT_LOSS)  # its GRPO half and its top-K half
+    assert two.per_token - e.per_token == 8 * vocab / 4
+    # this project's PPO loss: one sample's response rows (up to 8192) x 20 B (temperature copy, detached entropy)
+    ppo = Estimate(QWEN3, 4, 1, 80 * 10**9, loss=PPO_LOSS)
+    assert ppo.per_sample(32768) == 20 * 8192 * vocab / 4 and ppo.per_sample(4096) == 20 * 4096 * vocab / 4
+    assert Estimate(QWEN3, 2, 2, 80 * 10**9, loss=TOPK_LOSS).per_sample(10000) == 4 * 5000 * vocab / 2
+    assert e.per_sample(32768) == 0
+
+
+def test_a_custom_spec_counts_its_layer_over_the_whole_sample():
+    """Qwen3.5's --spec runs whole-sequence HF attention on every rank (gathered over TP and CP): its recomputed
+    layer is counted for the whole sample, split by neither."""
+    qwen35 = shape_from_args(QWEN35_4B)
+    assert qwen35 is not None and qwen35.custom_spec and not QWEN3.custom_spec
+    tp4, cp2 = Estimate(qwen35, 4, 1, 80 * 10**9), Estimate(qwen35, 2, 2, 80 * 10**9)
+    assert tp4.per_sample(32768) == cp2.per_sample(32768) == 2 * 2 * qwen35.layer_units * 32768
+    assert tp4.per_token == (2 * 2560 * 32 + 12 * 248320) / 4
+
+
+def test_the_attention_backend_is_read_as_argparse_does():
+    assert attention_backend(["--attention-backend", "flash", "--attention-backend", "unfused"]) == "unfused"
+    assert attention_backend(["--attention-backend=local"]) == "local" and attention_backend(["--lr", "1"]) == ""
 
 
 def test_the_in_trainer_teacher_is_in_the_estimate():
@@ -61,18 +107,19 @@ def test_the_in_trainer_teacher_is_in_the_estimate():
     whole sequence), so the plan may need more CP ranks with it than without."""
     plain, with_teacher = (Estimate(QWEN3, 4, 1, 80 * 10**9, teacher) for teacher in (False, True))
     assert with_teacher.teacher_weights == QWEN3.params * 2 == Estimate(QWEN3, 1, 1, 80 * 10**9, True).teacher_weights
-    # the teacher's forward (~17.6 GB) is smaller than the training pass here, so only its weights add up
-    assert with_teacher.total(24576, 24576) - plain.total(24576, 24576) == QWEN3.params * 2
-    assert 17e9 < with_teacher.teacher_forward(24576) < 18e9 and plain.teacher_forward(24576) == 0
-    assert Estimate(QWEN3, 2, 2, 80 * 10**9, True).teacher_forward(24576) == with_teacher.teacher_forward(24576)
-    assert with_teacher.longest() < 24576 < plain.longest()
+    # the teacher's forward (~17.6 GB) runs before the training pass (~13.7 GB of tokens here): the larger counts
+    forward, training = with_teacher.teacher_forward(24576), plain.per_token * 24576
+    assert 17e9 < forward < 18e9 and training < forward and plain.teacher_forward(24576) == 0
+    assert with_teacher.total(24576, 24576) - plain.total(24576, 24576) == QWEN3.params * 2 + forward - training
+    assert Estimate(QWEN3, 2, 2, 80 * 10**9, True).teacher_forward(24576) == forward
+    assert with_teacher.longest() < plain.longest()
     kw = dict(actor_gpus=4, gpu_gb=80, tp=None, cp=None, max_tokens=None, tp_default=4)
-    assert choose(QWEN3, context=24576, **kw).warning == ""
-    fits_not = choose(QWEN3, context=24576, teacher=True, **dict(kw, tp=4, cp=1))
-    assert "in-trainer teacher" in fits_not.warning and any(line.startswith("#   teacher  = ") for line in fits_not.lines)
-    chosen = [choose(QWEN3, context=24576, teacher=teacher, **kw) for teacher in (False, True)]
-    assert [(c.tp, c.cp) for c in chosen] == [(4, 1), (2, 2)] and chosen[1].warning == ""
-    assert choose(QWEN3, context=20480, teacher=True, **kw).warning == ""  # 20K-token samples fit beside it
+    chosen = [choose(QWEN3, context=32768, teacher=teacher, **kw) for teacher in (False, True)]
+    assert [(c.tp, c.cp) for c in chosen] == [(4, 1), (4, 1)] and chosen[1].warning == ""
+    assert any(line.startswith("#   teacher  = ") for line in chosen[1].lines)
+    one = dict(kw, actor_gpus=1, tp_default=1)  # TP 1: the whole policy and the whole teacher on one GPU
+    assert choose(QWEN3, context=16384, **one).warning == ""
+    assert "in-trainer teacher" in choose(QWEN3, context=16384, teacher=True, **one).warning
 
 
 def test_tp_is_chosen_to_divide_every_nodes_ray_gpus():

@@ -26,6 +26,7 @@ from launch_support import (
     OEL,
     REPO_ROOT,
     RUNNABLE,
+    SCRIPTS,
     assert_slime_hook_signatures,
     fake_slime,
     resolve,
@@ -123,11 +124,49 @@ def test_rl_layout_matches_upstream(launch):
     assert (f["--rollout-batch-size"], f["--lr"], f["--save-interval"]) == ("16", "1e-5", "100")
     assert (f["--advantage-estimator"], f["--eps-clip-high"]) == ("grpo", "0.28")
     assert f["--disable-rewards-normalization"] is True and "--loss-type" not in f  # Slime's built-in loss
-    # upstream: TP 4, CP 1, 32768 tokens per GPU (out of memory at 14-17K-token samples, its #52); here chosen for
-    # CONTEXT_LENGTH 32768 on 80 GB (launch/memory.py); with CONTEXT_LENGTH 24576 upstream's TP 4 x CP 1 fits
-    assert (f["--tensor-model-parallel-size"], f["--context-parallel-size"], f["--max-tokens-per-gpu"]) == ("2", "2", "16384")
+    # upstream: TP 4, CP 1, 32768 tokens per GPU; chosen for CONTEXT_LENGTH 32768 on 80 GB (launch/memory.py): with
+    # --attention-backend flash no (S / CP)^2 scores (upstream's #52 ran out of memory in the unfused softmax)
+    assert (f["--tensor-model-parallel-size"], f["--context-parallel-size"], f["--max-tokens-per-gpu"]) == ("4", "1", "32768")
+    assert f["--attention-backend"] == "flash"
     f = launch("rl", CONTEXT_LENGTH="24576").slime().flags
     assert (f["--tensor-model-parallel-size"], f["--context-parallel-size"], f["--max-tokens-per-gpu"]) == ("4", "1", "24576")
+
+
+def test_an_unfused_attention_backend_counts_the_scores(launch):
+    """An extra --attention-backend unfused (argparse keeps the last) materialises (S / CP)^2 x heads scores: the
+    plan counts them and takes context parallelism for 32K-token samples."""
+    run = launch("rl", "--attention-backend", "unfused")
+    assert run.rc == 0, run.err
+    f = run.slime().flags
+    assert (f["--tensor-model-parallel-size"], f["--context-parallel-size"]) == ("2", "2")
+    assert "unfused attention scores: 6 B x 32 heads / TP 2 x (CONTEXT_LENGTH 32768 / CP 2)^2" in run.out
+
+
+SHIPPED = sorted(p for p in SCRIPTS.glob("run_*.sh") if "\noc_main " in p.read_text())  # the launch scripts
+SHIPPED_ENV = {"run_qwen3_4b_openclaw_topk_select_2nodes.sh": {"MASTER_ADDR": "10.0.0.1"}}  # needs the head's address
+
+
+def _variant_of(path: Path) -> str:
+    found = re.search(r"^VARIANT=(\S+)", path.read_text(), re.MULTILINE)
+    assert found, f"{path.name} names no VARIANT"
+    return found.group(1)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_every_shipped_scripts_default_plan_fits(launch, path):
+    """Each scripts/run_*.sh launch script at its defaults (8 GPUs of 80 GB, CONTEXT_LENGTH 32768): the memory
+    estimate says it fits, with no warning. The FSDP/LoRA scripts get no estimate (no Megatron sizing)."""
+    from openclaw_rl.modes import launch_variant
+
+    variant = _variant_of(path)
+    run = launch(variant, **SHIPPED_ENV.get(path.name, {}))
+    if launch_variant(variant)[1].lora:
+        assert "# memory per actor GPU" not in run.out
+        return
+    assert run.rc == 0, run.err
+    total = [line for line in run.out.splitlines() if line.startswith("#   total    = ")]
+    assert len(total) == 1 and ": fits;" in total[0] and "DOES NOT FIT" not in run.out, total
+    assert "may run out of memory" not in run.err
 
 
 @pytest.mark.parametrize("flavour", ["bundled", "thudm"])

@@ -206,7 +206,7 @@ def test_a_teacher_inside_the_trainer_runs_on_thudm_slime_with_the_actor_side_ho
     assert server.rc == 0 and "trainer_teacher" not in server.out
     bad = launch(variant, OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="gpu")
     assert bad.rc != 0 and "OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=gpu: one of" in bad.err
-    cp2 = launch(variant, flavour="thudm", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer")  # CONTEXT_LENGTH 32768: CP 2
+    cp2 = launch(variant, flavour="thudm", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer", CONTEXT_PARALLEL="2")
     assert cp2.rc == 0 and cp2.slime().flags["--context-parallel-size"] == "2", cp2.err
     refused = launch(variant, flavour="bundled", OPENCLAW_COMBINE_OPD_TEACHER_SOURCE="trainer", CONTEXT_LENGTH="24576")
     # the bundled Slime of 0d034dd calls the postprocess hook with args only: the Slime feature check (a dry run
