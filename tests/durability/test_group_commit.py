@@ -127,3 +127,52 @@ def test_a_failing_hook_after_the_commit_leaves_the_rest_of_the_group_settled(tm
     assert held.writer.flush() is None and held.writer._thread.is_alive()
     held.writer.close()
     spool.close()
+
+
+def _taken(writer: SampleWriter) -> None:
+    """Until the writer thread has taken everything queued (it waits in its queue's get, or writes)."""
+    for _ in range(100_000):
+        if writer._queue.empty():
+            return
+        threading.Event().wait(0.001)
+    raise AssertionError("the writer never took its queue")
+
+
+def test_an_outcome_alone_waits_for_the_next_turns_save_and_shares_its_commit(tmp_path, monkeypatch):
+    """Issue #33 item 2: a commit's fsync is most of the writer's CPU per turn, and no reply waits for an
+    outcome or a next state, so a group of only those waits (``DEFER_S``) for a turn's save and commits
+    with it; a turn's save (a reply waits for it) is never held back, even with nothing after it."""
+    import openclaw_rl.writer as writer_module
+
+    monkeypatch.setattr(writer_module, "DEFER_S", 120.0)  # longer than any wait below: only a save ends it
+    spool = Spool(tmp_path, exclusive=True)
+    writer = SampleWriter(spool, ProxyMetrics())
+    writer.flush()
+    before = spool.commits
+    judged, waiting = turn(1), turn(2)
+    writer(judged, outcome(judged))  # a sample: its waiting row (none here) would go in the same transaction
+    waiting.next_state = {"role": "user", "content": "later"}
+    _taken(writer)
+    assert spool.commits == before and spool.depth() == 0  # held for a write that a reply waits for
+    assert writer.save_turn(waiting).result(30) is True  # ... which is not held back itself
+    assert spool.commits == before + 1, "the outcome took a commit of its own"
+    assert [(s.session_id, s.turn) for s in Spool(tmp_path).iter_samples()] == [("s", 1)]
+    assert writer.save_turn(turn(3)).result(30) is True  # alone, nothing after it: committed at once
+    assert spool.commits == before + 2
+    writer.close()
+    spool.close()
+
+
+def test_a_deferred_write_commits_by_itself_when_nothing_follows(tmp_path, monkeypatch):
+    import openclaw_rl.writer as writer_module
+
+    monkeypatch.setattr(writer_module, "DEFER_S", 0.01)
+    written = threading.Event()
+    spool = Spool(tmp_path, exclusive=True)
+    writer = SampleWriter(spool, ProxyMetrics(), on_written=lambda samples: written.set())
+    judged = turn(1)
+    writer(judged, outcome(judged))
+    assert written.wait(30)  # no flush, no later write: the deadline commits it
+    assert spool.depth() == 1
+    writer.close()
+    spool.close()
