@@ -23,11 +23,7 @@ futures, the in-memory state, the metrics and the record lines are settled after
 anything in the group fails (a full spool, a full disk, SQLITE_FULL at COMMIT), the group is rolled back
 and its writes run again one by one through the path above, which attributes the error to the write that
 causes it (every spool write is idempotent: sample ids are fixed before the first try, waiting rows are
-replaced). Per-session turn order is the queue's order either way. A group made only of writes that no reply
-waits for (outcomes, next states) waits up to ``DEFER_S`` for one that does (a waiting turn's save) and
-commits with it: a commit is a queue prefix, so nothing is reordered, and durability is what it was (a
-sample's waiting row goes in the sample's own transaction, so a crash before it re-judges the turn; a next
-state is committed before, or with, the next turn's save that its 200 waits for).
+replaced). Per-session turn order is the queue's order either way.
 
 Deleting a user while running (``delete_user``, ``users/deletion.py``) is a queued item too: it runs after
 every write queued before it, removes the user's samples from the spool (leased ones too) and from what is
@@ -59,9 +55,6 @@ log = logging.getLogger(__name__)
 _WRITES = ("turn", "next_state", "outcome")  # queued items that write the spool (the rest are control)
 MAX_GROUP = 256  # writes committed together at most (bounds one transaction's size and the time it holds the lock)
 RETRY_S = 1.0  # how often the idle writer checks the spool file and retries what it holds in memory
-# How long writes that no reply waits for (outcomes, next states) may wait for one that does, to share its
-# commit: a FULL commit's fsync is ~0.4 ms of this thread's CPU, most of its cost per turn (issue #33 item 2)
-DEFER_S = 0.05
 
 
 def _resolve(done: Future, error: BaseException | None = None) -> None:
@@ -198,29 +191,15 @@ class SampleWriter:
                 return
             if item[0] in _WRITES:
                 group = [item]
-                waited = item[0] == "turn"  # a reply may wait for it: commit as soon as the queue is empty
-                deadline = 0.0
                 while len(group) < MAX_GROUP:
                     try:
                         nxt = self._queue.get_nowait()
                     except queue.Empty:
-                        if waited or DEFER_S <= 0 or not self._group_commit_on():
-                            break
-                        # Nothing in the group holds a reply (outcomes, next states): wait a little for a write
-                        # that does, or for more of these, and commit them together (one fsync for all)
-                        now = time.monotonic()
-                        deadline = deadline or now + DEFER_S
-                        if now >= deadline:
-                            break
-                        try:
-                            nxt = self._queue.get(timeout=deadline - now)
-                        except queue.Empty:
-                            break
+                        break
                     if nxt is None or nxt[0] not in _WRITES:
                         later = nxt
                         break
                     group.append(nxt)
-                    waited = waited or nxt[0] == "turn"
                 if len(group) > 1 and self._commit_group(group):
                     if time.monotonic() >= self._next_check:
                         self._retry()
@@ -254,15 +233,11 @@ class SampleWriter:
         if time.monotonic() >= self._next_check and op != "retry":
             self._retry()
 
-    def _group_commit_on(self) -> bool:
-        """Group commit (and so deferring a write to a later commit) only while nothing is held in memory."""
-        return not (self.unsaved or self.overflow or self._overflow_settled or self.problem is not None)
-
     def _commit_group(self, group: list[tuple[str, Any, Any]]) -> bool:
         """Commit several queued writes in one transaction and settle them after its COMMIT, in order.
         Only while nothing is held in memory (held turns and the overflow take the one-by-one path, which
         owns that state); False, with nothing changed in memory, when the group was not committed."""
-        if not self._group_commit_on():
+        if self.unsaved or self.overflow or self._overflow_settled or self.problem is not None:
             return False
         puts: list[list[TrainingSample]] = []
         try:
