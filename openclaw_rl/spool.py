@@ -350,6 +350,9 @@ class Spool:
             rows.append((s.sample_id, s.session_id, s.turn, s.kind, time.time(), s.to_json()))
         self._apply(self._put, rows, keys)
 
+    def _execute(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
+        return self._db.execute(sql, params)  # the connection of now (restore_file opens another)
+
     def _put(self, rows: list[tuple[Any, ...]], keys: list[TurnKey]) -> None:
         db = self._db
         if rows:
@@ -373,14 +376,14 @@ class Spool:
         """Persist (or update) a turn that waits for its next state or its judgement: its record (JSON) and,
         apart, its token arrays' bytes (``Turn.array_bytes``: prompt ids, response ids, log-probs), which
         ``pending_turns`` puts back in the record. A next state saved apart before goes (a trigger)."""
-        self._apply(self._db.execute, "INSERT OR REPLACE INTO pending_turns(session_key, epoch, turn, payload, "
+        self._apply(self._execute, "INSERT OR REPLACE INTO pending_turns(session_key, epoch, turn, payload, "
                     "prompt_ids, response_ids, logprobs) VALUES (?,?,?,?,?,?,?)", (*key, payload, *arrays))
 
     def save_next_state(self, key: TurnKey, next_state: str) -> bool:
         """Add a persisted waiting turn's next state (JSON) in a row of its own, without rewriting its
         record, which holds the prompt's ids and, with records on, the conversation twice (~125 KB at ~8K
         tokens: ~1 ms of CPU to rewrite). False when the turn has no record, so the caller saves it whole."""
-        return bool(self._apply(self._db.execute, "INSERT OR REPLACE INTO pending_next_states(session_key, epoch, "
+        return bool(self._apply(self._execute, "INSERT OR REPLACE INTO pending_next_states(session_key, epoch, "
                                 "turn, next_state) SELECT session_key, epoch, turn, ? FROM pending_turns "
                                 "WHERE session_key=? AND epoch=? AND turn=?", (next_state, *key)).rowcount)
 
