@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import operator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -102,10 +103,12 @@ class TrainingSample:
     def to_json(self) -> str:
         """Compact JSON: orjson (an 8K-token sample in 0.08 ms against json's 1.2 ms), except for a sample
         holding NaN or an infinity, which orjson would write as null: json writes those as it always did."""
-        # A shallow field dict: dataclasses.asdict deep-copies every token list (6 ms for 8K tokens).
-        obj = {f.name: getattr(self, f.name) for f in fields(self)}
-        if all(map(_finite, (self.reward, self.rollout_log_probs, self.teacher_log_probs, self.teacher_topk_log_probs,
-                             self.metadata))):
+        # A shallow field dict: dataclasses.asdict deep-copies every token list (6 ms for 8K tokens); the
+        # names are read once (dataclasses.fields builds its tuple on every call)
+        obj = dict(zip(_FIELD_NAMES, _field_values(self)))
+        if (_finite(self.reward) and _finite(self.rollout_log_probs) and _finite(self.metadata)
+                and (self.teacher_log_probs is None or _finite(self.teacher_log_probs))
+                and (self.teacher_topk_log_probs is None or _finite(self.teacher_topk_log_probs))):
             return codec.dumps_str(obj)
         return json.dumps(obj, separators=(",", ":"))
 
@@ -128,9 +131,17 @@ class TrainingSample:
         return out
 
 
+_FIELD_NAMES = tuple(f.name for f in fields(TrainingSample))
+_field_values = operator.attrgetter(*_FIELD_NAMES)
+_PLAIN = frozenset((str, int, bool, type(None)))  # types that hold no float
+
+
 def _finite(value: Any) -> bool:
     """No NaN or infinity in a float, a (nested) list or a dict's values. A list of floats is summed in C:
     a NaN or infinity makes the sum non-finite (so may an overflow, which only costs the json path)."""
+    kind = type(value)
+    if kind in _PLAIN:  # the usual metadata values, answered without the checks below
+        return True
     if isinstance(value, float):
         return math.isfinite(value)
     if isinstance(value, list):

@@ -38,9 +38,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 from .errors import CommandError
 from .samples import TrainingSample
+from .turns import with_array_bytes
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +64,16 @@ CREATE TABLE IF NOT EXISTS spool_stats (
 );
 -- written and emptied in one commit while writes fail, to learn when the disk takes them again
 CREATE TABLE IF NOT EXISTS write_probe (data BLOB);
+-- A waiting turn: its record (JSON) and, apart from it, its token arrays as the bytes of array('i'/'d')
+-- (NULL in rows written before they moved out of the record, which then holds them in base64)
 CREATE TABLE IF NOT EXISTS pending_turns (
-    session_key TEXT NOT NULL,
-    epoch       TEXT NOT NULL,
-    turn        INTEGER NOT NULL,
-    payload     TEXT NOT NULL,
+    session_key  TEXT NOT NULL,
+    epoch        TEXT NOT NULL,
+    turn         INTEGER NOT NULL,
+    payload      TEXT NOT NULL,
+    prompt_ids   BLOB,
+    response_ids BLOB,
+    logprobs     BLOB,
     PRIMARY KEY (session_key, epoch, turn)
 );
 -- A waiting turn's next state that arrived after its record was saved (see save_next_state): a row of its
@@ -78,9 +85,21 @@ CREATE TABLE IF NOT EXISTS pending_next_states (
     next_state  TEXT NOT NULL,
     PRIMARY KEY (session_key, epoch, turn)
 );
+-- A waiting turn's next state goes with its row: a new record of the turn (which holds the next state) and
+-- its deletion (settled) remove it, in SQLite rather than one more statement from Python per write.
+CREATE TRIGGER IF NOT EXISTS pending_turn_saved AFTER INSERT ON pending_turns BEGIN
+    DELETE FROM pending_next_states WHERE session_key = NEW.session_key AND epoch = NEW.epoch AND turn = NEW.turn;
+END;
+CREATE TRIGGER IF NOT EXISTS pending_turn_deleted AFTER DELETE ON pending_turns BEGIN
+    DELETE FROM pending_next_states WHERE session_key = OLD.session_key AND epoch = OLD.epoch AND turn = OLD.turn;
+END;
 """
 
+# Columns added since the first schema: a spool written before them gets them when it is opened
+_ADDED_COLUMNS = {"pending_turns": ("prompt_ids BLOB", "response_ids BLOB", "logprobs BLOB")}
+
 TurnKey = tuple[str, str, int]  # (session_key, epoch, turn index)
+_T = TypeVar("_T")
 
 
 class SpoolFull(RuntimeError):
@@ -157,6 +176,7 @@ class Spool:
             if problems != ["ok"]:
                 raise sqlite3.DatabaseError("; ".join(problems[:3]))
             self._db.executescript(_SCHEMA)
+            self._migrate()
             self._db.execute("INSERT OR IGNORE INTO spool_stats(name, value) SELECT 'live_bytes', "
                              "COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0) FROM samples")
         except sqlite3.DatabaseError as e:
@@ -171,6 +191,15 @@ class Spool:
                 f"it: `sqlite3 {self.path} .recover` may rescue its samples) and start with an empty spool dir"
             ) from None
         self._file_id = _file_id(self.path)
+
+    def _migrate(self) -> None:
+        """Bring a spool written by an earlier version to this schema (columns added since, ``_ADDED_COLUMNS``);
+        its rows keep their meaning (a waiting turn's record without the blobs still holds its arrays)."""
+        for table, columns in _ADDED_COLUMNS.items():
+            have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            for column in columns:
+                if column.split()[0] not in have:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
@@ -247,7 +276,11 @@ class Spool:
 
     @contextlib.contextmanager
     def _transaction(self, check: bool = False) -> Iterator[None]:
-        """One write transaction; the caller holds the lock.
+        """One write transaction; the caller holds the lock. ``check``: the file must be the one opened before
+        BEGIN and still after COMMIT (``check_file``: one ``stat`` each), else SpoolMissing. Both are needed: the
+        one after, so a write reported done is in the readable file; the one before, because this connection's
+        WAL is opened by path too, and a commit after the database file was replaced would append frames for
+        the old database to the WAL that the new file is read with (the replaced-file test sees them).
 
         Rolls back on any exception, a Ctrl-C included, but only while the transaction is still open:
         a KeyboardInterrupt can land just after COMMIT has returned from SQLite (the batch is then
@@ -286,16 +319,16 @@ class Spool:
                     self._batch_thread = None
             self._arrived.notify_all()
 
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[None]:
-        """A write's own transaction, or the enclosing ``batch()``'s when this thread is inside one."""
+    def _apply(self, write: Callable[..., _T], *args: Any) -> _T:
+        """Run ``write(*args)`` in the enclosing ``batch()`` when this thread is inside one, else in a transaction
+        of its own (no context manager in the batch's path: several writes per turn go through here)."""
         if self._batch_thread == threading.get_ident():
-            yield
-            return
+            return write(*args)
         with self._arrived:
             with self._transaction(check=True):
-                yield
+                out = write(*args)
             self._arrived.notify_all()
+        return out
 
     def live_bytes(self) -> int:
         """Bytes of the samples not yet acknowledged by the trainer: what the cap limits. Kept in the
@@ -306,8 +339,8 @@ class Spool:
 
     def put(self, samples: list[TrainingSample], settled: TurnKey | list[TurnKey] | None = None) -> None:
         """Persist samples atomically (all or none) and, in the same transaction, forget the pending
-        turn(s) they came from, so a crash can neither lose nor duplicate them. Raises SpoolFull when the
-        live samples already fill the cap (one batch may overshoot it)."""
+        turn(s) they came from (their next states go with them: a trigger), so a crash can neither lose nor
+        duplicate them. Raises SpoolFull when the live samples already fill the cap (one batch may overshoot it)."""
         keys = [] if settled is None else settled if isinstance(settled, list) else [settled]
         if not samples and not keys:
             return
@@ -315,40 +348,44 @@ class Spool:
         for s in samples:
             s.sample_id = s.sample_id or uuid.uuid4().hex
             rows.append((s.sample_id, s.session_id, s.turn, s.kind, time.time(), s.to_json()))
-        with self._write():
-            live = self._db.execute("SELECT value FROM spool_stats WHERE name='live_bytes'").fetchone()[0]
-            if rows and live >= self.max_bytes:
+        self._apply(self._put, rows, keys)
+
+    def _execute(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
+        return self._db.execute(sql, params)  # the connection of now (restore_file opens another)
+
+    def _put(self, rows: list[tuple[Any, ...]], keys: list[TurnKey]) -> None:
+        db = self._db
+        if rows:
+            live = db.execute("SELECT value FROM spool_stats WHERE name='live_bytes'").fetchone()[0]
+            if live >= self.max_bytes:
                 raise SpoolFull(f"spool {self.path} holds {live} bytes of unacknowledged samples, at its cap of "
                                 f"{self.max_bytes} bytes")
             added = 0
-            for row in rows:
-                if self._db.execute("INSERT OR IGNORE INTO samples(sample_id, session_id, turn, kind, created,"
-                                    " payload) VALUES (?,?,?,?,?,?)", row).rowcount:
-                    added += len(row[5].encode())
+            for row in rows:  # one by one: a sample already there (re-judged after a crash) adds nothing
+                if db.execute("INSERT OR IGNORE INTO samples(sample_id, session_id, turn, kind, created, payload) "
+                              "VALUES (?,?,?,?,?,?)", row).rowcount:
+                    payload = row[5]  # its UTF-8 length, as LENGTH(CAST(payload AS BLOB)) counts it
+                    added += len(payload) if payload.isascii() else len(payload.encode())
             if added:
-                self._db.execute("UPDATE spool_stats SET value = value + ? WHERE name='live_bytes'", (added,))
-            self._db.executemany("DELETE FROM pending_turns WHERE session_key=? AND epoch=? AND turn=?", keys)
-            self._db.executemany("DELETE FROM pending_next_states WHERE session_key=? AND epoch=? AND turn=?",
-                                 keys)
+                db.execute("UPDATE spool_stats SET value = value + ? WHERE name='live_bytes'", (added,))
+        if keys:
+            db.executemany("DELETE FROM pending_turns WHERE session_key=? AND epoch=? AND turn=?", keys)
 
-    def save_turn(self, key: TurnKey, payload: str) -> None:
-        """Persist (or update) a turn that waits for its next state or its judgement."""
-        with self._write():
-            self._db.execute("INSERT OR REPLACE INTO pending_turns(session_key, epoch, turn, payload) VALUES (?,?,?,?)",
-                             (*key, payload))
-            self._db.execute("DELETE FROM pending_next_states WHERE session_key=? AND epoch=? AND turn=?", key)
+    def save_turn(self, key: TurnKey, payload: str,
+                  arrays: tuple[bytes | None, bytes | None, bytes | None] = (None, None, None)) -> None:
+        """Persist (or update) a turn that waits for its next state or its judgement: its record (JSON) and,
+        apart, its token arrays' bytes (``Turn.array_bytes``: prompt ids, response ids, log-probs), which
+        ``pending_turns`` puts back in the record. A next state saved apart before goes (a trigger)."""
+        self._apply(self._execute, "INSERT OR REPLACE INTO pending_turns(session_key, epoch, turn, payload, "
+                    "prompt_ids, response_ids, logprobs) VALUES (?,?,?,?,?,?,?)", (*key, payload, *arrays))
 
     def save_next_state(self, key: TurnKey, next_state: str) -> bool:
         """Add a persisted waiting turn's next state (JSON) in a row of its own, without rewriting its
         record, which holds the prompt's ids and, with records on, the conversation twice (~125 KB at ~8K
         tokens: ~1 ms of CPU to rewrite). False when the turn has no record, so the caller saves it whole."""
-        with self._write():
-            if self._db.execute("SELECT 1 FROM pending_turns WHERE session_key=? AND epoch=? AND turn=?",
-                                key).fetchone() is None:
-                return False
-            self._db.execute("INSERT OR REPLACE INTO pending_next_states(session_key, epoch, turn, next_state) "
-                             "VALUES (?,?,?,?)", (*key, next_state))
-            return True
+        return bool(self._apply(self._execute, "INSERT OR REPLACE INTO pending_next_states(session_key, epoch, "
+                                "turn, next_state) SELECT session_key, epoch, turn, ? FROM pending_turns "
+                                "WHERE session_key=? AND epoch=? AND turn=?", (next_state, *key)).rowcount)
 
     def probe(self, nbytes: int = 64 * 1024) -> None:
         """Commit ``nbytes`` and delete them again (one transaction): raises what a real write of that size
@@ -361,11 +398,19 @@ class Spool:
         """Each waiting turn's record (JSON), with a next state saved apart put back in it."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT t.payload, n.next_state FROM pending_turns t LEFT JOIN pending_next_states n "
-                "ON n.session_key = t.session_key AND n.epoch = t.epoch AND n.turn = t.turn "
-                "ORDER BY t.session_key, t.epoch, t.turn").fetchall()
-        return [payload if next_state is None else json.dumps({**json.loads(payload), "next_state": json.loads(next_state)})
-                for payload, next_state in rows]
+                "SELECT t.payload, n.next_state, t.prompt_ids, t.response_ids, t.logprobs FROM pending_turns t "
+                "LEFT JOIN pending_next_states n ON n.session_key = t.session_key AND n.epoch = t.epoch "
+                "AND n.turn = t.turn ORDER BY t.session_key, t.epoch, t.turn").fetchall()
+        out = []
+        for payload, next_state, *arrays in rows:
+            if next_state is None and arrays == [None, None, None]:
+                out.append(payload)
+                continue
+            record = json.loads(payload)
+            if next_state is not None:
+                record["next_state"] = json.loads(next_state)
+            out.append(json.dumps(with_array_bytes(record, *arrays)))
+        return out
 
     # --- delivery -----------------------------------------------------------------------------------
 

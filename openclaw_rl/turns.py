@@ -116,18 +116,28 @@ class Turn:
     def response_length(self) -> int:
         return len(self.generation.response_ids) if self.generation else 0
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self, arrays: bool = True) -> dict[str, Any]:
         """JSON-able form, persisted while the turn waits (restart recovery). Token arrays travel as
-        base64 of their bytes: encoding 8K ids this way costs microseconds instead of milliseconds."""
+        base64 of their bytes: encoding 8K ids this way costs microseconds instead of milliseconds. With
+        ``arrays=False`` they are left out (None): the spool keeps their bytes apart (``array_bytes``, blob
+        columns), and ``with_array_bytes`` puts them back in the record."""
         gen = self.generation
         return {"session_key": self.session_key, "session_id": self.session_id, "index": self.index,
-                "prompt_ids": _b64(self.prompt_ids), "messages": self.messages, "tools": self.tools,
-                "sampling_temperature": self.sampling_temperature, "created": self.created,
+                "prompt_ids": _b64(self.prompt_ids) if arrays else None, "messages": self.messages,
+                "tools": self.tools, "sampling_temperature": self.sampling_temperature, "created": self.created,
                 "next_state": self.next_state, "prompt_text": self.prompt_text, "traceparent": self.traceparent,
                 "feedback": self.feedback, "epoch": self.epoch,
                 "generation": None if gen is None else {
-                    "ids": _b64(gen.response_ids), "logprobs": _b64(gen.response_logprobs), "text": gen.text,
+                    "ids": _b64(gen.response_ids) if arrays else None,
+                    "logprobs": _b64(gen.response_logprobs) if arrays else None, "text": gen.text,
                     "finish_reason": gen.finish_reason, "weight_version": gen.weight_version}}
+
+    def array_bytes(self) -> tuple[bytes, bytes | None, bytes | None]:
+        """The token arrays ``to_record(arrays=False)`` leaves out, as bytes: prompt ids, response ids, log-probs."""
+        gen = self.generation
+        if gen is None:
+            return self.prompt_ids.tobytes(), None, None
+        return self.prompt_ids.tobytes(), gen.response_ids.tobytes(), gen.response_logprobs.tobytes()
 
     @classmethod
     def from_record(cls, r: dict[str, Any]) -> Turn:
@@ -139,6 +149,21 @@ class Turn:
                    sampling_temperature=r.get("sampling_temperature"), created=r.get("created", time.time()),
                    generation=gen, next_state=r.get("next_state"), prompt_text=r.get("prompt_text"),
                    traceparent=r.get("traceparent"), feedback=r.get("feedback"), epoch=r.get("epoch", ""))
+
+
+def with_array_bytes(record: dict[str, Any], prompt_ids: bytes | None, response_ids: bytes | None,
+                     logprobs: bytes | None) -> dict[str, Any]:
+    """A record from ``to_record(arrays=False)`` with the arrays' bytes (``array_bytes``) back in it, as
+    ``to_record()`` writes them; a part given as None is left as the record has it."""
+    if prompt_ids is not None:
+        record["prompt_ids"] = base64.b64encode(prompt_ids).decode("ascii")
+    gen = record.get("generation")
+    if gen is not None:
+        if response_ids is not None:
+            gen["ids"] = base64.b64encode(response_ids).decode("ascii")
+        if logprobs is not None:
+            gen["logprobs"] = base64.b64encode(logprobs).decode("ascii")
+    return record
 
 
 def _b64(values: array) -> str:

@@ -278,7 +278,7 @@ class SampleWriter:
                         self.spool.put(samples, settled=key)
                         puts.append(samples)
                     elif op == "turn" or not self.spool.save_next_state(key, codec.dumps_str(turn.next_state)):
-                        self.spool.save_turn(key, codec.dumps_str(turn.to_record()))
+                        self.spool.save_turn(key, codec.dumps_str(turn.to_record(arrays=False)), turn.array_bytes())
         except Exception as e:
             log.warning("a group commit of %d writes failed (%s): writing each alone", len(group),
                         " ".join(str(e).split())[:200])
@@ -316,7 +316,7 @@ class SampleWriter:
         key = (turn.session_key, turn.epoch, turn.index)
         try:
             if op == "turn" or key in self.unsaved or not self.spool.save_next_state(key, codec.dumps_str(turn.next_state)):
-                self.spool.save_turn(key, codec.dumps_str(turn.to_record()))
+                self.spool.save_turn(key, codec.dumps_str(turn.to_record(arrays=False)), turn.array_bytes())
         except Exception as e:  # held and retried: the turn is still in memory
             self.unsaved[key] = turn
             self.metrics.spool_errors.inc()

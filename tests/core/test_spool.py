@@ -257,3 +257,92 @@ def test_a_spool_from_before_next_states_were_saved_alone_opens_and_takes_them(t
     assert spool.pending_turns() == ['{"index": 1}']
     assert spool.save_next_state(("k", "", 1), '{"role": "user", "content": "ok"}')
     assert '"next_state": {"role": "user", "content": "ok"}' in spool.pending_turns()[0]
+
+
+def _turn(index: int):
+    from array import array
+
+    from openclaw_rl.turns import Generation, Turn
+
+    turn = Turn(session_key="u\x1fs", session_id="s", index=index, prompt_ids=array("i", [7, 2**31 - 1, -5, 0]),
+                messages=None, tools=None, sampling_temperature=1.0, epoch="e")
+    turn.generation = Generation(array("i", [3, 151643]), array("d", [-0.1, -1e-300]), "hi", "stop")
+    return turn
+
+
+def _same_turn(got, want) -> None:
+    assert got.prompt_ids == want.prompt_ids and got.prompt_ids.typecode == "i"
+    assert got.generation.response_ids == want.generation.response_ids
+    assert got.generation.response_logprobs.tobytes() == want.generation.response_logprobs.tobytes()  # bit-exact
+    assert (got.session_key, got.epoch, got.index, got.generation.text) == (want.session_key, want.epoch,
+                                                                           want.index, want.generation.text)
+
+
+def test_a_waiting_turns_arrays_are_stored_as_bytes_and_come_back_exact(tmp_path):
+    """The writer stores a waiting turn's token arrays as blobs (no base64 in its record, issue #33 item 2);
+    ``pending_turns`` gives the record as ``Turn.to_record`` writes it, arrays and next state included."""
+    import json
+
+    from openclaw_rl import codec
+    from openclaw_rl.turns import Turn
+
+    spool = Spool(tmp_path)
+    turn = _turn(1)
+    spool.save_turn(("u\x1fs", "e", 1), codec.dumps_str(turn.to_record(arrays=False)), turn.array_bytes())
+    payload, prompt = spool._db.execute("SELECT payload, prompt_ids FROM pending_turns").fetchone()
+    assert json.loads(payload)["prompt_ids"] is None and prompt == turn.prompt_ids.tobytes()
+    turn.next_state = {"role": "user", "content": "thanks"}
+    assert spool.save_next_state(("u\x1fs", "e", 1), json.dumps(turn.next_state))
+    (restored,) = [Turn.from_record(json.loads(p)) for p in Spool(tmp_path).pending_turns()]
+    _same_turn(restored, turn)
+    assert restored.next_state == turn.next_state
+    assert json.loads(Spool(tmp_path).pending_turns()[0]) == json.loads(json.dumps(turn.to_record()))
+
+
+def test_a_spool_of_the_previous_schema_opens_and_its_rows_keep_working(tmp_path):
+    """A spool written before the arrays moved out of the waiting turn's record (main at a0c7818's schema,
+    its record with base64 arrays): it opens, its turn comes back exact, its sample is delivered, and new
+    turns are saved with their arrays apart next to it."""
+    import json
+    import sqlite3
+
+    from openclaw_rl import codec
+    from openclaw_rl.turns import Turn
+
+    old = _turn(1)
+    db = sqlite3.connect(tmp_path / "samples.sqlite3", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.executescript("""
+        CREATE TABLE samples (seq INTEGER PRIMARY KEY AUTOINCREMENT, sample_id TEXT NOT NULL UNIQUE,
+            session_id TEXT NOT NULL, turn INTEGER NOT NULL, kind TEXT NOT NULL, batch_id TEXT, created REAL NOT NULL,
+            payload TEXT NOT NULL);
+        CREATE INDEX samples_batch ON samples(batch_id);
+        CREATE TABLE spool_stats (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+        CREATE TABLE write_probe (data BLOB);
+        CREATE TABLE pending_turns (session_key TEXT NOT NULL, epoch TEXT NOT NULL, turn INTEGER NOT NULL,
+            payload TEXT NOT NULL, PRIMARY KEY (session_key, epoch, turn));
+        CREATE TABLE pending_next_states (session_key TEXT NOT NULL, epoch TEXT NOT NULL, turn INTEGER NOT NULL,
+            next_state TEXT NOT NULL, PRIMARY KEY (session_key, epoch, turn));
+    """)
+    payload = sample(3).to_json()
+    db.execute("INSERT INTO samples(sample_id, session_id, turn, kind, created, payload) VALUES ('x', 's', 3, 'rl', 0, ?)",
+               (payload,))
+    db.execute("INSERT INTO spool_stats VALUES ('live_bytes', ?)", (len(payload),))
+    db.execute("INSERT INTO pending_turns VALUES ('u\x1fs', 'e', 1, ?)", (codec.dumps_str(old.to_record()),))
+    db.execute("INSERT INTO pending_next_states VALUES ('u\x1fs', 'e', 1, '{\"role\": \"user\", \"content\": \"ok\"}')")
+    db.close()
+
+    spool = Spool(tmp_path, exclusive=True)
+    (restored,) = [Turn.from_record(json.loads(p)) for p in spool.pending_turns()]
+    _same_turn(restored, old)
+    assert restored.next_state == {"role": "user", "content": "ok"}
+    new = _turn(2)
+    spool.save_turn(("u\x1fs", "e", 2), codec.dumps_str(new.to_record(arrays=False)), new.array_bytes())
+    _same_turn(Turn.from_record(json.loads(spool.pending_turns()[1])), new)
+    assert spool.live_bytes() == len(payload)
+    _, got = spool.lease(5)
+    assert [s.turn for s in got] == [3] and got[0].prompt_ids == [1, 2]
+    spool.put([], settled=[("u\x1fs", "e", 1), ("u\x1fs", "e", 2)])  # settled: the rows and the next state go
+    assert spool.pending_turns() == []
+    assert spool._db.execute("SELECT COUNT(*) FROM pending_next_states").fetchone()[0] == 0
+    spool.close()

@@ -91,10 +91,10 @@ def test_a_failing_write_fails_alone_and_the_rest_of_its_group_commits(tmp_path)
     spool = Spool(tmp_path, exclusive=True)
     real = spool.save_turn
 
-    def save_turn(key, payload):
+    def save_turn(key, payload, *arrays):
         if key[2] == 3:
             raise OSError("disk I/O error (injected)")
-        real(key, payload)
+        real(key, payload, *arrays)
 
     spool.save_turn = save_turn  # type: ignore[method-assign]
     held = Held(spool)
