@@ -12,7 +12,6 @@ The dashboard reads the spool's files (read-only) and shows its persisted waitin
 
 from __future__ import annotations
 
-import gc
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from ..server import (
     HeaderLimitMiddleware,
     ObserveMiddleware,
     backend_http,
+    freeze_start_up,
     load_tokenizer,
     policy_backend,
 )
@@ -103,8 +103,7 @@ def make_worker_app(worker: Worker, dashboard: Sources) -> Any:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await worker.owner.connect()
-        gc.collect()
-        gc.freeze()
+        freeze_start_up()
         yield
         await worker.shutdown()
 
