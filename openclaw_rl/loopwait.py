@@ -5,8 +5,8 @@ waits for the render thread (its prompt), for the spool writer (its commit) and,
 of its client. asyncio's general tools cost the event loop more than these waits need: ``run_in_executor``
 and ``wrap_future`` chain a loop future to the thread's future in both directions through four callbacks,
 ``wait_for`` adds a waiter future and a callback on top, and watching for a hang-up with ``asyncio.wait``
-over two extra tasks adds two tasks and a waiter per request (issue #33 item 2: ~60 µs of the event loop's
-CPU per turn together, measured with ``/tmp``-style micro benchmarks under uvloop). The semantics are theirs:
+over two extra tasks adds two tasks and a waiter per request (issue #33 item 2; ``scripts/bench_loopwait.py``
+times each wait both ways, docs/performance.md "Event loop, fourth pass"). The semantics are theirs:
 
 - ``thread_result``: the thread's result or exception; a deadline raises ``TimeoutError``; a waiter that
   gives up (deadline, cancelled) cancels the thread's future, so work not yet started is skipped, as
