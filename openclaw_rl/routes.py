@@ -183,7 +183,7 @@ def chat_endpoint(p: ProxySettings, service: ChatService, users: Any, auth: Any,
         else:
             req = parse_chat_request(parse_json_body(body), p.max_messages)
         work = service.complete(req, headers, namespace, len(body))
-        result = await (work if req.stream else cancel_on_disconnect(request, work))
+        result = await (work if req.stream else until_disconnect(request.receive, work))  # = cancel_on_disconnect
         if result is None:  # the client hung up; nobody reads this
             return Response(status_code=499)
         if isinstance(result, dict):
