@@ -62,18 +62,27 @@ def validation_message(e: ValidationError) -> tuple[str, str | None]:
 
 async def read_body(request: Request, limit: int, timeout_s: float, declared: str | None = None) -> bytes:
     """The body, size-checked as it arrives and read within ``timeout_s`` (a slow body gets 408).
-    ``declared``: its Content-Length header when the caller has looked it up already."""
+    ``declared``: its Content-Length header when the caller has looked it up already. Read from the ASGI
+    messages (nothing in the app reads a body before its route does)."""
     if declared is None:
         declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body of {declared} bytes exceeds the {limit}-byte limit")
     body = bytearray()
+    receive = request.receive
 
-    async def read() -> None:
-        async for chunk in request.stream():
-            body.extend(chunk)
+    async def read() -> None:  # Starlette's ``request.stream()`` without its async generator (~3 µs a request)
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect()
+            if message["type"] != "http.request":
+                continue
+            body.extend(message.get("body", b""))
             if len(body) > limit:
                 raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
+            if not message.get("more_body", False):
+                return
     try:
         await within(read(), timeout_s)
     except (TimeoutError, asyncio.TimeoutError):
