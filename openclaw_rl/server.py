@@ -171,12 +171,9 @@ counting: at 10,000 the same run had no collection at all. Cyclic garbage waits 
 objects)."""
 
 
-def freeze_start_up() -> None:
-    """Before serving: start-up objects frozen, young collections made rare (``YOUNG_GC_THRESHOLD``).
-    torch/transformers leave ~250K long-lived objects; without freezing them every full collection walks
-    them all and stalls the event loop for 100-300 ms (measured by the benchmark)."""
-    gc.collect()
-    gc.freeze()
+def rare_young_collections() -> None:
+    """Before serving, after the start-up objects are frozen: young collections made rare
+    (``YOUNG_GC_THRESHOLD``; a higher threshold, or 0 for collection switched off, is left as it is)."""
     young, *older = gc.get_threshold()
     if young:  # 0: collection was switched off (gc.disable is separate); leave it so
         gc.set_threshold(max(young, YOUNG_GC_THRESHOLD), *older)
@@ -258,7 +255,11 @@ class Proxy:
         self.tracker.start_sweeper()
         await self.probes.refresh()  # learn the context lengths before the first request
         self.probes.start()
-        freeze_start_up()
+        # torch/transformers leave ~250K long-lived objects; without freezing them every full collection
+        # walks them all and stalls the event loop for 100-300 ms (measured by the benchmark).
+        gc.collect()
+        gc.freeze()
+        rare_young_collections()
 
     def refusal(self) -> OpenClawError | None:
         """Why a chat request is refused before the policy spends a generation it cannot save (counted)."""

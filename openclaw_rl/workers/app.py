@@ -12,6 +12,7 @@ The dashboard reads the spool's files (read-only) and shows its persisted waitin
 
 from __future__ import annotations
 
+import gc
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +38,9 @@ from ..server import (
     HeaderLimitMiddleware,
     ObserveMiddleware,
     backend_http,
-    freeze_start_up,
     load_tokenizer,
     policy_backend,
+    rare_young_collections,
 )
 from ..serving import ChatService
 from ..users.identity import UserResolver
@@ -103,7 +104,9 @@ def make_worker_app(worker: Worker, dashboard: Sources) -> Any:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await worker.owner.connect()
-        freeze_start_up()
+        gc.collect()
+        gc.freeze()
+        rare_young_collections()
         yield
         await worker.shutdown()
 
