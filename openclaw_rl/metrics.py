@@ -127,8 +127,9 @@ class ProxyMetrics:
 
     def drop(self, reason: DropReason, session_id: str, turn: int, detail: str = "") -> None:
         self.dropped.labels(reason.value).inc()
-        log.info("turn dropped: reason=%s session=%s turn=%d%s", reason.value, log_safe(session_id), turn,
-                 f" ({log_safe(detail, 400)})" if detail else "")
+        if log.isEnabledFor(logging.INFO):  # the line's escaped fields are built only when it is written
+            log.info("turn dropped: reason=%s session=%s turn=%d%s", reason.value, log_safe(session_id), turn,
+                     f" ({log_safe(detail, 400)})" if detail else "")
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

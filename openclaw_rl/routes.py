@@ -32,6 +32,7 @@ from .errors import (
     error_body,
     internal_error_body,
 )
+from .loopwait import until_disconnect
 from .metrics import ProxyMetrics
 from .protocol import ChatCompletionRequest, FeedbackRequest, has_lone_surrogate
 from .serving import ChatService
@@ -59,26 +60,61 @@ def validation_message(e: ValidationError) -> tuple[str, str | None]:
     return f"invalid request: {first.get('msg')}" + (f" (at {param})" if param else ""), param
 
 
-async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
-    """The body, size-checked as it arrives and read within ``timeout_s`` (a slow body gets 408)."""
-    declared = request.headers.get("content-length")
+async def read_body(request: Request, limit: int, timeout_s: float, declared: str | None = None) -> bytes:
+    """The body, size-checked as it arrives and read within ``timeout_s`` (a slow body gets 408).
+    ``declared``: its Content-Length header when the caller has looked it up already. Read from the ASGI
+    messages (nothing in the app reads a body before its route does)."""
+    if declared is None:
+        declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body of {declared} bytes exceeds the {limit}-byte limit")
     body = bytearray()
+    receive = request.receive
 
-    async def read() -> None:
-        async for chunk in request.stream():
-            body.extend(chunk)
+    async def read() -> None:  # Starlette's ``request.stream()`` without its async generator (~3 µs a request)
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect()
+            if message["type"] != "http.request":
+                continue
+            body.extend(message.get("body", b""))
             if len(body) > limit:
                 raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
+            if not message.get("more_body", False):
+                return
     try:
-        await asyncio.wait_for(read(), timeout_s)
-    except asyncio.TimeoutError:
+        await within(read(), timeout_s)
+    except (TimeoutError, asyncio.TimeoutError):
         raise RequestTimeout(f"request body not received within {timeout_s:g}s") from None
     except ClientDisconnect:
         log.info("client hung up on %s after %d bytes of its body", request.url.path, len(body))
         raise ClientGone("client disconnected before its request body was complete") from None
     return bytes(body)
+
+
+async def within(work: Any, timeout_s: float) -> Any:
+    """``asyncio.wait_for(work, timeout_s)`` for a coroutine: in this task under a deadline
+    (``asyncio.timeout``, Python 3.11+) rather than in a task of its own, with a waiter and callbacks."""
+    if _timeout is None:  # pragma: no cover - Python 3.10
+        return await asyncio.wait_for(work, timeout_s)
+    async with _timeout(timeout_s):
+        return await work
+
+
+_timeout = getattr(asyncio, "timeout", None)
+
+
+def header_dict(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """``dict(request.headers)`` built in one pass over the ASGI headers (names as the server lower-cased
+    them, values latin-1; a repeated header keeps its first value, as Starlette's ``Headers[name]`` does):
+    Starlette's mapping scans the whole list for each name."""
+    out: dict[str, str] = {}
+    for name, value in raw:
+        key = name.decode("latin-1")
+        if key not in out:
+            out[key] = value.decode("latin-1")
+    return out
 
 
 INLINE_PARSE_BYTES = 64 * 1024  # bodies above this are parsed and validated on a worker thread
@@ -120,20 +156,9 @@ def parse_chat_request(raw: Any, max_messages: int) -> ChatCompletionRequest:
 async def cancel_on_disconnect(request: Request, work: Any) -> Any:
     """Run ``work`` (a coroutine) and cancel it if the client hangs up first: a non-streaming backend call
     nobody waits for is stopped (its turn settles as client_disconnected). Returns None when the client
-    left. The body is fully read here, so the next ASGI message can only be the disconnect."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(request.receive())
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if not task.done() and watcher.done() and watcher.result().get("type") == "http.disconnect":
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            return None
-        return await task
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
+    left. The body is fully read here, so the next ASGI message can only be the disconnect. ``work`` runs in
+    this task (``loopwait.until_disconnect``)."""
+    return await until_disconnect(request.receive, work)
 
 
 def spool_refusal(overloaded: bool, overflow: int, problem: str | None, metrics: ProxyMetrics) -> OpenClawError | None:
@@ -156,17 +181,18 @@ def chat_endpoint(p: ProxySettings, service: ChatService, users: Any, auth: Any,
     body (big ones on a thread), serve it; a client gone before a non-streamed answer gets nothing (499)."""
 
     async def chat_completions(request: Request) -> Any:
-        namespace = users.user(auth.namespace(request.headers.get("authorization")), request.headers)
+        headers = header_dict(request.scope["headers"])
+        namespace = users.user(auth.namespace(headers.get("authorization")), headers)
         refused = refusal()
         if refused is not None:
             raise refused
-        body = await read_body(request, p.max_body_bytes, p.body_timeout_s)
+        body = await read_body(request, p.max_body_bytes, p.body_timeout_s, headers.get("content-length", ""))
         if len(body) > INLINE_PARSE_BYTES:
             req = await asyncio.to_thread(lambda: parse_chat_request(parse_json_body(body), p.max_messages))
         else:
             req = parse_chat_request(parse_json_body(body), p.max_messages)
-        work = service.complete(req, dict(request.headers), namespace, len(body))
-        result = await (work if req.stream else cancel_on_disconnect(request, work))
+        work = service.complete(req, headers, namespace, len(body))
+        result = await (work if req.stream else until_disconnect(request.receive, work))  # = cancel_on_disconnect
         if result is None:  # the client hung up; nobody reads this
             return Response(status_code=499)
         if isinstance(result, dict):

@@ -42,6 +42,7 @@ from .errors import (
 from .gate import SubmissionGate
 from .identity import classify_turn, next_state_of, resolve_identity, session_done
 from .idstext import IdsText, text_problem
+from .loopwait import thread_result
 from .metrics import ProxyMetrics, log_safe
 from .parsers import OutputParser
 from .protocol import ChatCompletionRequest, completion_chunk, completion_response, usage
@@ -184,8 +185,8 @@ class ChatService:
         # side turns (heartbeats, memory flushes: another conversation on the same session id) cache their
         # prefix under their own key, so they never replace the main line's
         cache_key = None if bulk else key if main else side_cache_key(key)
-        messages, prompt_text, prompt_ids, ids_array = await asyncio.get_running_loop().run_in_executor(
-            self._bulk_pool if bulk else self._render_pool, self._prepare, req, cache_key)
+        messages, prompt_text, prompt_ids, ids_array = await thread_result(
+            (self._bulk_pool if bulk else self._render_pool).submit(self._prepare, req, cache_key))
         params, temperature = self._sampling_params(req, main, len(prompt_ids))
         payload = {"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}
         adapter = self.adapters.served(namespace) if self.adapters is not None else None
@@ -310,9 +311,9 @@ class _Reply:
         if fut is None:
             return
         try:
-            await asyncio.wait_for(asyncio.wrap_future(fut), DURABLE_WAIT_S)
+            await thread_result(fut, DURABLE_WAIT_S)
             return
-        except asyncio.TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):
             reason, detail = "timeout", f"not committed within {DURABLE_WAIT_S:g}s"
         except SpoolMissing as e:
             reason, detail = "spool_missing", str(e)

@@ -187,7 +187,8 @@ class SessionTracker:
             return
         self._untouch(key)
         session.closing = True
-        log.debug("session %s closing (%s) with %d open turns", log_safe(key), why, len(session.turns))
+        if log.isEnabledFor(logging.DEBUG):  # log_safe's escaping only for a line that is written
+            log.debug("session %s closing (%s) with %d open turns", log_safe(key), why, len(session.turns))
         self._announce_closing(session)
         for turn in list(session.turns.values()):
             self._maybe_judge(session, turn)

@@ -46,6 +46,7 @@ from ..server import (
     backend_http,
     load_tokenizer,
     policy_backend,
+    rare_young_collections,
 )
 from ..serving import ChatService
 from ..users.identity import UserResolver
@@ -128,6 +129,7 @@ def make_worker_app(worker: Worker, dashboard: Sources) -> Any:
         await worker.owner.connect()
         gc.collect()
         gc.freeze()
+        rare_young_collections()
         yield
         await worker.shutdown()
 

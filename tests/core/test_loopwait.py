@@ -1,0 +1,166 @@
+"""loopwait: a hang-up still cancels the work (in the caller's task), and a thread's future is waited for with
+wait_for(wrap_future(...))'s semantics (result, error, deadline, giving up cancels the thread's future)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+
+import pytest
+
+from openclaw_rl.loopwait import thread_result, until_disconnect
+
+
+async def answer(waiting: asyncio.Future) -> object:
+    """``waiting``'s outcome; a failure rather than a hang if it never comes (a hang-up that cancels nothing)."""
+    done, _ = await asyncio.wait({waiting}, timeout=10)
+    assert waiting in done, "the work was not cancelled"
+    return waiting.result()
+
+
+class Client:
+    """An ASGI ``receive`` whose one message (the disconnect) comes when the test says so."""
+
+    def __init__(self) -> None:
+        self.gone = asyncio.Event()
+        self.calls = 0
+
+    async def receive(self) -> dict:
+        self.calls += 1
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+
+def test_a_hang_up_cancels_the_work_in_the_callers_task() -> None:
+    async def main() -> None:
+        client, started, seen = Client(), asyncio.Event(), []
+        caller = asyncio.current_task()
+
+        async def work() -> str:
+            seen.append(asyncio.current_task() is caller)
+            started.set()
+            try:
+                await asyncio.Event().wait()  # a backend call that never answers
+            except asyncio.CancelledError:
+                seen.append("cancelled")
+                raise
+            return "never"
+
+        waiting = asyncio.ensure_future(until_disconnect(client.receive, work()))
+        await started.wait()
+        client.gone.set()
+        assert await answer(waiting) is None
+        assert seen == [False, "cancelled"]  # ran in the wrapper's task (not a task of its own), then cancelled
+        assert client.calls == 1
+    asyncio.run(main())
+
+
+def test_work_that_finishes_first_is_answered_and_the_watcher_is_stopped() -> None:
+    async def main() -> None:
+        client = Client()
+
+        async def work() -> str:
+            await asyncio.sleep(0)
+            return "answer"
+
+        assert await until_disconnect(client.receive, work()) == "answer"
+        await asyncio.sleep(0)
+        watchers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        assert all(t.done() for t in watchers)  # no receive() left waiting
+        cancelling = getattr(asyncio.current_task(), "cancelling", lambda: 0)  # Python 3.11+
+        assert not cancelling()  # no cancellation left standing on the caller
+    asyncio.run(main())
+
+
+def test_an_error_of_the_work_propagates_while_the_client_is_there() -> None:
+    async def main() -> None:
+        async def work() -> str:
+            raise ValueError("backend")
+
+        with pytest.raises(ValueError, match="backend"):
+            await until_disconnect(Client().receive, work())
+    asyncio.run(main())
+
+
+def test_work_that_swallows_the_cancellation_still_answers_none() -> None:
+    async def main() -> None:
+        client, started = Client(), asyncio.Event()
+
+        async def work() -> str:
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                return "swallowed"
+            return "never"
+
+        waiting = asyncio.ensure_future(until_disconnect(client.receive, work()))
+        await started.wait()
+        client.gone.set()
+        assert await answer(waiting) is None
+    asyncio.run(main())
+
+
+def test_a_cancellation_from_elsewhere_propagates() -> None:
+    async def main() -> None:
+        started = asyncio.Event()
+
+        async def work() -> str:
+            started.set()
+            await asyncio.Event().wait()
+            return "never"
+
+        waiting = asyncio.ensure_future(until_disconnect(Client().receive, work()))
+        await started.wait()
+        waiting.cancel()  # the server stopping, not the client leaving
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    asyncio.run(main())
+
+
+def test_thread_result_gives_the_threads_result_or_error() -> None:
+    async def main() -> None:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            assert await thread_result(pool.submit(lambda: 41 + 1)) == 42
+            with pytest.raises(KeyError):
+                await thread_result(pool.submit(lambda: {}["x"]))
+            done: concurrent.futures.Future = concurrent.futures.Future()
+            done.set_result("now")
+            assert await thread_result(done, 1.0) == "now"  # settled already: no waiting
+    asyncio.run(main())
+
+
+def test_thread_result_deadline_raises_timeout_and_cancels_the_threads_future() -> None:
+    async def main() -> None:
+        never: concurrent.futures.Future = concurrent.futures.Future()
+        with pytest.raises(TimeoutError):
+            await thread_result(never, 0.01)
+        assert never.cancelled()  # as wait_for(wrap_future(...)) leaves it
+    asyncio.run(main())
+
+
+def test_a_cancelled_waiter_cancels_work_not_yet_started() -> None:
+    async def main() -> None:
+        gate, ran = threading.Event(), []
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(gate.wait)  # the thread is busy
+            queued = pool.submit(lambda: ran.append(1))
+            waiting = asyncio.ensure_future(thread_result(queued))
+            await asyncio.sleep(0)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            gate.set()
+        assert queued.cancelled() and ran == []
+    asyncio.run(main())
+
+
+def test_a_result_set_from_a_thread_wakes_the_waiter() -> None:
+    async def main() -> None:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        waiting = asyncio.ensure_future(thread_result(future, 30.0))
+        await asyncio.sleep(0)
+        threading.Thread(target=future.set_result, args=("committed",)).start()
+        assert await waiting == "committed"
+    asyncio.run(main())
