@@ -253,13 +253,17 @@ def _vocab_parallel_gather_log_probs(
     """Log-probs at K global vocabulary ids per row, in one pass over the shard.
 
     Rank r owns ids [r * V_local, (r + 1) * V_local). One normaliser, K gathers, so the top-K loss
-    keeps one [R, V_local] tensor for backward, not K copies; the sampled-token log-prob is K = 1.
+    keeps one [R, V_local] tensor for backward (the exponential of the shifted shard), not K copies; the
+    sampled-token log-prob is K = 1. The K entries are picked by advanced indexing, whose backward keeps
+    only the indices: ``torch.gather`` saves its whole input, which kept the shifted shard too (a second
+    [R, V_local] fp32 tensor per sample until backward).
     """
     shifted_RV, log_norm_R = _shifted_shard(logits_RV, group)
     vocab_local = shifted_RV.size(-1)
     local_RK = indices_RK - dist.get_rank(group) * vocab_local
     in_shard_RK = (local_RK >= 0) & (local_RK < vocab_local)
-    picked_RK = shifted_RV.gather(-1, local_RK.clamp(0, vocab_local - 1))
+    rows_R1 = torch.arange(shifted_RV.size(0), device=shifted_RV.device).unsqueeze(-1)
+    picked_RK = shifted_RV[rows_R1, local_RK.clamp(0, vocab_local - 1)]
     picked_RK = _ReduceFromTensorParallel.apply(torch.where(in_shard_RK, picked_RK, 0.0), group)
     return picked_RK - log_norm_R.unsqueeze(-1)
 

@@ -1,5 +1,6 @@
 """The detached entropy (entropy_coef == 0) in row chunks: equal to the whole-response one, and never a
-temporary larger than ``ENTROPY_CHUNK_ROWS x V`` (single device, and vocab-parallel at TP 2 on gloo).
+temporary larger than ``ENTROPY_CHUNK_ROWS x V`` (single device, and vocab-parallel at TP 2 on gloo); and
+the sampled-token log-prob keeps one [R, V] tensor for backward, no more.
 
 The size probe is a ``TorchDispatchMode`` that records the element count of every tensor an ATen op
 allocates (views and in-place results excluded): CPU has no ``torch.cuda.max_memory_allocated``.
@@ -42,6 +43,19 @@ class AllocationProbe(TorchDispatchMode):
 
     def larger_than(self, numel: int) -> list[tuple[str, int]]:
         return [(op, n) for op, n in self.allocations if n > numel]
+
+
+def saved_for_backward(fn: Any) -> set[tuple[int, int]]:
+    """(storage pointer, numel) of every distinct tensor autograd saves while ``fn`` runs."""
+    saved: set[tuple[int, int]] = set()
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        saved.add((tensor.untyped_storage().data_ptr(), tensor.numel()))
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        fn()
+    return saved
 
 
 def _logits(rows: int, vocab: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -92,6 +106,15 @@ def test_detached_entropy_allocates_nothing_larger_than_a_chunk(small_chunk: Non
     assert max(n for _, n in with_entropy.allocations) == rows * vocab
 
 
+def test_the_sampled_token_log_prob_keeps_one_rv_tensor_for_backward() -> None:
+    """The log-softmax, which its gather saves too (the same tensor); the temperature copy is not kept."""
+    rows, vocab = 6, 9
+    logits_RV = _logits(rows, vocab, seed=5, dtype=torch.float32).requires_grad_()
+    tokens_R = torch.arange(rows) % vocab
+    saved = saved_for_backward(lambda: token_log_probs(logits_RV / 0.7, tokens_R))
+    assert [n for _, n in saved if n > rows] == [rows * vocab]
+
+
 # --- vocab-parallel (TP 2 on gloo) ------------------------------------------------------------------------
 
 TP, VOCAB = 2, 10
@@ -125,6 +148,9 @@ def _tp_worker(rank: int, init_file: str) -> None:
 
             shard_RV = _logits(rows, VOCAB, seed=rows, dtype=torch.float32)[:, rank * width : (rank + 1) * width]
             shard_RV.requires_grad_()
+            # the log-prob keeps one [R, V_local] tensor for backward (the exponential), not the shifted shard too
+            saved = saved_for_backward(lambda: token_log_probs(shard_RV / 0.7, tokens_R, tp_group=group))  # noqa: B023
+            assert sorted(n for _, n in saved if n >= max(rows, 1) * width) == ([rows * width] if rows else []), saved
             probes, counts = [], []
             dist.all_reduce = counting_all_reduce
             try:
