@@ -29,9 +29,14 @@ samples"). Each term follows a flag the scripts pass (launch/slime_args.py) and 
     bf16, fewer bytes), and each log-softmax pass the loss keeps for backward costs 8 B per row: Slime's
     own policy loss divides all the logits by the temperature (a copy) and ``_VocabParallelLogProbEntropy``
     saves each ``--log-probs-chunk-size`` chunk's fp32 softmax (entropy without a gradient:
-    ``--entropy-coef 0.00``); this project's losses (``openclaw_rl/losses/logprobs.py``) keep the shifted
-    logits (saved by the gather) and their exponential. One pass; two for ``topk_select`` (its GRPO half and
-    its top-K half). No 24 B fp32 log-softmax/softmax/entropy/gradient stack: chunked, in place;
+    ``--entropy-coef 0.00``); this project's losses (``openclaw_rl/losses/logprobs.py``) keep 4 B, one fp32
+    tensor per pass (the log-softmax on one device, which its gather saves too; under TP the exponential of
+    the shifted shard, the K entries being picked by indexing, whose backward keeps only the indices; the
+    temperature copy is not saved, and with ``--entropy-coef`` 0 the entropy keeps nothing), but are counted
+    at the same 8 B, an upper bound (a tighter 4 B would change the chosen TP / CP of some plans, e.g. the
+    OEL script's TP 2 to TP 1 at 71.9 of 72 GB, which no GPU run has checked). One pass; two for
+    ``topk_select`` (its GRPO half and its top-K half). No 24 B fp32 log-softmax/softmax/entropy/gradient
+    stack: chunked, in place;
 * per sample, for this project's own losses: the temperature copy of one sample's response rows (4 B per row
   up to ``--rollout-max-response-len`` (8192) and vocabulary entry; division by a number keeps nothing for
   backward, so it lives for that sample only) and, in the shared PPO loss (``combine``, ``topk_select``), its
