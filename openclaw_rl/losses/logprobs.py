@@ -289,8 +289,8 @@ def _vocab_parallel_log_probs_and_entropy(
 def _vocab_parallel_detached_entropy(logits_RV: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
     """The full-vocabulary entropy from a vocab shard, no gradient, ``ENTROPY_CHUNK_ROWS`` rows at a time.
 
-    Two passes over the shard's chunks, each followed by ONE all-reduce for all R rows (not one per
-    chunk): the local row maxima (MAX), then the two local sums ``Z = sum_v exp(s_v)`` and
+    Two all-reduces for all R rows (not one per chunk): the local row maxima (MAX), then, from one pass
+    over the shard's row chunks, the two local sums ``Z = sum_v exp(s_v)`` and
     ``W = sum_v exp(s_v) s_v`` of the shifted logits ``s``, stacked into one [2, R] SUM. ``H = log Z - W / Z``.
     Per chunk it keeps two [chunk, V_local] fp32 temporaries (the shifted logits and their exponential).
     """
@@ -298,9 +298,7 @@ def _vocab_parallel_detached_entropy(logits_RV: torch.Tensor, group: dist.Proces
         source_RV = logits_RV.detach()
         rows = source_RV.size(0)
         dtype = torch.promote_types(source_RV.dtype, torch.float32)  # fp32, or fp64 for fp64 logits
-        max_R = source_RV.new_empty((rows,), dtype=dtype)
-        for start in range(0, rows, ENTROPY_CHUNK_ROWS):
-            max_R[start : start + ENTROPY_CHUNK_ROWS] = source_RV[start : start + ENTROPY_CHUNK_ROWS].amax(dim=-1)
+        max_R = source_RV.amax(dim=-1).to(dtype)  # a reduction: no [R, V] temporary
         dist.all_reduce(max_R, op=dist.ReduceOp.MAX, group=group)
         sums_2R = source_RV.new_empty((2, rows), dtype=dtype)
         lowest = torch.finfo(dtype).min
