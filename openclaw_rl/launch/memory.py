@@ -29,13 +29,21 @@ samples"). Each term follows a flag the scripts pass (launch/slime_args.py) and 
     bf16, fewer bytes), and each log-softmax pass the loss keeps for backward costs 8 B per row: Slime's
     own policy loss divides all the logits by the temperature (a copy) and ``_VocabParallelLogProbEntropy``
     saves each ``--log-probs-chunk-size`` chunk's fp32 softmax (entropy without a gradient:
-    ``--entropy-coef 0.00``); this project's losses (``openclaw_rl/losses/logprobs.py``) keep the shifted
-    logits (saved by the gather) and their exponential. One pass; two for ``topk_select`` (its GRPO half and
-    its top-K half). No 24 B fp32 log-softmax/softmax/entropy/gradient stack: chunked, in place;
-* per sample, for this project's own losses: the temperature copy of one sample's response rows (4 B) and,
-  in the shared PPO loss (``combine``, ``topk_select``), its detached entropy computed on them at once
-  (shifted, clamped, exponential and product: 16 B), per row up to ``--rollout-max-response-len`` (8192) and
-  vocabulary entry, split by TP;
+    ``--entropy-coef 0.00``); this project's losses (``openclaw_rl/losses/logprobs.py``) keep 4 B, one fp32
+    tensor per pass (the log-softmax on one device, which its gather saves too; under TP the exponential of
+    the shifted shard, the K entries being picked by indexing, whose backward keeps only the indices; the
+    temperature copy is not saved, and with ``--entropy-coef`` 0 the entropy keeps nothing), but are counted
+    at the same 8 B, an upper bound (a tighter 4 B would change the chosen TP / CP of some plans, e.g. the
+    OEL script's TP 2 to TP 1 at 71.9 of 72 GB, which no GPU run has checked). One pass; two for
+    ``topk_select`` (its GRPO half and its top-K half). No 24 B fp32 log-softmax/softmax/entropy/gradient
+    stack: chunked, in place;
+* per sample, for this project's own losses: the temperature copy of one sample's response rows (4 B per row
+  up to ``--rollout-max-response-len`` (8192) and vocabulary entry; division by a number keeps nothing for
+  backward, so it lives for that sample only) and, in the shared PPO loss (``combine``, ``topk_select``), its
+  detached entropy (``--entropy-coef 0.00``), computed in chunks of ``ENTROPY_CHUNK_ROWS`` (1024) rows
+  (``openclaw_rl/losses/logprobs.py``): two fp32 temporaries per chunk row and vocabulary entry (the clamped
+  log-probs and their exponential; under TP the shifted shard and its exponential), 8 B x min(rows, 1024), not
+  the whole response's rows. All split by TP;
 * no attention scores: the scripts pass ``--attention-backend flash``, for which Megatron's
   ``LanguageModule._set_attention_backend`` sets ``NVTE_FLASH_ATTN=1 NVTE_FUSED_ATTN=0 NVTE_UNFUSED_ATTN=0``,
   so TransformerEngine never runs its unfused attention (which materialises the (S / CP)^2 x heads scores)
@@ -82,23 +90,27 @@ CP_CHOICES = (1, 2, 4, 8)
 TEACHER_WEIGHT_BYTES = 2  # the in-trainer teacher's bf16 weights, per parameter (a whole copy per actor GPU)
 TEACHER_LOGIT_BYTES = 12  # per kept response row and vocabulary entry: fp32 logits, / T copy, log-softmax
 MAX_RESPONSE_TOKENS = 8192  # --rollout-max-response-len (slime_args): the response rows of one sample
+ENTROPY_CHUNK_ROWS = 1024  # openclaw_rl/losses/logprobs.py ENTROPY_CHUNK_ROWS: rows per detached-entropy chunk
+ENTROPY_CHUNK_BYTES = 8  # per chunk row and vocabulary entry: two fp32 temporaries (logprobs._detached_entropy)
 
 
 @dataclass(frozen=True)
 class LossShape:
     """What the training loss keeps beside the logits (module docstring): ``passes`` log-softmax passes kept
-    for backward (8 B each per token and vocabulary entry), and ``sample_bytes`` per response row and
-    vocabulary entry of the one sample this project's losses work on at a time."""
+    for backward (8 B each per token and vocabulary entry), ``sample_bytes`` per response row and
+    vocabulary entry of the one sample this project's losses work on at a time, and ``chunk_bytes`` per row
+    of one detached-entropy chunk (at most ``ENTROPY_CHUNK_ROWS``) and vocabulary entry."""
 
     passes: int = 1
     sample_bytes: int = 0
     name: str = "Slime's policy loss"
+    chunk_bytes: int = 0
 
 
 SLIME_LOSS = LossShape()
-PPO_LOSS = LossShape(1, 20, "the shared PPO loss (combine)")
+PPO_LOSS = LossShape(1, 4, "the shared PPO loss (combine)", ENTROPY_CHUNK_BYTES)
 TOPK_LOSS = LossShape(1, 4, "the top-K OPD loss")
-TOPK_SELECT_LOSS = LossShape(2, 20, "the top-K select loss (GRPO + top-K)")
+TOPK_SELECT_LOSS = LossShape(2, 4, "the top-K select loss (GRPO + top-K)", ENTROPY_CHUNK_BYTES)
 
 
 @dataclass(frozen=True)
@@ -194,8 +206,11 @@ class Estimate:
         return min(MAX_RESPONSE_TOKENS, math.ceil(sample / self.cp))
 
     def loss_sample(self, sample: int) -> float:
-        """This project's losses: one sample's response rows at a time (0 for Slime's own loss)."""
-        return self.loss.sample_bytes * self.sample_rows(sample) * self.shape.vocab / self.tp
+        """This project's losses: one sample's response rows at a time and one detached-entropy chunk of them
+        (0 for Slime's own loss)."""
+        rows = self.sample_rows(sample)
+        per_vocab = self.loss.sample_bytes * rows + self.loss.chunk_bytes * min(rows, ENTROPY_CHUNK_ROWS)
+        return per_vocab * self.shape.vocab / self.tp
 
     def scores(self, sample: int) -> float:
         """One layer's attention scores, only where attention runs unfused (never with the scripts' flash)."""
@@ -267,8 +282,11 @@ def _per_sample_line(e: Estimate, context: int) -> str:
     s, rows = e.shape, e.sample_rows(context)
     parts = []
     if e.loss.sample_bytes:
-        parts.append(f"{e.loss.name}: {e.loss.sample_bytes} B x {rows} response rows (min({MAX_RESPONSE_TOKENS}, "
-                     f"CONTEXT_LENGTH / CP)) x {s.vocab} vocab / TP {e.tp} = {_gb(e.loss_sample(context))}")
+        bytes_rows = f"{e.loss.sample_bytes} B x {rows} response rows (min({MAX_RESPONSE_TOKENS}, CONTEXT_LENGTH / CP))"
+        if e.loss.chunk_bytes:
+            bytes_rows = (f"({bytes_rows} + {e.loss.chunk_bytes} B x {min(rows, ENTROPY_CHUNK_ROWS)} detached-entropy "
+                          f"chunk rows (min(rows, ENTROPY_CHUNK_ROWS {ENTROPY_CHUNK_ROWS})))")
+        parts.append(f"{e.loss.name}: {bytes_rows} x {s.vocab} vocab / TP {e.tp} = {_gb(e.loss_sample(context))}")
     if s.custom_spec:
         parts.append(f"--spec layer over the whole sample (not split by TP or CP): {LAYER_GRAD_FACTOR} x 2 B x "
                      f"{s.layer_units} x {context} = {_gb(e.whole_sample_layer(context))}")

@@ -152,8 +152,36 @@ def log_probs_and_entropy(
     log_probs_R = log_probs_RV.gather(-1, tokens_R.long().unsqueeze(-1)).squeeze(-1)
     if entropy_grad:
         return log_probs_R, entropy_from_log_probs(log_probs_RV)
+    return log_probs_R, _detached_entropy(log_probs_RV)
+
+
+ENTROPY_CHUNK_ROWS = 1024
+"""Rows per chunk of the detached (metric-only) entropy.
+
+Why: a response has up to ``--rollout-max-response-len`` (8192) rows over a ~150K vocabulary, and the
+entropy's elementwise temporaries over all of them at once would be several [R, V] fp32 tensors (about
+5 GB each at 8192 x 152K) beyond what the loss keeps for backward. In chunks of 1024 rows (the chunk the
+launch scripts give Slime's own chunked log-prob/entropy pass: ``--log-probs-chunk-size 1024``,
+``launch/slime_args.py``) the peak extra is two [1024, V] fp32 temporaries (about 1.2 GB at V = 152K, split
+by TP), whatever R. ``openclaw_rl/launch/memory.py`` counts exactly that (``ENTROPY_CHUNK_BYTES``)."""
+
+
+def _detached_entropy(log_probs_RV: torch.Tensor) -> torch.Tensor:
+    """Entropy per row of a full-vocabulary log-softmax, no gradient, ``ENTROPY_CHUNK_ROWS`` rows at a time.
+
+    Same arithmetic as :func:`entropy_from_log_probs` (a -inf entry adds 0, not NaN); per chunk it keeps
+    two [chunk, V] temporaries (the clamped log-probs and their exponential, multiplied in place).
+    """
     with torch.no_grad():
-        return log_probs_R, entropy_from_log_probs(log_probs_RV.detach())
+        source_RV = log_probs_RV.detach()
+        entropy_R = source_RV.new_empty(source_RV.shape[:-1])
+        lowest = torch.finfo(source_RV.dtype).min
+        for start in range(0, source_RV.size(0), ENTROPY_CHUNK_ROWS):
+            finite_CV = source_RV[start : start + ENTROPY_CHUNK_ROWS].clamp(min=lowest)
+            weighted_CV = finite_CV.exp().mul_(finite_CV)
+            entropy_R[start : start + ENTROPY_CHUNK_ROWS] = weighted_CV.sum(dim=-1).neg_()
+            del finite_CV, weighted_CV
+    return entropy_R
 
 
 def token_log_probs(
@@ -225,13 +253,17 @@ def _vocab_parallel_gather_log_probs(
     """Log-probs at K global vocabulary ids per row, in one pass over the shard.
 
     Rank r owns ids [r * V_local, (r + 1) * V_local). One normaliser, K gathers, so the top-K loss
-    keeps one [R, V_local] tensor for backward, not K copies; the sampled-token log-prob is K = 1.
+    keeps one [R, V_local] tensor for backward (the exponential of the shifted shard), not K copies; the
+    sampled-token log-prob is K = 1. The K entries are picked by advanced indexing, whose backward keeps
+    only the indices: ``torch.gather`` saves its whole input, which kept the shifted shard too (a second
+    [R, V_local] fp32 tensor per sample until backward).
     """
     shifted_RV, log_norm_R = _shifted_shard(logits_RV, group)
     vocab_local = shifted_RV.size(-1)
     local_RK = indices_RK - dist.get_rank(group) * vocab_local
     in_shard_RK = (local_RK >= 0) & (local_RK < vocab_local)
-    picked_RK = shifted_RV.gather(-1, local_RK.clamp(0, vocab_local - 1))
+    rows_R1 = torch.arange(shifted_RV.size(0), device=shifted_RV.device).unsqueeze(-1)
+    picked_RK = shifted_RV[rows_R1, local_RK.clamp(0, vocab_local - 1)]
     picked_RK = _ReduceFromTensorParallel.apply(torch.where(in_shard_RK, picked_RK, 0.0), group)
     return picked_RK - log_norm_R.unsqueeze(-1)
 
@@ -245,10 +277,37 @@ def _vocab_parallel_log_probs_and_entropy(
     over the TP group. The entropy is detached unless ``entropy_grad``.
     """
     log_probs_R = _vocab_parallel_gather_log_probs(logits_RV, tokens_R.long().unsqueeze(-1), group).squeeze(-1)
-    source_RV = logits_RV if entropy_grad else logits_RV.detach()
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        shifted_RV, log_norm_R = _shifted_shard(source_RV, group)
-        finite_RV = shifted_RV.clamp(min=torch.finfo(shifted_RV.dtype).min)  # a -inf logit adds 0, not NaN
-        weighted_R = _ReduceFromTensorParallel.apply((shifted_RV.exp() * finite_RV).sum(dim=-1), group)
-        entropy_R = log_norm_R - weighted_R / log_norm_R.exp()
+    if not entropy_grad:
+        return log_probs_R, _vocab_parallel_detached_entropy(logits_RV, group)
+    shifted_RV, log_norm_R = _shifted_shard(logits_RV, group)
+    finite_RV = shifted_RV.clamp(min=torch.finfo(shifted_RV.dtype).min)  # a -inf logit adds 0, not NaN
+    weighted_R = _ReduceFromTensorParallel.apply((shifted_RV.exp() * finite_RV).sum(dim=-1), group)
+    entropy_R = log_norm_R - weighted_R / log_norm_R.exp()
     return log_probs_R, entropy_R
+
+
+def _vocab_parallel_detached_entropy(logits_RV: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """The full-vocabulary entropy from a vocab shard, no gradient, ``ENTROPY_CHUNK_ROWS`` rows at a time.
+
+    Two all-reduces for all R rows (not one per chunk): the local row maxima (MAX), then, from one pass
+    over the shard's row chunks, the two local sums ``Z = sum_v exp(s_v)`` and
+    ``W = sum_v exp(s_v) s_v`` of the shifted logits ``s``, stacked into one [2, R] SUM. ``H = log Z - W / Z``.
+    Per chunk it keeps two [chunk, V_local] fp32 temporaries (the shifted logits and their exponential).
+    """
+    with torch.no_grad():
+        source_RV = logits_RV.detach()
+        rows = source_RV.size(0)
+        dtype = torch.promote_types(source_RV.dtype, torch.float32)  # fp32, or fp64 for fp64 logits
+        max_R = source_RV.amax(dim=-1).to(dtype)  # a reduction: no [R, V] temporary
+        dist.all_reduce(max_R, op=dist.ReduceOp.MAX, group=group)
+        sums_2R = source_RV.new_empty((2, rows), dtype=dtype)
+        lowest = torch.finfo(dtype).min
+        for start in range(0, rows, ENTROPY_CHUNK_ROWS):
+            stop = start + ENTROPY_CHUNK_ROWS
+            shifted_CV = source_RV[start:stop] - max_R[start:stop].unsqueeze(-1)  # promotes bf16 to fp32
+            exp_CV = shifted_CV.exp()
+            sums_2R[0, start:stop] = exp_CV.sum(dim=-1)
+            sums_2R[1, start:stop] = exp_CV.mul_(shifted_CV.clamp_(min=lowest)).sum(dim=-1)  # -inf adds 0
+            del shifted_CV, exp_CV
+        dist.all_reduce(sums_2R, op=dist.ReduceOp.SUM, group=group)
+        return sums_2R[0].log() - sums_2R[1] / sums_2R[0]

@@ -79,11 +79,23 @@ def test_the_estimates_terms_are_the_ones_the_flags_give():
     assert e.total(32768, 32768) == QWEN3.params * 6 / 4 + 6 * 1024**3 + 32768 * (2 * h * layers + layer + 12 * vocab) / 4
     two = Estimate(QWEN3, 4, 1, 80 * 10**9, loss=TOPK_SELECT_LOSS)  # its GRPO half and its top-K half
     assert two.per_token - e.per_token == 8 * vocab / 4
-    # this project's PPO loss: one sample's response rows (up to 8192) x 20 B (temperature copy, detached entropy)
+    # this project's PPO loss: one sample's response rows (up to 8192) x 4 B (temperature copy) and one chunk of
+    # the detached entropy, min(rows, 1024) x 8 B (two fp32 temporaries; logprobs.ENTROPY_CHUNK_ROWS)
     ppo = Estimate(QWEN3, 4, 1, 80 * 10**9, loss=PPO_LOSS)
-    assert ppo.per_sample(32768) == 20 * 8192 * vocab / 4 and ppo.per_sample(4096) == 20 * 4096 * vocab / 4
+    assert ppo.per_sample(32768) == (4 * 8192 + 8 * 1024) * vocab / 4
+    assert ppo.per_sample(4096) == (4 * 4096 + 8 * 1024) * vocab / 4
+    assert ppo.per_sample(500) == (4 * 500 + 8 * 500) * vocab / 4
+    assert Estimate(QWEN3, 4, 1, 80 * 10**9, loss=TOPK_SELECT_LOSS).per_sample(32768) == ppo.per_sample(32768)
     assert Estimate(QWEN3, 2, 2, 80 * 10**9, loss=TOPK_LOSS).per_sample(10000) == 4 * 5000 * vocab / 2
     assert e.per_sample(32768) == 0
+
+
+def test_the_entropy_chunk_is_the_one_the_loss_uses():
+    """The estimate's detached-entropy chunk is the loss's own constant (memory.py cannot import torch)."""
+    from openclaw_rl.launch import memory
+    from openclaw_rl.losses import logprobs
+
+    assert memory.ENTROPY_CHUNK_ROWS == logprobs.ENTROPY_CHUNK_ROWS
 
 
 def test_a_custom_spec_counts_its_layer_over_the_whole_sample():
