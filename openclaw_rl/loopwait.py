@@ -64,8 +64,12 @@ async def thread_result(source: concurrent.futures.Future, timeout: float | None
     timer = loop.call_later(timeout, _expire, dest) if timeout is not None else None
     try:
         return await dest
-    except BaseException:
-        source.cancel()  # the waiter gave up (deadline, cancelled): work not yet started is skipped
+    except BaseException as e:
+        # the waiter gave up (deadline, cancelled): work not yet started is skipped
+        if not source.cancel() and isinstance(e, TimeoutError) and source.done():
+            # settled as the deadline fired (its copy queued behind the timer): its outcome, not a timeout
+            # (a commit that happened is not reported as failed), as wait_for(wrap_future(...)) answered
+            return source.result()
         raise
     finally:
         if timer is not None:
@@ -78,12 +82,12 @@ async def until_disconnect(receive: Callable[[], Awaitable[dict[str, Any]]], wor
     the client left, whatever ``work`` did with the cancellation. A cancellation from elsewhere propagates."""
     task = asyncio.current_task()
     assert task is not None
-    gone = False
+    gone = finished = False
 
     def heard(watcher: asyncio.Future) -> None:
         nonlocal gone
-        if watcher.cancelled() or watcher.exception() is not None:
-            return
+        if finished or watcher.cancelled() or watcher.exception() is not None:
+            return  # finished: queued before the callback was removed; the caller has moved on
         if watcher.result().get("type") == "http.disconnect":
             gone = True
             task.cancel()
@@ -99,6 +103,7 @@ async def until_disconnect(receive: Callable[[], Awaitable[dict[str, Any]]], wor
             raise
         return None
     finally:
+        finished = True
         watcher.remove_done_callback(heard)
         watcher.cancel()
     if gone:  # ``work`` swallowed the cancellation; the client is gone all the same
