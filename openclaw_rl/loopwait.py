@@ -86,7 +86,7 @@ async def until_disconnect(receive: Callable[[], Awaitable[dict[str, Any]]], wor
 
     def heard(watcher: asyncio.Future) -> None:
         nonlocal gone
-        if finished or watcher.cancelled() or watcher.exception() is not None:
+        if watcher.cancelled() or watcher.exception() is not None or finished:
             return  # finished: queued before the callback was removed; the caller has moved on
         if watcher.result().get("type") == "http.disconnect":
             gone = True
