@@ -10,9 +10,12 @@ times each wait both ways, docs/performance.md "Event loop, fourth pass"). The s
 
 - ``thread_result``: the thread's result or exception; a deadline raises ``TimeoutError``; a waiter that
   gives up (deadline, cancelled) cancels the thread's future, so work not yet started is skipped, as
-  ``run_in_executor`` and ``wait_for(wrap_future(...))`` do.
+  ``run_in_executor`` and ``wait_for(wrap_future(...))`` do. A future settled as the deadline fires (its copy
+  queued behind the timer) gives its outcome, not a timeout, as 3.10/3.11's ``wait_for`` did: a commit that
+  happened is not reported as failed.
 - ``until_disconnect``: ``work`` runs in the calling task (no task of its own); a hang-up cancels it there and
-  the call returns None, as ``asyncio.wait`` over a work task and a watcher did.
+  the call returns None, as ``asyncio.wait`` over a work task and a watcher did. A hang-up heard in the same
+  loop turn as the work's end (its callback queued already) cancels nothing: the caller has moved on.
 """
 
 from __future__ import annotations
