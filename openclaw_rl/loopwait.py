@@ -10,9 +10,12 @@ times each wait both ways, docs/performance.md "Event loop, fourth pass"). The s
 
 - ``thread_result``: the thread's result or exception; a deadline raises ``TimeoutError``; a waiter that
   gives up (deadline, cancelled) cancels the thread's future, so work not yet started is skipped, as
-  ``run_in_executor`` and ``wait_for(wrap_future(...))`` do.
+  ``run_in_executor`` and ``wait_for(wrap_future(...))`` do. A future settled as the deadline fires (its copy
+  queued behind the timer) gives its outcome, not a timeout, as 3.10/3.11's ``wait_for`` did: a commit that
+  happened is not reported as failed.
 - ``until_disconnect``: ``work`` runs in the calling task (no task of its own); a hang-up cancels it there and
-  the call returns None, as ``asyncio.wait`` over a work task and a watcher did.
+  the call returns None, as ``asyncio.wait`` over a work task and a watcher did. A hang-up heard in the same
+  loop turn as the work's end (its callback queued already) cancels nothing: the caller has moved on.
 """
 
 from __future__ import annotations
@@ -64,8 +67,12 @@ async def thread_result(source: concurrent.futures.Future, timeout: float | None
     timer = loop.call_later(timeout, _expire, dest) if timeout is not None else None
     try:
         return await dest
-    except BaseException:
-        source.cancel()  # the waiter gave up (deadline, cancelled): work not yet started is skipped
+    except BaseException as e:
+        # the waiter gave up (deadline, cancelled): work not yet started is skipped
+        if not source.cancel() and isinstance(e, TimeoutError) and source.done():
+            # settled as the deadline fired (its copy queued behind the timer): its outcome, not a timeout
+            # (a commit that happened is not reported as failed), as wait_for(wrap_future(...)) answered
+            return source.result()
         raise
     finally:
         if timer is not None:
@@ -78,12 +85,12 @@ async def until_disconnect(receive: Callable[[], Awaitable[dict[str, Any]]], wor
     the client left, whatever ``work`` did with the cancellation. A cancellation from elsewhere propagates."""
     task = asyncio.current_task()
     assert task is not None
-    gone = False
+    gone = finished = False
 
     def heard(watcher: asyncio.Future) -> None:
         nonlocal gone
-        if watcher.cancelled() or watcher.exception() is not None:
-            return
+        if watcher.cancelled() or watcher.exception() is not None or finished:
+            return  # finished: queued before the callback was removed; the caller has moved on
         if watcher.result().get("type") == "http.disconnect":
             gone = True
             task.cancel()
@@ -99,6 +106,7 @@ async def until_disconnect(receive: Callable[[], Awaitable[dict[str, Any]]], wor
             raise
         return None
     finally:
+        finished = True
         watcher.remove_done_callback(heard)
         watcher.cancel()
     if gone:  # ``work`` swallowed the cancellation; the client is gone all the same

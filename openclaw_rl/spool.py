@@ -199,7 +199,11 @@ class Spool:
             have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
             for column in columns:
                 if column.split()[0] not in have:
-                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+                    try:
+                        self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+                    except sqlite3.OperationalError as e:  # another process opening it added it since the check
+                        if "duplicate column name" not in str(e):
+                            raise
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)

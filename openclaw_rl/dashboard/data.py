@@ -267,12 +267,18 @@ def waiting_from_spool(spool_dir: Path) -> list[dict[str, Any]]:
     out = []
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        for (payload,) in con.execute("SELECT payload FROM pending_turns"):
+        try:  # a next state that came after its turn's record is in a row of its own (Spool.save_next_state)
+            rows = con.execute("SELECT t.payload, n.next_state FROM pending_turns t LEFT JOIN pending_next_states n "
+                               "ON n.session_key = t.session_key AND n.epoch = t.epoch AND n.turn = t.turn").fetchall()
+        except sqlite3.OperationalError:  # a spool from before that table
+            rows = [(payload, None) for (payload,) in con.execute("SELECT payload FROM pending_turns")]
+        for payload, next_state in rows:
             rec = json.loads(payload)
             gen = rec.get("generation") or {}
             out.append({"session_key": rec.get("session_key", ""), "session_id": rec.get("session_id"),
                         "index": rec.get("index"), "epoch": rec.get("epoch", ""), "created": rec.get("created"),
-                        "response_text": gen.get("text"), "next_state": rec.get("next_state"),
+                        "response_text": gen.get("text"),
+                        "next_state": rec.get("next_state") if next_state is None else json.loads(next_state),
                         "state": "saved in the spool, waiting for the next start"})
     except sqlite3.Error:
         return []

@@ -164,3 +164,36 @@ def test_a_result_set_from_a_thread_wakes_the_waiter() -> None:
         threading.Thread(target=future.set_result, args=("committed",)).start()
         assert await waiting == "committed"
     asyncio.run(main())
+
+
+def test_a_hang_up_heard_as_the_work_finishes_does_not_cancel_the_caller_afterwards() -> None:
+    """The work's answer and the disconnect land in the same loop turn: the caller resumes first (its answer),
+    and the watcher's callback, already queued, must not cancel the caller later (it would cancel whatever
+    the request does next, e.g. sending the reply: a CancelledError out of the app, logged as a traceback)."""
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        hang_up, answer_ = loop.create_future(), loop.create_future()
+
+        def both() -> None:  # the work's future first (the caller's wake-up queued), then the disconnect
+            answer_.set_result("answer")
+            hang_up.set_result({"type": "http.disconnect"})
+
+        loop.call_soon(both)
+        assert await until_disconnect(lambda: hang_up, answer_) == "answer"
+        for _ in range(3):  # the watcher's queued callback runs here
+            await asyncio.sleep(0)
+        cancelling = getattr(asyncio.current_task(), "cancelling", lambda: 0)  # Python 3.11+
+        assert not cancelling()
+    asyncio.run(main())
+
+
+def test_a_result_that_lands_with_the_deadline_is_kept() -> None:
+    """The thread settles its future in the same loop turn as the deadline fires (the timer runs first): the
+    result is there when the waiter resumes, so it is the answer (a commit that happened is not reported as
+    a timeout: the turn would be saved and dropped as not_durable), as wait_for(wrap_future(...)) did."""
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        source: concurrent.futures.Future = concurrent.futures.Future()
+        loop.call_soon(source.set_result, "committed")  # runs before the 0 s timer, its copy after it
+        assert await thread_result(source, 0) == "committed"
+    asyncio.run(main())

@@ -346,3 +346,43 @@ def test_a_spool_of_the_previous_schema_opens_and_its_rows_keep_working(tmp_path
     assert spool.pending_turns() == []
     assert spool._db.execute("SELECT COUNT(*) FROM pending_next_states").fetchone()[0] == 0
     spool.close()
+
+
+def test_a_column_another_process_added_first_does_not_fail_the_migration(tmp_path, monkeypatch):
+    """Two processes open a spool of the previous schema at once (the proxy and ``openclaw-rl samples``, the
+    first start after an upgrade): both see a column missing, the other one adds it first. This one's
+    ALTER TABLE then fails with 'duplicate column name', which must not make the spool 'corrupt'."""
+    import sqlite3
+
+    path = tmp_path / "samples.sqlite3"
+    db = sqlite3.connect(path, isolation_level=None)
+    db.executescript("""
+        CREATE TABLE pending_turns (session_key TEXT NOT NULL, epoch TEXT NOT NULL, turn INTEGER NOT NULL,
+            payload TEXT NOT NULL, PRIMARY KEY (session_key, epoch, turn));
+        INSERT INTO pending_turns VALUES ('k', '', 1, '{"index": 1}');
+    """)
+    db.close()
+    connect = Spool._connect
+
+    class FirstElsewhere:
+        """This process's connection; each ALTER TABLE is made by another connection just before it."""
+
+        def __init__(self, inner: sqlite3.Connection) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str):
+            return getattr(self._inner, name)
+
+        def execute(self, sql: str, *args):
+            if sql.startswith("ALTER TABLE"):
+                other = sqlite3.connect(path, isolation_level=None)
+                other.execute(sql)
+                other.close()
+            return self._inner.execute(sql, *args)
+
+    monkeypatch.setattr(Spool, "_connect", lambda self: FirstElsewhere(connect(self)))
+    spool = Spool(tmp_path)
+    assert spool.pending_turns() == ['{"index": 1}']
+    monkeypatch.undo()
+    spool.close()
+    assert Spool(tmp_path).pending_turns() == ['{"index": 1}']

@@ -1,0 +1,29 @@
+"""dashboard.data.waiting_from_spool: a stopped run's waiting turns read from the spool (read-only), the next
+state saved apart from its turn's record (``Spool.save_next_state``) included."""
+
+from __future__ import annotations
+
+import json
+from array import array
+
+from openclaw_rl import codec
+from openclaw_rl.dashboard.data import waiting_from_spool
+from openclaw_rl.spool import Spool
+from openclaw_rl.turns import Generation, Turn
+
+
+def test_a_next_state_saved_apart_is_shown_with_its_turn(tmp_path):
+    turn = Turn(session_key="u\x1fs", session_id="s", index=1, prompt_ids=array("i", [1, 2]), messages=None,
+                tools=None, sampling_temperature=1.0, epoch="e")
+    turn.generation = Generation(array("i", [3]), array("d", [-0.5]), "hello", "stop")
+    other = Turn(session_key="u\x1fs", session_id="s", index=2, prompt_ids=array("i", [1]), messages=None,
+                 tools=None, sampling_temperature=1.0, epoch="e")
+    spool = Spool(tmp_path)
+    for t in (turn, other):
+        spool.save_turn(("u\x1fs", "e", t.index), codec.dumps_str(t.to_record(arrays=False)), t.array_bytes())
+    assert spool.save_next_state(("u\x1fs", "e", 1), json.dumps({"role": "user", "content": "thanks"}))
+    spool.close()
+    rows = {r["index"]: r for r in waiting_from_spool(tmp_path)}
+    assert rows[1]["response_text"] == "hello"
+    assert rows[1]["next_state"] == {"role": "user", "content": "thanks"}
+    assert rows[2]["next_state"] is None and rows[2]["response_text"] is None
