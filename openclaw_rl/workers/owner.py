@@ -98,7 +98,10 @@ class OwnerHub:
 
     def status(self) -> wire.Status:
         w = self.proxy.writer
-        return wire.Status(overloaded=w.overloaded, overflow=len(w.overflow), problem=w.problem,
+        # the overflow's length only while overloaded (the refusal's message): below the bound it changes with
+        # every write while the spool is full, and each distinct Status goes to every worker
+        overloaded = w.overloaded
+        return wire.Status(overloaded=overloaded, overflow=len(w.overflow) if overloaded else 0, problem=w.problem,
                            context_length=self.proxy.service.context_length,
                            keep_messages=self.proxy.service.keep_messages)
 
