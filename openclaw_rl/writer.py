@@ -213,12 +213,14 @@ class SampleWriter:
 
     def _run(self) -> None:
         name_os_thread()
-        later: tuple[str, Any, Any] | None = None  # a control item met while gathering a group: next
+        # a control item (or the stop, None) met while gathering a group: next. A list, so that a stop kept
+        # here is not mistaken for "nothing kept" (it was, and the thread ran on after close())
+        later: list[tuple[str, Any, Any] | None] = []
         nxt = one = None
         while True:
             self._check_state()
-            if later is not None:
-                item, later = later, None
+            if later:
+                item = later.pop()
             else:
                 try:
                     item = self._queue.get(timeout=max(0.0, self._next_check - time.monotonic()))
@@ -234,7 +236,7 @@ class SampleWriter:
                     except queue.Empty:
                         break
                     if nxt is None or nxt[0] not in _WRITES:
-                        later = nxt
+                        later.append(nxt)
                         break
                     group.append(nxt)
                 if len(group) > 1 and self._commit_group(group):
