@@ -107,7 +107,7 @@ class OwnerHub:
 
     async def _push_status(self) -> None:
         """Send every worker the new ``status()`` when it changed. Event-driven, no poll: each field has a
-        hook that sets ``_status_changed`` (the writer's problem, overflow and overloaded: its
+        hook that sets ``_status_changed`` (the writer's problem, overloaded and overflow while overloaded: its
         ``on_state_change``, from the writer thread; the policy's context length: the probes'
         ``on_refresh``; ``keep_messages`` is fixed at start), so an idle owner sleeps here."""
         while True:
