@@ -74,10 +74,12 @@ class SampleWriter:
         self.spool, self.metrics = spool, metrics
         self._max_overflow = max_overflow
         self.on_written = on_written
-        # called (on this thread, or the one that sets max_overflow) when `problem`, the overflow's length or
-        # `overloaded` changed: `serve --workers` tells its workers then (workers/owner.py), instead of polling
+        # called (on this thread, or the one that sets max_overflow) when what a refusal reads changed: `problem`,
+        # `overloaded` and, while overloaded, the overflow's length (the refusal's message); `serve --workers`
+        # tells its workers then (workers/owner.py), instead of polling. Not while the overflow merely grows
+        # below its bound: that is every write while the spool is full, one Status per turn to every worker.
         self.on_state_change: Callable[[], None] | None = None
-        self._told_state: tuple[str | None, int, bool] = (None, 0, False)
+        self._told_state: tuple[str | None, bool, int] = (None, False, 0)
         # SimpleQueue: put/get in C, where Queue runs ~10 Python calls (its Condition) per put and get, 3-4 of
         # each per turn (issue #33 item 2)
         self._queue: queue.SimpleQueue[tuple[str, Any, Any] | None] = queue.SimpleQueue()
@@ -151,6 +153,12 @@ class SampleWriter:
         self._max_overflow = value
         self._state_changed()
 
+    def refusal_state(self) -> tuple[str | None, bool, int]:
+        """(problem, overloaded, overflow length while overloaded else 0): what a refusal reads
+        (``routes.spool_refusal``), coarse enough not to change with every write into the overflow."""
+        overloaded = self.overloaded
+        return self.problem, overloaded, len(self.overflow) if overloaded else 0
+
     def _state_changed(self) -> None:
         if self.on_state_change is not None:
             try:
@@ -161,7 +169,7 @@ class SampleWriter:
     def _check_state(self) -> None:
         """Tell ``on_state_change`` when what a refusal depends on changed since it was last told (run on
         this thread after every queued item, where all of it changes)."""
-        state = (self.problem, len(self.overflow), self.overloaded)
+        state = self.refusal_state()
         if state != self._told_state:
             self._told_state = state
             self._state_changed()
@@ -205,12 +213,14 @@ class SampleWriter:
 
     def _run(self) -> None:
         name_os_thread()
-        later: tuple[str, Any, Any] | None = None  # a control item met while gathering a group: next
+        # a control item (or the stop, None) met while gathering a group: next. A list, so that a stop kept
+        # here is not mistaken for "nothing kept" (it was, and the thread ran on after close())
+        later: list[tuple[str, Any, Any] | None] = []
         nxt = one = None
         while True:
             self._check_state()
-            if later is not None:
-                item, later = later, None
+            if later:
+                item = later.pop()
             else:
                 try:
                     item = self._queue.get(timeout=max(0.0, self._next_check - time.monotonic()))
@@ -226,7 +236,7 @@ class SampleWriter:
                     except queue.Empty:
                         break
                     if nxt is None or nxt[0] not in _WRITES:
-                        later = nxt
+                        later.append(nxt)
                         break
                     group.append(nxt)
                 if len(group) > 1 and self._commit_group(group):

@@ -51,7 +51,8 @@ samples"). Each term follows a flag the scripts pass (launch/slime_args.py) and 
   14-17K tokens: its scripts passed ``--megatron-to-hf-mode bridge``, whose model provider then set only the
   parallel sizes, not ``--attention-backend`` nor the recompute flags (left at Megatron's defaults: auto, which
   allows the unfused path, and no recomputation); the fork ngquochuy0101/OpenClaw-RL forwards them since
-  177747e (2026-04-21) for that reason. Slime's raw path, which these scripts use, applies both. An extra ``--attention-backend unfused`` (or ``local``) brings the scores back into the estimate:
+  177747e (2026-04-21) for that reason. Slime's raw path, which these scripts use, applies both. An extra ``--attention-backend unfused`` (or ``local``, or ``auto``, which allows the unfused path) brings the
+  scores back into the estimate:
   one layer's (S / CP)^2 x heads / TP x 6 B (bf16 scores, fp32 softmax);
 * a custom layer spec (``--spec``, e.g. Qwen3.5's ``slime_plugins.models.qwen3_5``) can run whole-sequence
   Hugging Face attention on every rank (Slime's ``hf_attention.py`` gathers the sequence over TP and CP): its
@@ -85,7 +86,9 @@ LOGIT_BYTES = 4  # per token and vocabulary entry: the fp32 logits the loss gets
 PASS_BYTES = 8  # per token and vocabulary entry, for each log-softmax pass the loss keeps for backward
 LAYER_GRAD_FACTOR = 2  # the recomputed layer's activations, and as many bytes again for their gradients
 SCORE_BYTES = 6  # per attention score, unfused attention only: bf16 score + fp32 softmax
-UNFUSED_BACKENDS = ("unfused", "local")  # --attention-backend values that materialise the scores
+# --attention-backend values that may materialise the scores: auto (Megatron's default) sets none of NVTE_*_ATTN,
+# so TransformerEngine falls back to its unfused attention where flash and fused do not apply (upstream #52)
+UNFUSED_BACKENDS = ("unfused", "local", "auto")
 CP_CHOICES = (1, 2, 4, 8)
 TEACHER_WEIGHT_BYTES = 2  # the in-trainer teacher's bf16 weights, per parameter (a whole copy per actor GPU)
 TEACHER_LOGIT_BYTES = 12  # per kept response row and vocabulary entry: fp32 logits, / T copy, log-softmax
@@ -173,7 +176,7 @@ class Estimate:
     gpu_bytes: int
     teacher: bool = False  # the in-trainer teacher's copy and forward (module docstring)
     loss: LossShape = SLIME_LOSS
-    unfused_attention: bool = False  # an extra --attention-backend unfused/local: the scores are materialised
+    unfused_attention: bool = False  # an extra --attention-backend unfused/local/auto: the scores may be materialised
 
     @property
     def budget(self) -> float:
@@ -306,7 +309,7 @@ def choose(shape: ModelShape | None, *, actor_gpus: int, context: int, gpu_gb: f
     dividing the heads and query groups and, over several nodes, each node's Ray GPUs ``node_gpus``, so that no TP
     group spans nodes) that fits the longest sample, fewest CP ranks first. ``teacher``: the in-trainer
     teacher's copy and forward are counted (neither shrinks with TP or CP); ``loss``: what the variant's loss
-    keeps; ``unfused_attention``: an extra ``--attention-backend unfused``/``local`` (the scores counted)."""
+    keeps; ``unfused_attention``: an extra ``--attention-backend unfused``/``local``/``auto`` (the scores counted)."""
     if shape is None:
         t, c = tp or tp_default, cp or 1
         return Choice(t, c, max_tokens or context, None, ("# memory: model shape unknown (no --num-layers/--hidden-size/"

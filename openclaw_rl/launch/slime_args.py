@@ -285,7 +285,7 @@ def loss_shape(s: ScriptSettings) -> memory.LossShape:
 def size_for_long_samples(s: ScriptSettings, margs: Sequence[str], console: Console, extra: Sequence[str] = ()) -> None:
     """TRAIN_TP (unless set), CONTEXT_PARALLEL (unless set) and MAX_TOKENS_PER_GPU (unless set) from CONTEXT_LENGTH
     and GPU_MEMORY_GB (launch/memory.py); the arithmetic goes into the dry run. An extra ``--attention-backend``
-    of unfused or local (it overrides the scripts' flash) puts the attention scores into the estimate."""
+    of unfused, local or auto (it overrides the scripts' flash) puts the attention scores into the estimate."""
     cp_set = bool(s.context_parallel)
     choice = memory.choose(memory.shape_from_args(margs), actor_gpus=s.actor_gpus, context=s.context_length,
                            gpu_gb=s.gpu_memory_gb, tp=s.train_tp if s.train_tp_set else None,

@@ -98,13 +98,16 @@ class OwnerHub:
 
     def status(self) -> wire.Status:
         w = self.proxy.writer
-        return wire.Status(overloaded=w.overloaded, overflow=len(w.overflow), problem=w.problem,
+        # the overflow's length only while overloaded (the refusal's message): below the bound it changes with
+        # every write while the spool is full, and each distinct Status goes to every worker
+        overloaded = w.overloaded
+        return wire.Status(overloaded=overloaded, overflow=len(w.overflow) if overloaded else 0, problem=w.problem,
                            context_length=self.proxy.service.context_length,
                            keep_messages=self.proxy.service.keep_messages)
 
     async def _push_status(self) -> None:
         """Send every worker the new ``status()`` when it changed. Event-driven, no poll: each field has a
-        hook that sets ``_status_changed`` (the writer's problem, overflow and overloaded: its
+        hook that sets ``_status_changed`` (the writer's problem, overloaded and overflow while overloaded: its
         ``on_state_change``, from the writer thread; the policy's context length: the probes'
         ``on_refresh``; ``keep_messages`` is fixed at start), so an idle owner sleeps here."""
         while True:

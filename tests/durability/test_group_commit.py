@@ -127,3 +127,17 @@ def test_a_failing_hook_after_the_commit_leaves_the_rest_of_the_group_settled(tm
     assert held.writer.flush() is None and held.writer._thread.is_alive()
     held.writer.close()
     spool.close()
+
+
+def test_the_stop_sentinel_met_while_gathering_a_group_still_stops_the_writer(tmp_path):
+    """``close``'s stop (None) queued right behind a write is met while the writer gathers that write's group:
+    it must still end the thread (it was kept as "no control item pending" and lost, so the thread ran on)."""
+    held = Held(Spool(tmp_path, exclusive=True))
+    held.hold()
+    second = turn(1)
+    held.writer(second, outcome(second))
+    held.writer._queue.put(None)  # what close() puts after its flush, here right behind a write
+    held.go.set()
+    held.writer._thread.join(60)  # a hang detector, not a timing: a lost stop leaves the thread running
+    assert not held.writer._thread.is_alive(), "the writer thread did not stop"
+    assert held.writer.spool.depth() == 2

@@ -132,3 +132,51 @@ def test_vocab_parallel_topk_gather_equals_the_unsharded_one_with_gradients(tmp_
         nprocs=TP,
         start_method="fork",
     )
+
+
+def _tp_entropy_grad_worker(rank: int, init_file: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=TP)
+    try:
+        group, cols = dist.group.WORLD, slice(rank * VOCAB // TP, (rank + 1) * VOCAB // TP)
+        generator = torch.Generator().manual_seed(11)
+        for dtype, scale in ((torch.float32, 1.0), (torch.float32, 1e4), (torch.bfloat16, 30.0)):
+            logits_RV = (scale * torch.randn(5, VOCAB, generator=generator)).to(dtype)
+            logits_RV[0, VOCAB // 2 + 1 :] = float("-inf")  # masked entries; rank 1's row 0 mostly -inf
+            logits_RV[3, : VOCAB // 2] = float("-inf")  # a row whose whole shard on rank 0 is -inf
+            tokens_R = torch.tensor([VOCAB // 2 - 1, VOCAB // 2, 0, VOCAB - 1, VOCAB // 2])  # the shard edges
+            weights_R = torch.randn(5, generator=generator)
+            full_RV = logits_RV.clone().requires_grad_()
+            log_probs_RV = torch.log_softmax(full_RV.float(), dim=-1)
+            want_lp = log_probs_RV.gather(-1, tokens_R.unsqueeze(-1)).squeeze(-1)
+            want_h = -(log_probs_RV.exp() * log_probs_RV.clamp(min=torch.finfo(torch.float32).min)).sum(-1)
+            (want_lp * weights_R).sum().backward(retain_graph=True)
+            want_lp_grad, full_RV.grad = full_RV.grad[:, cols].float(), None
+            finite = [1, 2, 4]  # the -inf rows' entropy gradient is NaN in this reference (its clamp's backward)
+            (want_h[finite] * weights_R[finite]).sum().backward()
+            want_h_grad = full_RV.grad[:, cols].float()
+            for entropy_grad in (False, True):
+                shard_RV = logits_RV[:, cols].clone().requires_grad_()
+                got_lp, got_h = log_probs_and_entropy(shard_RV, tokens_R, entropy_grad=entropy_grad, tp_group=group)
+                torch.testing.assert_close(got_lp, want_lp.detach(), atol=1e-4, rtol=1e-4)
+                torch.testing.assert_close(got_h, want_h.detach(), atol=1e-3, rtol=1e-4)
+                assert got_h.requires_grad == entropy_grad
+                (got_lp * weights_R).sum().backward(retain_graph=True)
+                torch.testing.assert_close(shard_RV.grad.float(), want_lp_grad, atol=1e-3, rtol=1e-3)
+                if entropy_grad:
+                    shard_RV.grad = None
+                    (got_h[finite] * weights_R[finite]).sum().backward()
+                    torch.testing.assert_close(shard_RV.grad.float()[finite], want_h_grad[finite], atol=1e-2, rtol=1e-2)
+        empty_lp, empty_h = log_probs_and_entropy(torch.zeros(0, VOCAB // TP), torch.zeros(0, dtype=torch.long),
+                                                  entropy_grad=False, tp_group=group)
+        assert empty_lp.shape == empty_h.shape == (0,)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_vocab_parallel_log_probs_and_entropy_match_autograd_with_masked_entries(tmp_path) -> None:  # noqa: ANN001
+    """Under TP the log-prob (picked by indexing) and the entropy (chunked and detached, or with its gradient)
+    equal a full-vocabulary reference, gradients included: tokens at the shard edges, -inf entries, a row whose
+    shard on one rank is all -inf, logits of 1e4, bf16, and R = 0."""
+    torch_mp.start_processes(_tp_entropy_grad_worker, args=(str(tmp_path / "gloo_init"),), nprocs=TP,
+                             start_method="fork")

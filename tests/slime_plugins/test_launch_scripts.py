@@ -142,6 +142,17 @@ def test_an_unfused_attention_backend_counts_the_scores(launch):
     assert "unfused attention scores: 6 B x 32 heads / TP 2 x (CONTEXT_LENGTH 32768 / CP 2)^2" in run.out
 
 
+def test_an_auto_attention_backend_counts_the_scores_too(launch):
+    """``--attention-backend auto`` (Megatron's default, upstream #52's setting) leaves TransformerEngine free to
+    fall back to its unfused attention, so the plan counts the scores as for ``unfused`` (the ``=`` spelling, the
+    last one given wins, as argparse reads it)."""
+    run = launch("rl", "--attention-backend", "flash", "--attention-backend=auto")
+    assert run.rc == 0, run.err
+    f = run.slime().flags
+    assert (f["--tensor-model-parallel-size"], f["--context-parallel-size"]) == ("2", "2")
+    assert "unfused attention scores: 6 B x 32 heads / TP 2 x (CONTEXT_LENGTH 32768 / CP 2)^2" in run.out
+
+
 SHIPPED = sorted(p for p in SCRIPTS.glob("run_*.sh") if "\noc_main " in p.read_text())  # the launch scripts
 SHIPPED_ENV = {"run_qwen3_4b_openclaw_topk_select_2nodes.sh": {"MASTER_ADDR": "10.0.0.1"}}  # needs the head's address
 
