@@ -262,10 +262,11 @@ def waiting_from_spool(spool_dir: Path) -> list[dict[str, Any]]:
     import sqlite3
 
     path = Path(spool_dir) / "samples.sqlite3"
-    if not path.exists():
+    try:  # the file may go between a check and the open (a deleted or moved spool): no rows, not an error
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error:
         return []
     out = []
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         try:  # a next state that came after its turn's record is in a row of its own (Spool.save_next_state)
             rows = con.execute("SELECT t.payload, n.next_state FROM pending_turns t LEFT JOIN pending_next_states n "

@@ -27,3 +27,9 @@ def test_a_next_state_saved_apart_is_shown_with_its_turn(tmp_path):
     assert rows[1]["response_text"] == "hello"
     assert rows[1]["next_state"] == {"role": "user", "content": "thanks"}
     assert rows[2]["next_state"] is None and rows[2]["response_text"] is None
+
+
+def test_a_spool_that_is_not_there_lists_nothing(tmp_path):
+    """No file (never made, deleted, or moved between a check and the open): no rows, never an error."""
+    assert waiting_from_spool(tmp_path / "gone") == []
+    assert waiting_from_spool(tmp_path) == []
