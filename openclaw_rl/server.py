@@ -244,7 +244,7 @@ class Proxy:
         proxy = cls(settings, http, renderer, judge, spool, writer, tracker, gate, metrics, service, auth, probes,
                     journal=journal, users=UserResolver(p.trusted_user_keys, p.user_header),
                     user_admin=UserAdmin(list(p.admin_keys)))
-        proxy.dashboard = Sources(spool.dir, tokenizer=tokenizer, waiting=lambda: waiting_from_tracker(tracker))
+        proxy.dashboard = Sources(spool.dir, tokenizer=tokenizer, waiting=lambda ns: waiting_from_tracker(tracker, ns))
         proxy.app = make_app(proxy)
         return proxy
 

@@ -32,7 +32,7 @@ def standalone_app(spool_dir: str | Path, metrics_path: str | Path | None = None
         guess = spool.parent / "metrics.jsonl"
         metrics_path = guess if guess.exists() else None
     sources = Sources(spool, Path(metrics_path) if metrics_path else None, tokenizer=tokenizer,
-                      waiting=lambda: waiting_from_spool(spool))
+                      waiting=lambda ns: waiting_from_spool(spool))
     auth = Authenticator(keys or [])
     app = FastAPI(title="openclaw-rl dashboard", docs_url=None, redoc_url=None, openapi_url=None)
 

@@ -34,14 +34,15 @@ CURVES = [
 
 @dataclass
 class Sources:
-    """Where a dashboard reads. ``waiting`` returns the waiting turns' records (``Turn.to_record`` shape
-    plus ``state``), called on the proxy's event loop for a live run; the routes also take an awaitable
-    of them (a ``serve --workers`` worker asks its owner, ``workers/app.py``)."""
+    """Where a dashboard reads. ``waiting(ns)`` returns the waiting turns' records (``Turn.to_record`` shape
+    plus ``state``), at least those the key of namespace ``ns`` may see (None: all), called on the proxy's
+    event loop for a live run; the routes also take an awaitable of them (a ``serve --workers`` worker asks
+    its owner, ``workers/app.py``, which sends only that key's rows over the socket)."""
 
     journal_dir: Path
     metrics_path: Path | None = None
     tokenizer: Any = None
-    waiting: Callable[[], list[dict[str, Any]] | Awaitable[list[dict[str, Any]]]] = lambda: []
+    waiting: Callable[[str | None], list[dict[str, Any]] | Awaitable[list[dict[str, Any]]]] = lambda ns: []
     _cache: dict[str, Any] = field(default_factory=dict)
 
     def journal(self) -> list[dict[str, Any]]:
@@ -132,7 +133,7 @@ def _clip(text: Any, n: int = 160) -> Any:
 
 def _waiting(src: Sources, ns: str | None) -> list[dict[str, Any]]:
     out = []
-    for rec in src.waiting():
+    for rec in src.waiting(ns):
         if not _visible(ns, namespace_of(rec.get("session_key", ""))):
             continue
         out.append({"session": rec.get("session_id"), "epoch": rec.get("epoch", ""), "turn": rec.get("index"),
@@ -169,7 +170,7 @@ def turn_detail(src: Sources, ns: str | None, session: str, turn: int, epoch: st
                 and (epoch is None or t.get("epoch", "") == epoch)):
             found = t
     if found is None:
-        for w in src.waiting():
+        for w in src.waiting(ns):
             if (w.get("session_id") == session and w.get("index") == turn
                     and _visible(ns, namespace_of(w.get("session_key", "")))):
                 return {"session": session, "turn": turn, "epoch": w.get("epoch", ""), "time": w.get("created"),
@@ -243,11 +244,14 @@ def drops(src: Sources, ns: str | None) -> dict[str, Any]:
     return {"totals": dict(totals), "series": series}
 
 
-def waiting_from_tracker(tracker: Any) -> list[dict[str, Any]]:
-    """The live tracker's turns that have no outcome yet (call on the proxy's event loop)."""
+def waiting_from_tracker(tracker: Any, ns: str | None = None) -> list[dict[str, Any]]:
+    """The live tracker's turns that have no outcome yet, those namespace ``ns`` may see (None: all; call on
+    the proxy's event loop)."""
     out = []
     for session in list(tracker.sessions.values()):
         for turn in list(session.turns.values()):
+            if not _visible(ns, namespace_of(turn.session_key)):
+                continue
             gen = turn.generation
             state = ("generating" if gen is None else "waiting for its next state" if turn.next_state is None
                      else "being judged")

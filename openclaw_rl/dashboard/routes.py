@@ -54,10 +54,10 @@ def dashboard_router(sources: data.Sources, identify: Identify) -> APIRouter:
 
     async def query(request: Request, fn: Callable[..., Any], *args: Any) -> Response:
         ns = identify(request.headers.get("authorization"))
-        waiting = sources.waiting()  # on the loop: the live tracker belongs to it
+        waiting = sources.waiting(ns)  # on the loop: the live tracker belongs to it
         if inspect.isawaitable(waiting):  # a worker's: the owner's answer
             waiting = await waiting
-        snapshot = dataclasses.replace(sources, waiting=lambda: waiting)
+        snapshot = dataclasses.replace(sources, waiting=lambda _ns: waiting)
         snapshot._cache = sources._cache  # noqa: SLF001 - the parsed files are shared between requests
         result = await asyncio.to_thread(fn, snapshot, ns, *args)
         if result is None:

@@ -102,10 +102,11 @@ class Worker:
                                                      waiting=worker.waiting))
         return worker
 
-    async def waiting(self) -> list[dict[str, Any]]:
-        """The owner tracker's waiting turns (its ``waiting`` call), or the spool's with ``SPOOL_FALLBACK``."""
+    async def waiting(self, ns: str | None = None) -> list[dict[str, Any]]:
+        """The owner tracker's waiting turns that namespace ``ns`` may see (its ``waiting`` call: only those
+        cross the socket), or the spool's with ``SPOOL_FALLBACK``."""
         try:
-            return await self.owner.call("waiting", timeout_s=self.waiting_timeout_s)
+            return await self.owner.call("waiting", timeout_s=self.waiting_timeout_s, ns=ns)
         except OpenClawError as e:
             log.warning("worker %d: the dashboard shows the spool's waiting turns: %s", self.index, e.message)
         rows = await asyncio.to_thread(waiting_from_spool, Path(self.settings.spool.dir))

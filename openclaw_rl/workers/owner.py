@@ -226,7 +226,7 @@ class OwnerHub:
         if call.what == "metrics":
             return (await self.metrics()).decode()
         if call.what == "waiting":  # a worker's dashboard: the live list, as one process's dashboard shows it
-            return waiting_from_tracker(self.proxy.tracker)
+            return waiting_from_tracker(self.proxy.tracker, call.args.get("ns"))
         if call.what == "users":
             return await list_users_as(self.proxy, call.args["authorization"])
         if call.what == "delete_user":

@@ -72,8 +72,8 @@ class EndSession:
 @dataclass(slots=True)
 class Call:
     """A question for the owner: ``feedback`` (args: key, rating, text), ``health``, ``metrics``, ``users``
-    and ``delete_user`` (args: authorization, user), ``waiting`` (the tracker's waiting turns, for a
-    worker's dashboard: ``dashboard.data.waiting_from_tracker``'s rows)."""
+    and ``delete_user`` (args: authorization, user), ``waiting`` (args: ns; the tracker's waiting turns
+    that namespace may see, for a worker's dashboard: ``dashboard.data.waiting_from_tracker``'s rows)."""
     tag: ClassVar[str] = "call"
     call: int
     what: str

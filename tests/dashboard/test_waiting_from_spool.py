@@ -33,3 +33,23 @@ def test_a_spool_that_is_not_there_lists_nothing(tmp_path):
     """No file (never made, deleted, or moved between a check and the open): no rows, never an error."""
     assert waiting_from_spool(tmp_path / "gone") == []
     assert waiting_from_spool(tmp_path) == []
+
+
+def test_the_live_waiting_turns_are_cut_to_what_a_key_may_see():
+    """``waiting_from_tracker(tracker, ns)``: the rows a ``serve --workers`` owner sends a worker's dashboard are
+    only those of the asking key's namespace (and its users'), not every namespace's replies."""
+    from types import SimpleNamespace
+
+    from openclaw_rl.dashboard.data import waiting_from_tracker
+
+    def turn(key: str, index: int) -> SimpleNamespace:
+        return SimpleNamespace(session_key=key, session_id=key.rpartition("\x1f")[2], index=index, epoch="e",
+                               created=1.0, generation=None, next_state=None)
+
+    turns = [turn("a\x1fs1", 1), turn("a/u1\x1fs2", 1), turn("b\x1fs3", 1), turn("s4", 1)]
+    tracker = SimpleNamespace(sessions={t.session_key: SimpleNamespace(turns={1: t}) for t in turns})
+    keys = lambda ns: sorted(r["session_key"] for r in waiting_from_tracker(tracker, ns))  # noqa: E731
+    assert keys(None) == sorted(t.session_key for t in turns)
+    assert keys("a") == sorted(["a\x1fs1", "a/u1\x1fs2"])
+    assert keys("b") == ["b\x1fs3"]
+    assert keys("c") == []
