@@ -134,7 +134,8 @@ async def measure(ns: argparse.Namespace) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lengths", default="64,512")
+    p.add_argument("--lengths", default="64,512",
+                   help="two or more reply lengths in tokens, shortest first (per event = the difference)")
     p.add_argument("--reps", type=int, default=8)
     p.add_argument("--interval", type=int, default=8, help="tokens per SGLang stream event")
     p.add_argument("--ttft-ms", type=float, default=50.0)
@@ -142,7 +143,16 @@ def main() -> int:
     p.add_argument("--floor", action="store_true",
                    help="also measure the minimal relay (openclaw_rl/bench/stream_floor.py) on the same mock")
     p.add_argument("--profile", default="", help="profile the proxy (.pstat: yappi; .folded: py-spy)")
-    asyncio.run(measure(p.parse_args()))
+    ns = p.parse_args()
+    try:
+        lengths = [int(x) for x in ns.lengths.split(",")]
+    except ValueError:
+        lengths = []
+    if len(lengths) < 2 or lengths != sorted(set(lengths)) or lengths[0] <= 0:
+        print(f"bench_stream_events: --lengths {ns.lengths!r}: give two or more increasing positive token counts "
+              "(the cost per event is the difference between the longest and the shortest reply)", file=sys.stderr)
+        return 2
+    asyncio.run(measure(ns))
     return 0
 
 
