@@ -93,6 +93,9 @@ async def read_body(request: Request, limit: int, timeout_s: float, declared: st
     return bytes(body)
 
 
+_timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
+
+
 async def within(work: Any, timeout_s: float) -> Any:
     """``asyncio.wait_for(work, timeout_s)`` for a coroutine: in this task under a deadline
     (``asyncio.timeout``, Python 3.11+) rather than in a task of its own, with a waiter and callbacks."""
@@ -100,9 +103,6 @@ async def within(work: Any, timeout_s: float) -> Any:
         return await asyncio.wait_for(work, timeout_s)
     async with _timeout(timeout_s):
         return await work
-
-
-_timeout = getattr(asyncio, "timeout", None)
 
 
 def header_dict(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
@@ -153,14 +153,6 @@ def parse_chat_request(raw: Any, max_messages: int) -> ChatCompletionRequest:
         raise BadRequest(message, param=param) from None
 
 
-async def cancel_on_disconnect(request: Request, work: Any) -> Any:
-    """Run ``work`` (a coroutine) and cancel it if the client hangs up first: a non-streaming backend call
-    nobody waits for is stopped (its turn settles as client_disconnected). Returns None when the client
-    left. The body is fully read here, so the next ASGI message can only be the disconnect. ``work`` runs in
-    this task (``loopwait.until_disconnect``)."""
-    return await until_disconnect(request.receive, work)
-
-
 def spool_refusal(overloaded: bool, overflow: int, problem: str | None, metrics: ProxyMetrics) -> OpenClawError | None:
     """503 while the spool and its overflow are full, or while commits fail (counted): refused before the
     policy spends a generation that could not be saved."""
@@ -192,7 +184,9 @@ def chat_endpoint(p: ProxySettings, service: ChatService, users: Any, auth: Any,
         else:
             req = parse_chat_request(parse_json_body(body), p.max_messages)
         work = service.complete(req, headers, namespace, len(body))
-        result = await (work if req.stream else until_disconnect(request.receive, work))  # = cancel_on_disconnect
+        # not streamed: a hang-up cancels the backend call nobody waits for (its turn settles as
+        # client_disconnected); the body is read, so the next ASGI message can only be the disconnect
+        result = await (work if req.stream else until_disconnect(request.receive, work))
         if result is None:  # the client hung up; nobody reads this
             return Response(status_code=499)
         if isinstance(result, dict):

@@ -285,9 +285,10 @@ class _Reply:
             text = ids_text.update(result.output_ids)
         except Exception as e:  # noqa: BLE001 - ids the tokenizer cannot decode (e.g. beyond 64 bits)
             problem: str | None = f"its output ids do not decode: {e!r}"
-        else:  # trim_bytes counts only in the final check: not worked out for every streamed snapshot
-            trim = max((len(s.encode("utf-8")) for s in self.req.stop_list()), default=0) + self.svc.max_token_bytes \
-                if final else 0
+        else:
+            trim = 0  # counts only in the final check: not worked out for every streamed snapshot
+            if final:
+                trim = max((len(s.encode("utf-8")) for s in self.req.stop_list()), default=0) + self.svc.max_token_bytes
             problem = text_problem(result.text, text, final=final, stopped=result.finish_reason == "stop",
                                    trim_bytes=trim)
         if problem is not None:

@@ -156,18 +156,22 @@ def with_array_bytes(record: dict[str, Any], prompt_ids: bytes | None, response_
     """A record from ``to_record(arrays=False)`` with the arrays' bytes (``array_bytes``) back in it, as
     ``to_record()`` writes them; a part given as None is left as the record has it."""
     if prompt_ids is not None:
-        record["prompt_ids"] = base64.b64encode(prompt_ids).decode("ascii")
+        record["prompt_ids"] = _b64_bytes(prompt_ids)
     gen = record.get("generation")
     if gen is not None:
         if response_ids is not None:
-            gen["ids"] = base64.b64encode(response_ids).decode("ascii")
+            gen["ids"] = _b64_bytes(response_ids)
         if logprobs is not None:
-            gen["logprobs"] = base64.b64encode(logprobs).decode("ascii")
+            gen["logprobs"] = _b64_bytes(logprobs)
     return record
 
 
 def _b64(values: array) -> str:
-    return base64.b64encode(values.tobytes()).decode("ascii")
+    return _b64_bytes(values.tobytes())
+
+
+def _b64_bytes(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 def _unb64(typecode: str, text: str) -> array:

@@ -288,7 +288,7 @@ class SampleWriter:
                         self.spool.put(samples, settled=key)
                         puts.append(samples)
                     elif op == "turn" or not self.spool.save_next_state(key, codec.dumps_str(turn.next_state)):
-                        self.spool.save_turn(key, codec.dumps_str(turn.to_record(arrays=False)), turn.array_bytes())
+                        _save_whole(self.spool, key, turn)
         except Exception as e:
             log.warning("a group commit of %d writes failed (%s): writing each alone", len(group),
                         " ".join(str(e).split())[:200])
@@ -326,7 +326,7 @@ class SampleWriter:
         key = (turn.session_key, turn.epoch, turn.index)
         try:
             if op == "turn" or key in self.unsaved or not self.spool.save_next_state(key, codec.dumps_str(turn.next_state)):
-                self.spool.save_turn(key, codec.dumps_str(turn.to_record(arrays=False)), turn.array_bytes())
+                _save_whole(self.spool, key, turn)
         except Exception as e:  # held and retried: the turn is still in memory
             self.unsaved[key] = turn
             self.metrics.spool_errors.inc()
@@ -490,3 +490,8 @@ def _user_of(sample: TrainingSample) -> str:
 def _record_line(obj: dict[str, Any]) -> bytes:
     """One JSONL record line, UTF-8 (orjson on the writer thread: a record holds the whole conversation)."""
     return codec.dumps(obj) + b"\n"
+
+
+def _save_whole(spool: Spool, key: TurnKey, turn: Turn) -> None:
+    """A waiting turn's whole record, its token arrays apart as bytes (``Spool.save_turn``)."""
+    spool.save_turn(key, codec.dumps_str(turn.to_record(arrays=False)), turn.array_bytes())
