@@ -75,6 +75,7 @@ The usable memory is 90 % of ``GPU_MEMORY_GB``.
 
 from __future__ import annotations
 
+import argparse
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -156,14 +157,18 @@ def shape_from_args(margs: Sequence[str]) -> ModelShape | None:
 
 
 def attention_backend(argv: Sequence[str]) -> str:
-    """The last ``--attention-backend`` in ``argv`` (argparse keeps the last), "" when none."""
-    value = ""
-    for i, arg in enumerate(argv):
-        if arg == "--attention-backend" and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith("--attention-backend="):
-            value = arg.partition("=")[2]
-    return value
+    """The ``--attention-backend`` that Slime's trainer would read from ``argv``, "" when none. Slime parses it
+    with Megatron's parser (``megatron.training.arguments.parse_args``: ``allow_abbrev=False``, unknown flags
+    ignored), so this reads it with argparse set the same way: the exact flag or ``--attention-backend=X``,
+    the last one wins, an abbreviation such as ``--attention-back`` is not this flag (Megatron ignores it),
+    nor is anything after a ``--`` (argparse takes those as positionals, which Megatron does not have). A flag
+    without its value, which Megatron would refuse, reads as "" here: the launch then fails in Slime."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser.add_argument("--attention-backend", default="")
+    try:
+        return str(parser.parse_known_args(list(argv))[0].attention_backend)
+    except argparse.ArgumentError:
+        return ""
 
 
 @dataclass(frozen=True)

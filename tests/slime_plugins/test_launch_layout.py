@@ -113,6 +113,17 @@ def test_the_attention_backend_is_read_as_argparse_does():
     assert attention_backend(["--attention-backend=local"]) == "local" and attention_backend(["--lr", "1"]) == ""
 
 
+@pytest.mark.parametrize("argv", [["--attention-back", "unfused"], ["--attention-back=unfused"],
+                                  ["--", "--attention-backend", "unfused"], ["--lr", "1", "--attention-backend"]])
+def test_the_attention_backend_is_read_as_megatrons_parser_does(argv):
+    """Megatron's parser, which reads Slime's flags, has ``allow_abbrev=False`` and ignores unknown flags
+    (``parse_known_args``): an abbreviation is not the flag, nor is anything after ``--`` (a positional), so the
+    scripts' flash stands and the plan counts no scores; a flag without its value (Slime refuses the launch)
+    reads as none."""
+    assert attention_backend(argv) == ""
+    assert attention_backend(["--wandb-group", "x", "--attention-backend", "unfused", "--", "local"]) == "unfused"
+
+
 def test_the_in_trainer_teacher_is_in_the_estimate():
     """OPENCLAW_COMBINE_OPD_TEACHER_SOURCE=trainer: every actor GPU also holds a whole bf16 teacher (not split by
     TP) and runs its forward of the longest sample before training (not split by CP: each CP rank scores the
