@@ -22,7 +22,9 @@
 # DRY_RUN=1, or --dry-run anywhere among the arguments, does 1-2 and prints 3-5 without starting anything;
 # problems that only matter for a real launch (missing paths, no GPU) are then warnings. A DRY_RUN value
 # that is neither yes nor no, or a near miss such as --dryrun, is refused rather than read as a real launch.
-# The other arguments are appended to the train_async.py flags.
+# The other arguments are appended to the train_async.py flags (no Slime flag takes a bare --dry-run as its
+# value: argparse reads a token starting with -- as a flag). A '--' is refused: Slime's parser would read the
+# flags after it as positionals and ignore them.
 #
 # Environment (default in brackets; "v" = differs per script: LaunchVariant in openclaw_rl/modes.py):
 #   SLIME_DIR [$PWD]             Slime checkout holding train_async.py (run the script from it, like upstream)
@@ -237,6 +239,7 @@ oc_main() {
     case ${arg} in
       --dry-run) DRY_RUN=1 ;;
       --dryrun | --dry_run | --dry-run=* | -dry-run) oc_die "unknown option '${arg}': did you mean --dry-run?" ;;
+      --) oc_die "'--' is not an option here: the arguments go to Slime as they are, and Slime's parser would take every flag after '--' as a positional and ignore it (a --dry-run there would not be one)" ;;
       *) OC_EXTRA_ARGS+=("${arg}") ;;
     esac
   done

@@ -116,6 +116,18 @@ def test_dry_run_anywhere_among_the_arguments_and_typos_refused(launch):
         assert run.rc == 2 and says in run.err and "ray job submit" not in run.out, (args, env, run.err)
 
 
+def test_a_double_dash_is_refused_and_a_dry_run_as_a_value_goes_to_slime(launch):
+    """'--' would reach Slime, whose parser (argparse) reads every flag after it as a positional and ignores it,
+    while the script would still take a --dry-run after it as its own: refused. A --dry-run inside another flag's
+    ``=`` value is that flag's value and goes to Slime as it is (a bare --dry-run cannot be a value: argparse
+    reads a token starting with -- as a flag, and no Slime or Megatron flag is named --dry-run)."""
+    for args in (("--", "--num-rollout", "3"), ("--num-rollout", "3", "--", "--dry-run")):
+        run = launch("rl", *args, DRY_RUN="1")
+        assert run.rc == 2 and "'--' is not an option here" in run.err and "ray job submit" not in run.out, run.err
+    run = launch("rl", "--wandb-group=--dry-run", DRY_RUN="1")
+    assert run.rc == 0 and "--wandb-group=--dry-run" in run.out, run.err
+
+
 @pytest.mark.parametrize(("variant", "env", "says"), [
     ("opd_topk_lora", {}, "refuses to run"),
     ("combine_lora", {}, "refuses to run by default"),
