@@ -32,17 +32,23 @@ CURVES = [
 ]
 
 
+Rows = list[dict[str, Any]]
+
+
 @dataclass
 class Sources:
     """Where a dashboard reads. ``waiting(ns)`` returns the waiting turns' records (``Turn.to_record`` shape
     plus ``state``), at least those the key of namespace ``ns`` may see (None: all), called on the proxy's
     event loop for a live run; the routes also take an awaitable of them (a ``serve --workers`` worker asks
-    its owner, ``workers/app.py``, which sends only that key's rows over the socket)."""
+    its owner, ``workers/app.py``, which sends only that key's rows over the socket, as previews: the reply
+    trimmed as the page shows it, no next state). ``waiting_turn(ns, session, turn)``, where set, returns one
+    turn's rows in full for the turn page (a worker's second call); without it the page reads ``waiting``."""
 
     journal_dir: Path
     metrics_path: Path | None = None
     tokenizer: Any = None
-    waiting: Callable[[str | None], list[dict[str, Any]] | Awaitable[list[dict[str, Any]]]] = lambda ns: []
+    waiting: Callable[[str | None], Rows | Awaitable[Rows]] = lambda ns: []
+    waiting_turn: Callable[[str | None, str, int], Rows | Awaitable[Rows]] | None = None
     _cache: dict[str, Any] = field(default_factory=dict)
 
     def journal(self) -> list[dict[str, Any]]:
@@ -127,7 +133,11 @@ def _summary(turn: dict[str, Any], idx: Index) -> dict[str, Any]:
             "fate": fate(turn, idx)}
 
 
-def _clip(text: Any, n: int = 160) -> Any:
+PREVIEW_CHARS = 160  # a reply as the session and overview pages show it
+
+
+def _clip(text: Any, n: int = PREVIEW_CHARS) -> Any:
+    """The page's preview of ``text``; a preview clips to itself, so the owner may send it clipped."""
     return text[:n] + "…" if isinstance(text, str) and len(text) > n else text
 
 
@@ -244,20 +254,24 @@ def drops(src: Sources, ns: str | None) -> dict[str, Any]:
     return {"totals": dict(totals), "series": series}
 
 
-def waiting_from_tracker(tracker: Any, ns: str | None = None) -> list[dict[str, Any]]:
+def waiting_from_tracker(tracker: Any, ns: str | None = None, *, preview: bool = False,
+                         turn: tuple[str, int] | None = None) -> list[dict[str, Any]]:
     """The live tracker's turns that have no outcome yet, those namespace ``ns`` may see (None: all; call on
-    the proxy's event loop)."""
+    the proxy's event loop). ``preview``: only what the session and overview pages show (the reply clipped to
+    ``PREVIEW_CHARS``, no next state), what a worker's dashboard asks its owner for, so the rows that cross the
+    socket per poll stay small however long the replies; ``turn`` (session id, index): that turn's rows only."""
     out = []
     for session in list(tracker.sessions.values()):
-        for turn in list(session.turns.values()):
-            if not _visible(ns, namespace_of(turn.session_key)):
+        for t in list(session.turns.values()):
+            if not _visible(ns, namespace_of(t.session_key)) or (turn is not None and (t.session_id, t.index) != turn):
                 continue
-            gen = turn.generation
-            state = ("generating" if gen is None else "waiting for its next state" if turn.next_state is None
+            gen = t.generation
+            state = ("generating" if gen is None else "waiting for its next state" if t.next_state is None
                      else "being judged")
-            out.append({"session_key": turn.session_key, "session_id": turn.session_id, "index": turn.index,
-                        "epoch": turn.epoch, "created": turn.created, "response_text": gen.text if gen else None,
-                        "next_state": turn.next_state, "state": state})
+            text = gen.text if gen else None
+            out.append({"session_key": t.session_key, "session_id": t.session_id, "index": t.index,
+                        "epoch": t.epoch, "created": t.created, "response_text": _clip(text) if preview else text,
+                        "next_state": None if preview else t.next_state, "state": state})
     return out
 
 

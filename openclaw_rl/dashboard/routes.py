@@ -52,9 +52,12 @@ def dashboard_router(sources: data.Sources, identify: Identify) -> APIRouter:
                                            "param": None, "code": 404}}, status_code=404)
         return Response(asset(name), media_type=ASSETS[name], headers=headers)
 
-    async def query(request: Request, fn: Callable[..., Any], *args: Any) -> Response:
+    async def query(request: Request, fn: Callable[..., Any], *args: Any, turn: tuple[str, int] | None = None
+                    ) -> Response:
         ns = identify(request.headers.get("authorization"))
-        waiting = sources.waiting(ns)  # on the loop: the live tracker belongs to it
+        # on the loop: the live tracker belongs to it; the turn page asks for its turn in full where it can
+        waiting = (sources.waiting_turn(ns, *turn) if turn is not None and sources.waiting_turn is not None
+                   else sources.waiting(ns))
         if inspect.isawaitable(waiting):  # a worker's: the owner's answer
             waiting = await waiting
         snapshot = dataclasses.replace(sources, waiting=lambda _ns: waiting)
@@ -76,6 +79,6 @@ def dashboard_router(sources: data.Sources, identify: Identify) -> APIRouter:
 
     @router.get("/dashboard/api/turn")
     async def turn(request: Request, session: str, turn: int, epoch: str | None = None) -> Response:
-        return await query(request, data.turn_detail, session, turn, epoch)
+        return await query(request, data.turn_detail, session, turn, epoch, turn=(session, turn))
 
     return router

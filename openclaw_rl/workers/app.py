@@ -99,14 +99,22 @@ class Worker:
         worker = cls(settings, index, http, renderer, metrics, service, owner,
                      Authenticator(p.api_keys, p.rate_limit_per_min), UserResolver(p.trusted_user_keys, p.user_header))
         worker.app = make_worker_app(worker, Sources(Path(settings.spool.dir), tokenizer=tokenizer,
-                                                     waiting=worker.waiting))
+                                                     waiting=worker.waiting, waiting_turn=worker.waiting_turn))
         return worker
 
     async def waiting(self, ns: str | None = None) -> list[dict[str, Any]]:
         """The owner tracker's waiting turns that namespace ``ns`` may see (its ``waiting`` call: only those
-        cross the socket), or the spool's with ``SPOOL_FALLBACK``."""
+        cross the socket, as previews: the reply trimmed as the page shows it, no next state), or the spool's
+        with ``SPOOL_FALLBACK``."""
+        return await self._waiting(ns)
+
+    async def waiting_turn(self, ns: str | None, session: str, turn: int) -> list[dict[str, Any]]:
+        """One waiting turn's rows in full, for the turn page (or the spool's, as ``waiting``)."""
+        return await self._waiting(ns, session=session, turn=turn)
+
+    async def _waiting(self, ns: str | None, **which: Any) -> list[dict[str, Any]]:
         try:
-            return await self.owner.call("waiting", timeout_s=self.waiting_timeout_s, ns=ns)
+            return await self.owner.call("waiting", timeout_s=self.waiting_timeout_s, ns=ns, **which)
         except OpenClawError as e:
             log.warning("worker %d: the dashboard shows the spool's waiting turns: %s", self.index, e.message)
         rows = await asyncio.to_thread(waiting_from_spool, Path(self.settings.spool.dir))

@@ -226,7 +226,10 @@ class OwnerHub:
         if call.what == "metrics":
             return (await self.metrics()).decode()
         if call.what == "waiting":  # a worker's dashboard: the live list, as one process's dashboard shows it
-            return waiting_from_tracker(self.proxy.tracker, call.args.get("ns"))
+            a = call.args
+            if a.get("session") is not None:  # the turn page: that turn's rows in full
+                return waiting_from_tracker(self.proxy.tracker, a.get("ns"), turn=(a["session"], a["turn"]))
+            return waiting_from_tracker(self.proxy.tracker, a.get("ns"), preview=True)
         if call.what == "users":
             return await list_users_as(self.proxy, call.args["authorization"])
         if call.what == "delete_user":

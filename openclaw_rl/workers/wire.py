@@ -73,7 +73,8 @@ class EndSession:
 class Call:
     """A question for the owner: ``feedback`` (args: key, rating, text), ``health``, ``metrics``, ``users``
     and ``delete_user`` (args: authorization, user), ``waiting`` (args: ns; the tracker's waiting turns
-    that namespace may see, for a worker's dashboard: ``dashboard.data.waiting_from_tracker``'s rows)."""
+    that namespace may see, for a worker's dashboard: ``dashboard.data.waiting_from_tracker``'s rows, as
+    previews; with session and turn, that turn's rows in full)."""
     tag: ClassVar[str] = "call"
     call: int
     what: str
