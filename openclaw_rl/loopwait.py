@@ -15,7 +15,12 @@ times each wait both ways, docs/performance.md "Event loop, fourth pass"). The s
   happened is not reported as failed.
 - ``until_disconnect``: ``work`` runs in the calling task (no task of its own); a hang-up cancels it there and
   the call returns None, as ``asyncio.wait`` over a work task and a watcher did. A hang-up heard in the same
-  loop turn as the work's end (its callback queued already) cancels nothing: the caller has moved on.
+  loop turn as the work's end (its callback queued already) cancels nothing: the caller has moved on. A
+  cancellation from elsewhere (the server stopping) propagates, also when it comes with the hang-up's or
+  during the work's clean-up after it: Python 3.11+ counts a task's cancellations (``Task.uncancel``), so
+  the hang-up's own is taken back and the other stands. Python 3.10 does not count them (two merge into
+  one), so there ``work`` runs in a task of its own, the one the hang-up cancels (``asyncio.wait`` over it
+  and the watcher: one task and a waiter more per request, 3.10 only).
 """
 
 from __future__ import annotations
@@ -79,10 +84,17 @@ async def thread_result(source: concurrent.futures.Future, timeout: float | None
             timer.cancel()
 
 
+COUNTS_CANCELS = hasattr(asyncio.Task, "uncancel")
+"""Python 3.11+: a task counts the cancellations asked of it, so ``until_disconnect`` can take back the
+hang-up's own and tell whether one from elsewhere stands (3.10: ``work`` runs in a task of its own)."""
+
+
 async def until_disconnect(receive: Callable[[], Awaitable[dict[str, Any]]], work: Awaitable[T]) -> T | None:
     """Await ``work`` in this task, cancelled if the client hangs up first (an ``http.disconnect`` from the ASGI
     ``receive``, called once: the caller has read the whole body, so nothing else can come); returns None when
     the client left, whatever ``work`` did with the cancellation. A cancellation from elsewhere propagates."""
+    if not COUNTS_CANCELS:
+        return await _in_a_task_of_its_own(receive, work)
     task = asyncio.current_task()
     assert task is not None
     gone = finished = False
@@ -113,6 +125,27 @@ async def until_disconnect(receive: Callable[[], Awaitable[dict[str, Any]]], wor
         _uncancel(task)
         return None
     return result
+
+
+async def _in_a_task_of_its_own(receive: Callable[[], Awaitable[dict[str, Any]]], work: Awaitable[T]) -> T | None:
+    """``until_disconnect`` where a task does not count its cancellations (3.10): ``work`` in a task of its own,
+    so the hang-up cancels that task and a cancellation of this one is never taken for it."""
+    job = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(receive())
+    try:
+        done, _ = await asyncio.wait({job, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if job not in done and not watcher.cancelled() and watcher.exception() is None \
+                and watcher.result().get("type") == "http.disconnect":
+            job.cancel()
+            await asyncio.wait({job})  # its clean-up done, as in the caller's task; None whatever it did
+            return None
+        return await job  # finished, or the watcher heard something else: nothing more to watch for
+    except asyncio.CancelledError:  # from elsewhere: it cancels the work too, and stands
+        job.cancel()
+        await asyncio.wait({job})
+        raise
+    finally:
+        watcher.cancel()
 
 
 def _uncancel(task: asyncio.Task) -> int:

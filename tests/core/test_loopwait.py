@@ -1,5 +1,8 @@
 """loopwait: a hang-up still cancels the work (in the caller's task), and a thread's future is waited for with
-wait_for(wrap_future(...))'s semantics (result, error, deadline, giving up cancels the thread's future)."""
+wait_for(wrap_future(...))'s semantics (result, error, deadline, giving up cancels the thread's future).
+
+The ``until_disconnect`` tests run on both of its paths: this Python's, and the one Python 3.10 takes (no
+``Task.uncancel``: the work in a task of its own), forced here on 3.11+ (``both_paths``)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,14 @@ import threading
 
 import pytest
 
+from openclaw_rl import loopwait
 from openclaw_rl.loopwait import thread_result, until_disconnect
+
+
+@pytest.fixture(params=["this python", "python 3.10's"])
+def both_paths(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.param != "this python":
+        monkeypatch.setattr(loopwait, "COUNTS_CANCELS", False)
 
 
 async def answer(waiting: asyncio.Future) -> object:
@@ -32,7 +42,7 @@ class Client:
         return {"type": "http.disconnect"}
 
 
-def test_a_hang_up_cancels_the_work_in_the_callers_task() -> None:
+def test_a_hang_up_cancels_the_work_in_the_callers_task(both_paths: None) -> None:
     async def main() -> None:
         client, started, seen = Client(), asyncio.Event(), []
         caller = asyncio.current_task()
@@ -56,7 +66,7 @@ def test_a_hang_up_cancels_the_work_in_the_callers_task() -> None:
     asyncio.run(main())
 
 
-def test_work_that_finishes_first_is_answered_and_the_watcher_is_stopped() -> None:
+def test_work_that_finishes_first_is_answered_and_the_watcher_is_stopped(both_paths: None) -> None:
     async def main() -> None:
         client = Client()
 
@@ -73,7 +83,7 @@ def test_work_that_finishes_first_is_answered_and_the_watcher_is_stopped() -> No
     asyncio.run(main())
 
 
-def test_an_error_of_the_work_propagates_while_the_client_is_there() -> None:
+def test_an_error_of_the_work_propagates_while_the_client_is_there(both_paths: None) -> None:
     async def main() -> None:
         async def work() -> str:
             raise ValueError("backend")
@@ -83,7 +93,7 @@ def test_an_error_of_the_work_propagates_while_the_client_is_there() -> None:
     asyncio.run(main())
 
 
-def test_work_that_swallows_the_cancellation_still_answers_none() -> None:
+def test_work_that_swallows_the_cancellation_still_answers_none(both_paths: None) -> None:
     async def main() -> None:
         client, started = Client(), asyncio.Event()
 
@@ -102,7 +112,7 @@ def test_work_that_swallows_the_cancellation_still_answers_none() -> None:
     asyncio.run(main())
 
 
-def test_a_cancellation_from_elsewhere_propagates() -> None:
+def test_a_cancellation_from_elsewhere_propagates(both_paths: None) -> None:
     async def main() -> None:
         started = asyncio.Event()
 
@@ -116,6 +126,57 @@ def test_a_cancellation_from_elsewhere_propagates() -> None:
         waiting.cancel()  # the server stopping, not the client leaving
         with pytest.raises(asyncio.CancelledError):
             await waiting
+    asyncio.run(main())
+
+
+def test_a_cancellation_from_elsewhere_during_the_clean_up_after_a_hang_up_propagates(both_paths: None) -> None:
+    """The client hangs up; while the work cleans up after that cancellation, the server stops (cancels the
+    request's task): that cancellation stands, not a 499 (Python 3.10 merged the two and answered None)."""
+    async def main() -> None:
+        client, started, cleaning = Client(), asyncio.Event(), asyncio.Event()
+
+        async def work() -> str:
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cleaning.set()
+                await asyncio.Event().wait()  # e.g. telling the tracker; cancelled again by the server
+                raise
+            return "never"
+
+        waiting = asyncio.ensure_future(until_disconnect(client.receive, work()))
+        await started.wait()
+        client.gone.set()
+        await cleaning.wait()
+        waiting.cancel()  # the server stopping
+        with pytest.raises(asyncio.CancelledError):
+            await answer(waiting)
+    asyncio.run(main())
+
+
+def test_a_cancellation_from_elsewhere_with_the_hang_ups_propagates(both_paths: None) -> None:
+    """The server's cancellation queued right behind the hang-up's, before the request's task resumes: it
+    stands (Python 3.10 merged the two into one and answered None)."""
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        started, request = asyncio.Event(), loop.create_future()
+
+        async def receive() -> dict:
+            await started.wait()
+            task = await request
+            loop.call_soon(loop.call_soon, task.cancel)  # runs after the watcher's done callbacks
+            return {"type": "http.disconnect"}
+
+        async def work() -> str:
+            started.set()
+            await asyncio.Event().wait()
+            return "never"
+
+        waiting = asyncio.ensure_future(until_disconnect(receive, work()))
+        request.set_result(waiting)
+        with pytest.raises(asyncio.CancelledError):
+            await answer(waiting)
     asyncio.run(main())
 
 
@@ -166,7 +227,7 @@ def test_a_result_set_from_a_thread_wakes_the_waiter() -> None:
     asyncio.run(main())
 
 
-def test_a_hang_up_heard_as_the_work_finishes_does_not_cancel_the_caller_afterwards() -> None:
+def test_a_hang_up_heard_as_the_work_finishes_does_not_cancel_the_caller_afterwards(both_paths: None) -> None:
     """The work's answer and the disconnect land in the same loop turn: the caller resumes first (its answer),
     and the watcher's callback, already queued, must not cancel the caller later (it would cancel whatever
     the request does next, e.g. sending the reply: a CancelledError out of the app, logged as a traceback)."""
