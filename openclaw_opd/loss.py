@@ -39,7 +39,12 @@ import torch
 import torch.distributed as dist
 
 from openclaw_rl.config import DISTILL_SUBSETS
-from openclaw_rl.losses.logprobs import active_tp_group, gather_log_probs, iter_response_logits
+from openclaw_rl.losses.logprobs import (
+    ENTROPY_CHUNK_ROWS,
+    active_tp_group,
+    gather_log_probs,
+    iter_response_logits,
+)
 from openclaw_rl.slime_hooks.topk import teacher_topk_from_batch
 
 TEACHER_MASS_TOLERANCE = 1e-3  # a teacher top-K summing above 1 + this is not a distribution
@@ -141,21 +146,33 @@ def topk_reverse_kl(
 def in_student_topk(logits_RV: torch.Tensor, ids_RK: torch.Tensor, k: int,
                     tp_group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """[R, K] True where ``ids_RK`` is among the row's ``k`` largest logits (global ids; ties at the k-th
-    value count as in). Logits, not log-probs: the ranking is the same at any temperature."""
+    value count as in). Logits, not log-probs: the ranking is the same at any temperature.
+
+    Row by row, so ``ENTROPY_CHUNK_ROWS`` rows at a time: bf16 logits (the bundled Slime's) are compared in
+    fp32, and that copy is then one [chunk, V] tensor, not [R, V] (a 4096 x 32K bf16 sample: 512 MiB more at
+    the peak on CPU, 128 MiB in chunks; fp32 logits are not copied). Chunking changes no value: each row's
+    k-th value and picked entries are the same whatever rows come with it. Under TP the collectives run
+    once, on the [R, k] and [R, K] results."""
     rows, vocab_local = logits_RV.shape
-    logits = logits_RV.detach().float()
+    source = logits_RV.detach()
+    width = min(k, vocab_local)
+    top_Rk = torch.empty((rows, width), dtype=torch.float32, device=source.device)  # compared in fp32, as before
+    offset = 0 if tp_group is None else dist.get_rank(tp_group) * vocab_local
+    local_RK = ids_RK - offset
+    picked_RK = torch.empty(ids_RK.shape, dtype=top_Rk.dtype, device=source.device)
+    for start in range(0, rows, ENTROPY_CHUNK_ROWS):
+        logits_CV = source[start : start + ENTROPY_CHUNK_ROWS].float()
+        top_Rk[start : start + ENTROPY_CHUNK_ROWS] = logits_CV.topk(width, dim=-1).values
+        picked_RK[start : start + ENTROPY_CHUNK_ROWS] = logits_CV.gather(
+            -1, local_RK[start : start + ENTROPY_CHUNK_ROWS].clamp(0, vocab_local - 1))
+        del logits_CV
     if tp_group is None:
-        kth_R = logits.topk(min(k, vocab_local), dim=-1).values[:, -1]
-        picked_RK = logits.gather(-1, ids_RK.clamp(0, vocab_local - 1))
-        return picked_RK >= kth_R.unsqueeze(-1)
+        return picked_RK >= top_Rk[:, -1:]
     world = dist.get_world_size(tp_group)
-    local_top = logits.topk(min(k, vocab_local), dim=-1).values.contiguous()
-    shards = [torch.empty_like(local_top) for _ in range(world)]
-    dist.all_gather(shards, local_top, group=tp_group)
+    shards = [torch.empty_like(top_Rk) for _ in range(world)]
+    dist.all_gather(shards, top_Rk, group=tp_group)
     kth_R = torch.cat(shards, dim=-1).topk(min(k, vocab_local * world), dim=-1).values[:, -1]
-    local_RK = ids_RK - dist.get_rank(tp_group) * vocab_local
     in_shard_RK = (local_RK >= 0) & (local_RK < vocab_local)
-    picked_RK = logits.gather(-1, local_RK.clamp(0, vocab_local - 1))
     picked_RK = torch.where(in_shard_RK, picked_RK, torch.full_like(picked_RK, -math.inf))
     dist.all_reduce(picked_RK, op=dist.ReduceOp.MAX, group=tp_group)
     return picked_RK >= kth_R.unsqueeze(-1)

@@ -11,6 +11,7 @@ import pytest
 import torch
 from loss_test_support import build_packed_batch, default_args, python_log_softmax, reference_response_rows
 
+from openclaw_opd import loss as opd_loss
 from openclaw_opd.loss import log1mexp, topk_distillation_loss_function
 from openclaw_rl.losses.policy_math import make_sum_of_sample_mean
 
@@ -209,3 +210,52 @@ def test_log1mexp_is_accurate_on_both_branches_with_finite_gradients() -> None:
     torch.testing.assert_close(y, torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=0.0)
     y.sum().backward()
     assert torch.isfinite(x.grad).all()
+
+
+def _whole_sample_in_student_topk(logits_RV: torch.Tensor, ids_RK: torch.Tensor, k: int) -> torch.Tensor:
+    """The one-pass formula ``in_student_topk`` had before it went by row chunks (one [R, V] fp32 copy)."""
+    logits = logits_RV.detach().float()
+    kth_R = logits.topk(min(k, logits.size(-1)), dim=-1).values[:, -1]
+    return logits.gather(-1, ids_RK.clamp(0, logits.size(-1) - 1)) >= kth_R.unsqueeze(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("chunk", [3, 1024])
+def test_in_student_topk_by_row_chunks_is_the_whole_sample_answer(dtype: torch.dtype, chunk: int,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row chunks (a ragged last one included) change no answer, ties at the k-th value included: integer
+    logits in a narrow range make many ties."""
+    monkeypatch.setattr(opd_loss, "ENTROPY_CHUNK_ROWS", chunk)
+    gen = torch.Generator().manual_seed(chunk)
+    rows = 2 * chunk + chunk // 2 + 1
+    logits_RV = torch.randint(-4, 5, (rows, 40), generator=gen).to(dtype)
+    for k in (1, 4, 40):
+        ids_RK = torch.randint(-2, 42, (rows, k), generator=gen)  # out-of-range ids too (clamped, as before)
+        assert torch.equal(opd_loss.in_student_topk(logits_RV, ids_RK, k),
+                           _whole_sample_in_student_topk(logits_RV, ids_RK, k))
+
+
+def test_in_student_topk_copies_one_row_chunk_to_fp32_not_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 logits are ranked in fp32: no tensor it allocates is larger than one [chunk, V] fp32 block (a
+    4096 x 32K bf16 sample on CPU: +512 MiB at the peak whole, +128 MiB in 1024-row chunks)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class LargestAllocation(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.largest = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
+                    self.largest = max(self.largest, t.untyped_storage().nbytes())
+            return out
+
+    monkeypatch.setattr(opd_loss, "ENTROPY_CHUNK_ROWS", 4)
+    logits_RV = torch.randn(64, 1000).to(torch.bfloat16)
+    ids_RK = torch.randint(0, 1000, (64, 8))
+    with LargestAllocation() as seen:
+        opd_loss.in_student_topk(logits_RV, ids_RK, 8)
+    assert seen.largest == 4 * 1000 * 4, seen.largest  # [4, V] fp32; the [R, K] results are smaller
