@@ -8,6 +8,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 
 def default_args(**overrides: Any) -> SimpleNamespace:
@@ -88,3 +90,23 @@ def python_sample_mean_sum(per_sample: Sequence[Sequence[float]], masks: Sequenc
         sum(v * m for v, m in zip(values, mask, strict=True)) / max(sum(mask), 1)
         for values, mask in zip(per_sample, masks, strict=True)
     )
+
+
+class AllocationProbe(TorchDispatchMode):
+    """Records (op, numel) for every freshly allocated tensor output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.allocations: list[tuple[str, int]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        aliased = any(ret.alias_info is not None for ret in func._schema.returns)  # a view or an in-place op
+        if not aliased:
+            for tensor in tree_flatten(out)[0]:
+                if isinstance(tensor, torch.Tensor):
+                    self.allocations.append((str(func), tensor.numel()))
+        return out
+
+    def larger_than(self, numel: int) -> list[tuple[str, int]]:
+        return [(op, n) for op, n in self.allocations if n > numel]

@@ -14,8 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as torch_mp
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from loss_test_support import AllocationProbe
 
 from openclaw_rl.losses import logprobs
 from openclaw_rl.losses.logprobs import log_probs_and_entropy, token_log_probs
@@ -23,26 +22,6 @@ from openclaw_rl.losses.policy_math import entropy_from_logits
 
 CHUNK = 4  # the tests shrink ENTROPY_CHUNK_ROWS so that R below, at and above it stay cheap
 ROWS = (0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 3)
-
-
-class AllocationProbe(TorchDispatchMode):
-    """Records (op, numel) for every freshly allocated tensor output."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.allocations: list[tuple[str, int]] = []
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        aliased = any(ret.alias_info is not None for ret in func._schema.returns)  # a view or an in-place op
-        if not aliased:
-            for tensor in tree_flatten(out)[0]:
-                if isinstance(tensor, torch.Tensor):
-                    self.allocations.append((str(func), tensor.numel()))
-        return out
-
-    def larger_than(self, numel: int) -> list[tuple[str, int]]:
-        return [(op, n) for op, n in self.allocations if n > numel]
 
 
 def saved_for_backward(fn: Any) -> set[tuple[int, int]]:
