@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import CommandError
-from .samples import TrainingSample
+from .samples import ARRAY_FIELDS, TrainingSample
 from .turns import with_array_bytes
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,18 @@ CREATE TABLE IF NOT EXISTS samples (
     kind       TEXT NOT NULL,
     batch_id   TEXT,
     created    REAL NOT NULL,
-    payload    TEXT NOT NULL
+    payload    TEXT NOT NULL,
+    -- the sample's long arrays apart from its JSON (payload), as the bytes of an array each
+    -- (TrainingSample.to_row, samples.ARRAY_FIELDS); NULL in rows written before, whose JSON holds them
+    prompt_ids             BLOB,
+    response_ids           BLOB,
+    rollout_log_probs      BLOB,
+    loss_mask              BLOB,
+    teacher_log_probs      BLOB,
+    teacher_topk_log_probs BLOB,
+    teacher_topk_indices   BLOB,
+    teacher_prompt_ids     BLOB,
+    student_topk_indices   BLOB
 );
 CREATE INDEX IF NOT EXISTS samples_batch ON samples(batch_id);
 CREATE TABLE IF NOT EXISTS spool_stats (
@@ -95,8 +106,17 @@ CREATE TRIGGER IF NOT EXISTS pending_turn_deleted AFTER DELETE ON pending_turns 
 END;
 """
 
-# Columns added since the first schema: a spool written before them gets them when it is opened
-_ADDED_COLUMNS = {"pending_turns": ("prompt_ids BLOB", "response_ids BLOB", "logprobs BLOB")}
+# Columns added since the first schema: a spool written before them gets them when it is opened. A sample's
+# long arrays: the bytes of an array each (``TrainingSample.to_row``), NULL in rows written before (their
+# JSON holds them) and for a field that is None or stayed in the JSON.
+_ADDED_COLUMNS = {"pending_turns": ("prompt_ids BLOB", "response_ids BLOB", "logprobs BLOB"),
+                  "samples": tuple(f"{name} BLOB" for name, _, _ in ARRAY_FIELDS)}
+_ARRAY_COLUMNS = ", ".join(name for name, _, _ in ARRAY_FIELDS)
+# A sample's size as the cap counts it: its JSON's UTF-8 bytes and its arrays' bytes
+_SAMPLE_BYTES = "LENGTH(CAST(payload AS BLOB)) + " + " + ".join(
+    f"COALESCE(LENGTH({name}), 0)" for name, _, _ in ARRAY_FIELDS)
+_INSERT_SAMPLE = (f"INSERT OR IGNORE INTO samples(sample_id, session_id, turn, kind, created, payload, {_ARRAY_COLUMNS}) "
+                  f"VALUES ({', '.join('?' * (6 + len(ARRAY_FIELDS)))})")
 
 TurnKey = tuple[str, str, int]  # (session_key, epoch, turn index)
 _T = TypeVar("_T")
@@ -178,7 +198,7 @@ class Spool:
             self._db.executescript(_SCHEMA)
             self._migrate()
             self._db.execute("INSERT OR IGNORE INTO spool_stats(name, value) SELECT 'live_bytes', "
-                             "COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0) FROM samples")
+                             f"COALESCE(SUM({_SAMPLE_BYTES}), 0) FROM samples")
         except sqlite3.DatabaseError as e:
             self.unlock()
             detail = " ".join(str(e).split())  # one line, however many problems SQLite lists
@@ -335,7 +355,8 @@ class Spool:
         return out
 
     def live_bytes(self) -> int:
-        """Bytes of the samples not yet acknowledged by the trainer: what the cap limits. Kept in the
+        """Bytes of the samples not yet acknowledged by the trainer (a sample's JSON and its arrays' blobs,
+        ``_SAMPLE_BYTES``): what the cap limits. Kept in the
         database next to the samples (same transactions), so it is exact across processes and restarts;
         the file itself never shrinks, which is why its size is not the measure."""
         with self._lock:
@@ -351,7 +372,8 @@ class Spool:
         rows = []
         for s in samples:
             s.sample_id = s.sample_id or uuid.uuid4().hex
-            rows.append((s.sample_id, s.session_id, s.turn, s.kind, time.time(), s.to_json()))
+            payload, blobs = s.to_row()
+            rows.append((s.sample_id, s.session_id, s.turn, s.kind, time.time(), payload, *blobs))
         self._apply(self._put, rows, keys)
 
     def _execute(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
@@ -366,10 +388,10 @@ class Spool:
                                 f"{self.max_bytes} bytes")
             added = 0
             for row in rows:  # one by one: a sample already there (re-judged after a crash) adds nothing
-                if db.execute("INSERT OR IGNORE INTO samples(sample_id, session_id, turn, kind, created, payload) "
-                              "VALUES (?,?,?,?,?,?)", row).rowcount:
-                    payload = row[5]  # its UTF-8 length, as LENGTH(CAST(payload AS BLOB)) counts it
+                if db.execute(_INSERT_SAMPLE, row).rowcount:
+                    payload = row[5]  # its UTF-8 length, as LENGTH(CAST(payload AS BLOB)) counts it, and its blobs
                     added += len(payload) if payload.isascii() else len(payload.encode())
+                    added += sum(len(blob) for blob in row[6:] if blob is not None)
             if added:
                 db.execute("UPDATE spool_stats SET value = value + ? WHERE name='live_bytes'", (added,))
         if keys:
@@ -441,12 +463,12 @@ class Spool:
         """Mark the ``n`` oldest unleased samples as belonging to a batch and return them."""
         batch_id = batch_id or uuid.uuid4().hex
         with self._lock, self._transaction():
-            rows = self._db.execute("SELECT seq, payload FROM samples WHERE batch_id IS NULL ORDER BY seq LIMIT ?",
-                                    (n,)).fetchall()
-            self._db.executemany("UPDATE samples SET batch_id=? WHERE seq=?", [(batch_id, seq) for seq, _ in rows])
+            rows = self._db.execute(f"SELECT seq, payload, {_ARRAY_COLUMNS} FROM samples WHERE batch_id IS NULL "
+                                    "ORDER BY seq LIMIT ?", (n,)).fetchall()
+            self._db.executemany("UPDATE samples SET batch_id=? WHERE seq=?", [(batch_id, row[0]) for row in rows])
         samples = []
-        for seq, payload in rows:
-            sample = TrainingSample.from_json(payload)
+        for seq, payload, *blobs in rows:
+            sample = TrainingSample.from_row(payload, blobs)
             sample.index = seq
             samples.append(sample)
         return batch_id, samples
@@ -454,8 +476,8 @@ class Spool:
     def ack(self, batch_id: str) -> int:
         """The trainer has the batch: its samples leave the spool for good (and free their room)."""
         with self._lock, self._transaction():
-            freed = self._db.execute("SELECT COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0) FROM samples "
-                                     "WHERE batch_id=?", (batch_id,)).fetchone()[0]
+            freed = self._db.execute(f"SELECT COALESCE(SUM({_SAMPLE_BYTES}), 0) FROM samples WHERE batch_id=?",
+                                     (batch_id,)).fetchone()[0]
             n = self._db.execute("DELETE FROM samples WHERE batch_id=?", (batch_id,)).rowcount
             self._db.execute("UPDATE spool_stats SET value = MAX(0, value - ?) WHERE name='live_bytes'", (freed,))
         return n
@@ -488,8 +510,8 @@ class Spool:
                                              (n, session_prefix)).rowcount
                     self._db.execute("DELETE FROM pending_next_states WHERE substr(session_key, 1, ?) = ?",
                                      (n, session_prefix))
-                    self._db.execute("UPDATE spool_stats SET value = (SELECT COALESCE(SUM(LENGTH(CAST(payload AS "
-                                     "BLOB))), 0) FROM samples) WHERE name = 'live_bytes'")
+                    self._db.execute(f"UPDATE spool_stats SET value = (SELECT COALESCE(SUM({_SAMPLE_BYTES}), 0) "
+                                     "FROM samples) WHERE name = 'live_bytes'")
             finally:
                 self._db.execute("PRAGMA secure_delete=OFF")
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -497,9 +519,9 @@ class Spool:
 
     def iter_samples(self) -> Iterator[TrainingSample]:
         with self._lock:
-            rows = self._db.execute("SELECT seq, payload FROM samples ORDER BY seq").fetchall()
-        for seq, payload in rows:
-            sample = TrainingSample.from_json(payload)
+            rows = self._db.execute(f"SELECT seq, payload, {_ARRAY_COLUMNS} FROM samples ORDER BY seq").fetchall()
+        for seq, payload, *blobs in rows:
+            sample = TrainingSample.from_row(payload, blobs)
             sample.index = seq
             yield sample
 
