@@ -186,6 +186,7 @@ class TrainingSample:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(TrainingSample) if f.init)
+_field_values = operator.attrgetter(*_FIELD_NAMES)
 
 ARRAY_FIELDS: tuple[tuple[str, str, bool], ...] = (
     # (field, array typecode, (R, K) rows): the spool's blob columns, named after the fields, in this order
@@ -222,6 +223,7 @@ def _to_bytes(value: Any, code: str, two_d: bool, r: int) -> bytes | None:
 
 
 def _from_bytes(blob: bytes, code: str, two_d: bool, r: int) -> list[Any]:
+    """The list ``_to_bytes`` stored: flat, or ``r`` rows of the same length."""
     values = array(code)
     values.frombytes(blob)
     flat = values.tolist()
@@ -231,7 +233,8 @@ def _from_bytes(blob: bytes, code: str, two_d: bool, r: int) -> list[Any]:
         return []
     k = len(flat) // r
     return [flat[i:i + k] for i in range(0, r * k, k)] if k else [[] for _ in range(r)]
-_field_values = operator.attrgetter(*_FIELD_NAMES)
+
+
 _PLAIN = frozenset((str, int, bool, type(None)))  # types that hold no float
 
 

@@ -41,82 +41,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import CommandError
-from .samples import ARRAY_FIELDS, TrainingSample
+from .samples import TrainingSample
+from .spool_schema import ARRAY_COLUMNS, INSERT_SAMPLE, SAMPLE_BYTES, SCHEMA, migrate
 from .turns import with_array_bytes
 
 log = logging.getLogger(__name__)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS samples (
-    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
-    sample_id  TEXT NOT NULL UNIQUE,
-    session_id TEXT NOT NULL,
-    turn       INTEGER NOT NULL,
-    kind       TEXT NOT NULL,
-    batch_id   TEXT,
-    created    REAL NOT NULL,
-    payload    TEXT NOT NULL,
-    -- the sample's long arrays apart from its JSON (payload), as the bytes of an array each
-    -- (TrainingSample.to_row, samples.ARRAY_FIELDS); NULL in rows written before, whose JSON holds them
-    prompt_ids             BLOB,
-    response_ids           BLOB,
-    rollout_log_probs      BLOB,
-    loss_mask              BLOB,
-    teacher_log_probs      BLOB,
-    teacher_topk_log_probs BLOB,
-    teacher_topk_indices   BLOB,
-    teacher_prompt_ids     BLOB,
-    student_topk_indices   BLOB
-);
-CREATE INDEX IF NOT EXISTS samples_batch ON samples(batch_id);
-CREATE TABLE IF NOT EXISTS spool_stats (
-    name  TEXT PRIMARY KEY,
-    value INTEGER NOT NULL
-);
--- written and emptied in one commit while writes fail, to learn when the disk takes them again
-CREATE TABLE IF NOT EXISTS write_probe (data BLOB);
--- A waiting turn: its record (JSON) and, apart from it, its token arrays as the bytes of array('i'/'d')
--- (NULL in rows written before they moved out of the record, which then holds them in base64)
-CREATE TABLE IF NOT EXISTS pending_turns (
-    session_key  TEXT NOT NULL,
-    epoch        TEXT NOT NULL,
-    turn         INTEGER NOT NULL,
-    payload      TEXT NOT NULL,
-    prompt_ids   BLOB,
-    response_ids BLOB,
-    logprobs     BLOB,
-    PRIMARY KEY (session_key, epoch, turn)
-);
--- A waiting turn's next state that arrived after its record was saved (see save_next_state): a row of its
--- own, since SQLite rewrites a whole row to update one column.
-CREATE TABLE IF NOT EXISTS pending_next_states (
-    session_key TEXT NOT NULL,
-    epoch       TEXT NOT NULL,
-    turn        INTEGER NOT NULL,
-    next_state  TEXT NOT NULL,
-    PRIMARY KEY (session_key, epoch, turn)
-);
--- A waiting turn's next state goes with its row: a new record of the turn (which holds the next state) and
--- its deletion (settled) remove it, in SQLite rather than one more statement from Python per write.
-CREATE TRIGGER IF NOT EXISTS pending_turn_saved AFTER INSERT ON pending_turns BEGIN
-    DELETE FROM pending_next_states WHERE session_key = NEW.session_key AND epoch = NEW.epoch AND turn = NEW.turn;
-END;
-CREATE TRIGGER IF NOT EXISTS pending_turn_deleted AFTER DELETE ON pending_turns BEGIN
-    DELETE FROM pending_next_states WHERE session_key = OLD.session_key AND epoch = OLD.epoch AND turn = OLD.turn;
-END;
-"""
-
-# Columns added since the first schema: a spool written before them gets them when it is opened. A sample's
-# long arrays: the bytes of an array each (``TrainingSample.to_row``), NULL in rows written before (their
-# JSON holds them) and for a field that is None or stayed in the JSON.
-_ADDED_COLUMNS = {"pending_turns": ("prompt_ids BLOB", "response_ids BLOB", "logprobs BLOB"),
-                  "samples": tuple(f"{name} BLOB" for name, _, _ in ARRAY_FIELDS)}
-_ARRAY_COLUMNS = ", ".join(name for name, _, _ in ARRAY_FIELDS)
-# A sample's size as the cap counts it: its JSON's UTF-8 bytes and its arrays' bytes
-_SAMPLE_BYTES = "LENGTH(CAST(payload AS BLOB)) + " + " + ".join(
-    f"COALESCE(LENGTH({name}), 0)" for name, _, _ in ARRAY_FIELDS)
-_INSERT_SAMPLE = (f"INSERT OR IGNORE INTO samples(sample_id, session_id, turn, kind, created, payload, {_ARRAY_COLUMNS}) "
-                  f"VALUES ({', '.join('?' * (6 + len(ARRAY_FIELDS)))})")
 
 TurnKey = tuple[str, str, int]  # (session_key, epoch, turn index)
 _T = TypeVar("_T")
@@ -195,10 +124,10 @@ class Spool:
             problems = [r[0] for r in self._db.execute("PRAGMA quick_check").fetchall()]
             if problems != ["ok"]:
                 raise sqlite3.DatabaseError("; ".join(problems[:3]))
-            self._db.executescript(_SCHEMA)
+            self._db.executescript(SCHEMA)
             self._migrate()
             self._db.execute("INSERT OR IGNORE INTO spool_stats(name, value) SELECT 'live_bytes', "
-                             f"COALESCE(SUM({_SAMPLE_BYTES}), 0) FROM samples")
+                             f"COALESCE(SUM({SAMPLE_BYTES}), 0) FROM samples")
         except sqlite3.DatabaseError as e:
             self.unlock()
             detail = " ".join(str(e).split())  # one line, however many problems SQLite lists
@@ -213,17 +142,8 @@ class Spool:
         self._file_id = _file_id(self.path)
 
     def _migrate(self) -> None:
-        """Bring a spool written by an earlier version to this schema (columns added since, ``_ADDED_COLUMNS``);
-        its rows keep their meaning (a waiting turn's record without the blobs still holds its arrays)."""
-        for table, columns in _ADDED_COLUMNS.items():
-            have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
-            for column in columns:
-                if column.split()[0] not in have:
-                    try:
-                        self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
-                    except sqlite3.OperationalError as e:  # another process opening it added it since the check
-                        if "duplicate column name" not in str(e):
-                            raise
+        """Bring a spool written by an earlier version to this schema (``spool_schema.migrate``)."""
+        migrate(self._db)
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
@@ -356,7 +276,7 @@ class Spool:
 
     def live_bytes(self) -> int:
         """Bytes of the samples not yet acknowledged by the trainer (a sample's JSON and its arrays' blobs,
-        ``_SAMPLE_BYTES``): what the cap limits. Kept in the
+        ``SAMPLE_BYTES``): what the cap limits. Kept in the
         database next to the samples (same transactions), so it is exact across processes and restarts;
         the file itself never shrinks, which is why its size is not the measure."""
         with self._lock:
@@ -388,7 +308,7 @@ class Spool:
                                 f"{self.max_bytes} bytes")
             added = 0
             for row in rows:  # one by one: a sample already there (re-judged after a crash) adds nothing
-                if db.execute(_INSERT_SAMPLE, row).rowcount:
+                if db.execute(INSERT_SAMPLE, row).rowcount:
                     payload = row[5]  # its UTF-8 length, as LENGTH(CAST(payload AS BLOB)) counts it, and its blobs
                     added += len(payload) if payload.isascii() else len(payload.encode())
                     added += sum(len(blob) for blob in row[6:] if blob is not None)
@@ -463,7 +383,7 @@ class Spool:
         """Mark the ``n`` oldest unleased samples as belonging to a batch and return them."""
         batch_id = batch_id or uuid.uuid4().hex
         with self._lock, self._transaction():
-            rows = self._db.execute(f"SELECT seq, payload, {_ARRAY_COLUMNS} FROM samples WHERE batch_id IS NULL "
+            rows = self._db.execute(f"SELECT seq, payload, {ARRAY_COLUMNS} FROM samples WHERE batch_id IS NULL "
                                     "ORDER BY seq LIMIT ?", (n,)).fetchall()
             self._db.executemany("UPDATE samples SET batch_id=? WHERE seq=?", [(batch_id, row[0]) for row in rows])
         samples = []
@@ -476,7 +396,7 @@ class Spool:
     def ack(self, batch_id: str) -> int:
         """The trainer has the batch: its samples leave the spool for good (and free their room)."""
         with self._lock, self._transaction():
-            freed = self._db.execute(f"SELECT COALESCE(SUM({_SAMPLE_BYTES}), 0) FROM samples WHERE batch_id=?",
+            freed = self._db.execute(f"SELECT COALESCE(SUM({SAMPLE_BYTES}), 0) FROM samples WHERE batch_id=?",
                                      (batch_id,)).fetchone()[0]
             n = self._db.execute("DELETE FROM samples WHERE batch_id=?", (batch_id,)).rowcount
             self._db.execute("UPDATE spool_stats SET value = MAX(0, value - ?) WHERE name='live_bytes'", (freed,))
@@ -510,7 +430,7 @@ class Spool:
                                              (n, session_prefix)).rowcount
                     self._db.execute("DELETE FROM pending_next_states WHERE substr(session_key, 1, ?) = ?",
                                      (n, session_prefix))
-                    self._db.execute(f"UPDATE spool_stats SET value = (SELECT COALESCE(SUM({_SAMPLE_BYTES}), 0) "
+                    self._db.execute(f"UPDATE spool_stats SET value = (SELECT COALESCE(SUM({SAMPLE_BYTES}), 0) "
                                      "FROM samples) WHERE name = 'live_bytes'")
             finally:
                 self._db.execute("PRAGMA secure_delete=OFF")
@@ -519,7 +439,7 @@ class Spool:
 
     def iter_samples(self) -> Iterator[TrainingSample]:
         with self._lock:
-            rows = self._db.execute(f"SELECT seq, payload, {_ARRAY_COLUMNS} FROM samples ORDER BY seq").fetchall()
+            rows = self._db.execute(f"SELECT seq, payload, {ARRAY_COLUMNS} FROM samples ORDER BY seq").fetchall()
         for seq, payload, *blobs in rows:
             sample = TrainingSample.from_row(payload, blobs)
             sample.index = seq
