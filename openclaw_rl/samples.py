@@ -5,6 +5,12 @@ consumed and the ids it sampled, never re-tokenised text, and checks every per-t
 the response length. Slime's ``Sample`` is built from this record in ``openclaw_rl.slime_hooks.samples``.
 Loss-mask rule: sampled tokens are 1; a position is 0 only when the mode says so (an excluded turn, or
 a position the teacher could not score) and that is recorded in ``metadata``.
+
+The spool stores a sample as ``to_row``: its long arrays (``ARRAY_FIELDS``) as the bytes of an ``array``
+each (blob columns), the rest as JSON; ``from_row`` reads both back into the same sample. Ints are
+``array('i')`` (or ``'b'`` for the loss mask), floats ``array('d')``: float64, what a Python float and the
+JSON path hold, so every value comes back bit for bit, NaN and infinities included. An array that does not
+fit its type (a value out of range, a ragged (R, K) list, a non-number) stays in the JSON, as before.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import hashlib
 import json
 import math
 import operator
+from array import array
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -45,6 +52,10 @@ class TrainingSample:
     metadata: dict[str, Any] = field(default_factory=dict)  # judge votes, hint, namespace, exactness …
     sample_id: str = ""  # unique id, assigned by the spool
     index: int = -1  # assigned by the spool at delivery (monotonic across restarts)
+    # from_turn: the bytes of the turn's arrays that a list field was made from, by field name, with that list:
+    # to_row takes them instead of converting the list again (~5x orjson's cost for 8K ids), only while the
+    # field still holds that very list. Not a field of the record (no init, compare, repr or JSON).
+    _packed: dict[str, tuple[list[Any], bytes]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         r = len(self.response_ids)
@@ -79,11 +90,18 @@ class TrainingSample:
         # Deterministic id: re-judging a turn after a crash re-creates the same sample, which the spool
         # ignores (exactly-once delivery).
         sample_id = hashlib.sha1(f"{turn.session_key}\x1f{turn.epoch}\x1f{turn.index}\x1f{kind}".encode()).hexdigest()
-        return cls(session_id=turn.session_id, turn=turn.index, kind=kind, sample_id=sample_id,
-                   prompt_ids=turn.prompt_ids.tolist(), response_ids=gen.response_ids.tolist(),
-                   rollout_log_probs=gen.response_logprobs.tolist(),
-                   loss_mask=[1] * r if loss_mask is None else loss_mask, reward=float(reward),
-                   status=gen.status.value, response_text=gen.text, metadata=meta, **teacher)
+        sample = cls(session_id=turn.session_id, turn=turn.index, kind=kind, sample_id=sample_id,
+                     prompt_ids=turn.prompt_ids.tolist(), response_ids=gen.response_ids.tolist(),
+                     rollout_log_probs=gen.response_logprobs.tolist(),
+                     loss_mask=[1] * r if loss_mask is None else loss_mask, reward=float(reward),
+                     status=gen.status.value, response_text=gen.text, metadata=meta, **teacher)
+        packed = {}
+        for name, source in (("prompt_ids", turn.prompt_ids), ("response_ids", gen.response_ids),
+                             ("rollout_log_probs", gen.response_logprobs)):
+            if source.typecode == _TYPECODES[name]:
+                packed[name] = (getattr(sample, name), source.tobytes())
+        sample._packed = packed
+        return sample
 
     @property
     def tokens(self) -> list[int]:
@@ -116,6 +134,42 @@ class TrainingSample:
     def from_json(cls, text: str) -> TrainingSample:
         return cls(**json.loads(text))
 
+    def to_row(self) -> tuple[str, tuple[bytes | None, ...]]:
+        """What the spool stores: the JSON of the sample without its long arrays, and those arrays' bytes in
+        ``ARRAY_FIELDS`` order (None for a field that is None or stays in the JSON: see the module docstring)."""
+        obj = dict(zip(_FIELD_NAMES, _field_values(self)))
+        r = len(self.response_ids)
+        packed = self._packed or {}
+        blobs: list[bytes | None] = []
+        for name, code, two_d in ARRAY_FIELDS:
+            value = obj[name]
+            source = packed.get(name)
+            if source is not None and source[0] is value and len(source[1]) == len(value) * _ITEMSIZE[code]:
+                blob: bytes | None = source[1]
+            else:
+                blob = None if value is None else _to_bytes(value, code, two_d, r)
+            if blob is not None:
+                del obj[name]
+            blobs.append(blob)
+        if _finite(obj):
+            return codec.dumps_str(obj), tuple(blobs)
+        return json.dumps(obj, separators=(",", ":")), tuple(blobs)
+
+    @classmethod
+    def from_row(cls, text: str, blobs: tuple[bytes | None, ...] | list[bytes | None]) -> TrainingSample:
+        """The sample ``to_row`` wrote (or the JSON of ``to_json``, with no blobs: a row written before the
+        arrays moved out, whose JSON holds them)."""
+        obj = json.loads(text)
+        if any(b is not None for b in blobs):
+            values = {name: blob for (name, _, _), blob in zip(ARRAY_FIELDS, blobs) if blob is not None}
+            if "response_ids" in values:
+                obj["response_ids"] = _from_bytes(values.pop("response_ids"), "i", False, 0)
+            r = len(obj["response_ids"])
+            for name, blob in values.items():
+                code, two_d = _SHAPES[name]
+                obj[name] = _from_bytes(blob, code, two_d, r)
+        return cls(**obj)
+
     def summary(self) -> dict[str, Any]:
         """The row ``openclaw-rl samples`` prints."""
         out = {"sample_id": self.sample_id, "index": self.index, "session_id": self.session_id, "turn": self.turn,
@@ -131,8 +185,56 @@ class TrainingSample:
         return out
 
 
-_FIELD_NAMES = tuple(f.name for f in fields(TrainingSample))
+_FIELD_NAMES = tuple(f.name for f in fields(TrainingSample) if f.init)
 _field_values = operator.attrgetter(*_FIELD_NAMES)
+
+ARRAY_FIELDS: tuple[tuple[str, str, bool], ...] = (
+    # (field, array typecode, (R, K) rows): the spool's blob columns, named after the fields, in this order
+    ("prompt_ids", "i", False), ("response_ids", "i", False), ("rollout_log_probs", "d", False),
+    ("loss_mask", "b", False), ("teacher_log_probs", "d", False), ("teacher_topk_log_probs", "d", True),
+    ("teacher_topk_indices", "i", True), ("teacher_prompt_ids", "i", False), ("student_topk_indices", "i", True))
+_TYPECODES = {name: code for name, code, _ in ARRAY_FIELDS}
+_SHAPES = {name: (code, two_d) for name, code, two_d in ARRAY_FIELDS}
+_ITEMSIZE = {code: array(code).itemsize for code in "ibd"}
+
+
+def _to_bytes(value: Any, code: str, two_d: bool, r: int) -> bytes | None:
+    """The bytes of ``value`` as ``array(code)`` (the rows of an (R, K) list one after another), or None when it
+    does not fit (a value out of the type's range, a string or None in it, ragged rows): the list then stays in
+    the JSON. An int (or a bool) in a float array comes back as the equal float, a bool in an int array as the
+    equal int; floats are refused by an int array."""
+    if type(value) is not list:
+        return None
+    out = array(code)
+    try:
+        if not two_d:
+            out.fromlist(value)
+            return out.tobytes()
+        if len(value) != r:
+            return None
+        k = len(value[0]) if value else 0
+        for row in value:
+            if type(row) is not list or len(row) != k:
+                return None  # ragged: no K to read it back by
+            out.fromlist(row)
+    except (OverflowError, TypeError):
+        return None
+    return out.tobytes()
+
+
+def _from_bytes(blob: bytes, code: str, two_d: bool, r: int) -> list[Any]:
+    """The list ``_to_bytes`` stored: flat, or ``r`` rows of the same length."""
+    values = array(code)
+    values.frombytes(blob)
+    flat = values.tolist()
+    if not two_d:
+        return flat
+    if r == 0:
+        return []
+    k = len(flat) // r
+    return [flat[i:i + k] for i in range(0, r * k, k)] if k else [[] for _ in range(r)]
+
+
 _PLAIN = frozenset((str, int, bool, type(None)))  # types that hold no float
 
 

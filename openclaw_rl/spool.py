@@ -42,61 +42,10 @@ from typing import Any, TypeVar
 
 from .errors import CommandError
 from .samples import TrainingSample
+from .spool_schema import ARRAY_COLUMNS, INSERT_SAMPLE, SAMPLE_BYTES, SCHEMA, migrate
 from .turns import with_array_bytes
 
 log = logging.getLogger(__name__)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS samples (
-    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
-    sample_id  TEXT NOT NULL UNIQUE,
-    session_id TEXT NOT NULL,
-    turn       INTEGER NOT NULL,
-    kind       TEXT NOT NULL,
-    batch_id   TEXT,
-    created    REAL NOT NULL,
-    payload    TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS samples_batch ON samples(batch_id);
-CREATE TABLE IF NOT EXISTS spool_stats (
-    name  TEXT PRIMARY KEY,
-    value INTEGER NOT NULL
-);
--- written and emptied in one commit while writes fail, to learn when the disk takes them again
-CREATE TABLE IF NOT EXISTS write_probe (data BLOB);
--- A waiting turn: its record (JSON) and, apart from it, its token arrays as the bytes of array('i'/'d')
--- (NULL in rows written before they moved out of the record, which then holds them in base64)
-CREATE TABLE IF NOT EXISTS pending_turns (
-    session_key  TEXT NOT NULL,
-    epoch        TEXT NOT NULL,
-    turn         INTEGER NOT NULL,
-    payload      TEXT NOT NULL,
-    prompt_ids   BLOB,
-    response_ids BLOB,
-    logprobs     BLOB,
-    PRIMARY KEY (session_key, epoch, turn)
-);
--- A waiting turn's next state that arrived after its record was saved (see save_next_state): a row of its
--- own, since SQLite rewrites a whole row to update one column.
-CREATE TABLE IF NOT EXISTS pending_next_states (
-    session_key TEXT NOT NULL,
-    epoch       TEXT NOT NULL,
-    turn        INTEGER NOT NULL,
-    next_state  TEXT NOT NULL,
-    PRIMARY KEY (session_key, epoch, turn)
-);
--- A waiting turn's next state goes with its row: a new record of the turn (which holds the next state) and
--- its deletion (settled) remove it, in SQLite rather than one more statement from Python per write.
-CREATE TRIGGER IF NOT EXISTS pending_turn_saved AFTER INSERT ON pending_turns BEGIN
-    DELETE FROM pending_next_states WHERE session_key = NEW.session_key AND epoch = NEW.epoch AND turn = NEW.turn;
-END;
-CREATE TRIGGER IF NOT EXISTS pending_turn_deleted AFTER DELETE ON pending_turns BEGIN
-    DELETE FROM pending_next_states WHERE session_key = OLD.session_key AND epoch = OLD.epoch AND turn = OLD.turn;
-END;
-"""
-
-# Columns added since the first schema: a spool written before them gets them when it is opened
-_ADDED_COLUMNS = {"pending_turns": ("prompt_ids BLOB", "response_ids BLOB", "logprobs BLOB")}
 
 TurnKey = tuple[str, str, int]  # (session_key, epoch, turn index)
 _T = TypeVar("_T")
@@ -175,10 +124,10 @@ class Spool:
             problems = [r[0] for r in self._db.execute("PRAGMA quick_check").fetchall()]
             if problems != ["ok"]:
                 raise sqlite3.DatabaseError("; ".join(problems[:3]))
-            self._db.executescript(_SCHEMA)
+            self._db.executescript(SCHEMA)
             self._migrate()
             self._db.execute("INSERT OR IGNORE INTO spool_stats(name, value) SELECT 'live_bytes', "
-                             "COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0) FROM samples")
+                             f"COALESCE(SUM({SAMPLE_BYTES}), 0) FROM samples")
         except sqlite3.DatabaseError as e:
             self.unlock()
             detail = " ".join(str(e).split())  # one line, however many problems SQLite lists
@@ -193,17 +142,8 @@ class Spool:
         self._file_id = _file_id(self.path)
 
     def _migrate(self) -> None:
-        """Bring a spool written by an earlier version to this schema (columns added since, ``_ADDED_COLUMNS``);
-        its rows keep their meaning (a waiting turn's record without the blobs still holds its arrays)."""
-        for table, columns in _ADDED_COLUMNS.items():
-            have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
-            for column in columns:
-                if column.split()[0] not in have:
-                    try:
-                        self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
-                    except sqlite3.OperationalError as e:  # another process opening it added it since the check
-                        if "duplicate column name" not in str(e):
-                            raise
+        """Bring a spool written by an earlier version to this schema (``spool_schema.migrate``)."""
+        migrate(self._db)
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
@@ -335,7 +275,8 @@ class Spool:
         return out
 
     def live_bytes(self) -> int:
-        """Bytes of the samples not yet acknowledged by the trainer: what the cap limits. Kept in the
+        """Bytes of the samples not yet acknowledged by the trainer (a sample's JSON and its arrays' blobs,
+        ``SAMPLE_BYTES``): what the cap limits. Kept in the
         database next to the samples (same transactions), so it is exact across processes and restarts;
         the file itself never shrinks, which is why its size is not the measure."""
         with self._lock:
@@ -351,7 +292,8 @@ class Spool:
         rows = []
         for s in samples:
             s.sample_id = s.sample_id or uuid.uuid4().hex
-            rows.append((s.sample_id, s.session_id, s.turn, s.kind, time.time(), s.to_json()))
+            payload, blobs = s.to_row()
+            rows.append((s.sample_id, s.session_id, s.turn, s.kind, time.time(), payload, *blobs))
         self._apply(self._put, rows, keys)
 
     def _execute(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
@@ -366,10 +308,10 @@ class Spool:
                                 f"{self.max_bytes} bytes")
             added = 0
             for row in rows:  # one by one: a sample already there (re-judged after a crash) adds nothing
-                if db.execute("INSERT OR IGNORE INTO samples(sample_id, session_id, turn, kind, created, payload) "
-                              "VALUES (?,?,?,?,?,?)", row).rowcount:
-                    payload = row[5]  # its UTF-8 length, as LENGTH(CAST(payload AS BLOB)) counts it
+                if db.execute(INSERT_SAMPLE, row).rowcount:
+                    payload = row[5]  # its UTF-8 length, as LENGTH(CAST(payload AS BLOB)) counts it, and its blobs
                     added += len(payload) if payload.isascii() else len(payload.encode())
+                    added += sum(len(blob) for blob in row[6:] if blob is not None)
             if added:
                 db.execute("UPDATE spool_stats SET value = value + ? WHERE name='live_bytes'", (added,))
         if keys:
@@ -441,12 +383,12 @@ class Spool:
         """Mark the ``n`` oldest unleased samples as belonging to a batch and return them."""
         batch_id = batch_id or uuid.uuid4().hex
         with self._lock, self._transaction():
-            rows = self._db.execute("SELECT seq, payload FROM samples WHERE batch_id IS NULL ORDER BY seq LIMIT ?",
-                                    (n,)).fetchall()
-            self._db.executemany("UPDATE samples SET batch_id=? WHERE seq=?", [(batch_id, seq) for seq, _ in rows])
+            rows = self._db.execute(f"SELECT seq, payload, {ARRAY_COLUMNS} FROM samples WHERE batch_id IS NULL "
+                                    "ORDER BY seq LIMIT ?", (n,)).fetchall()
+            self._db.executemany("UPDATE samples SET batch_id=? WHERE seq=?", [(batch_id, row[0]) for row in rows])
         samples = []
-        for seq, payload in rows:
-            sample = TrainingSample.from_json(payload)
+        for seq, payload, *blobs in rows:
+            sample = TrainingSample.from_row(payload, blobs)
             sample.index = seq
             samples.append(sample)
         return batch_id, samples
@@ -454,8 +396,8 @@ class Spool:
     def ack(self, batch_id: str) -> int:
         """The trainer has the batch: its samples leave the spool for good (and free their room)."""
         with self._lock, self._transaction():
-            freed = self._db.execute("SELECT COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0) FROM samples "
-                                     "WHERE batch_id=?", (batch_id,)).fetchone()[0]
+            freed = self._db.execute(f"SELECT COALESCE(SUM({SAMPLE_BYTES}), 0) FROM samples WHERE batch_id=?",
+                                     (batch_id,)).fetchone()[0]
             n = self._db.execute("DELETE FROM samples WHERE batch_id=?", (batch_id,)).rowcount
             self._db.execute("UPDATE spool_stats SET value = MAX(0, value - ?) WHERE name='live_bytes'", (freed,))
         return n
@@ -488,8 +430,8 @@ class Spool:
                                              (n, session_prefix)).rowcount
                     self._db.execute("DELETE FROM pending_next_states WHERE substr(session_key, 1, ?) = ?",
                                      (n, session_prefix))
-                    self._db.execute("UPDATE spool_stats SET value = (SELECT COALESCE(SUM(LENGTH(CAST(payload AS "
-                                     "BLOB))), 0) FROM samples) WHERE name = 'live_bytes'")
+                    self._db.execute(f"UPDATE spool_stats SET value = (SELECT COALESCE(SUM({SAMPLE_BYTES}), 0) "
+                                     "FROM samples) WHERE name = 'live_bytes'")
             finally:
                 self._db.execute("PRAGMA secure_delete=OFF")
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -497,9 +439,9 @@ class Spool:
 
     def iter_samples(self) -> Iterator[TrainingSample]:
         with self._lock:
-            rows = self._db.execute("SELECT seq, payload FROM samples ORDER BY seq").fetchall()
-        for seq, payload in rows:
-            sample = TrainingSample.from_json(payload)
+            rows = self._db.execute(f"SELECT seq, payload, {ARRAY_COLUMNS} FROM samples ORDER BY seq").fetchall()
+        for seq, payload, *blobs in rows:
+            sample = TrainingSample.from_row(payload, blobs)
             sample.index = seq
             yield sample
 

@@ -111,8 +111,14 @@ def sized(turn: int) -> TrainingSample:
     return s
 
 
+def stored_bytes(s: TrainingSample) -> int:
+    """What the cap counts for a sample: its JSON's UTF-8 bytes and its arrays' blobs."""
+    payload, blobs = s.to_row()
+    return len(payload.encode()) + sum(len(b) for b in blobs if b is not None)
+
+
 def test_cap_counts_live_samples_and_reopens_when_the_trainer_acks(tmp_path):
-    one = len(sized(0).to_json().encode())
+    one = stored_bytes(sized(0))
     spool = Spool(tmp_path, max_bytes=3 * one)
     spool.put([sized(i) for i in range(3)])
     assert spool.live_bytes() == 3 * one
@@ -138,7 +144,7 @@ def test_live_bytes_of_an_old_spool_are_counted_at_open(tmp_path):
     spool.put([sized(i) for i in range(4)])
     spool._db.execute("DROP TABLE spool_stats")  # a spool written before the count existed
     spool.close()
-    assert Spool(tmp_path).live_bytes() == 4 * len(sized(0).to_json().encode())
+    assert Spool(tmp_path).live_bytes() == 4 * stored_bytes(sized(0))
 
 
 @pytest.mark.parametrize("damage", ["garbage_file", "garbage_mid_file"])

@@ -1,0 +1,230 @@
+"""A training sample's long arrays stored as blob columns beside its JSON (issue #33 item 2, the writer's fifth
+pass): every kind of sample the modes build comes back from the spool equal, floats bit for bit; a spool
+written before the columns existed opens and reads as it did; the cap counts the blobs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sqlite3
+import struct
+from array import array
+
+import pytest
+
+from openclaw_rl.samples import ARRAY_FIELDS, TrainingSample
+from openclaw_rl.spool import Spool, SpoolFull
+from openclaw_rl.turns import Generation, Turn
+
+# values a float64 must keep exactly: a subnormal, negative zero, thirds, the largest finite, and infinities/NaN
+# where a field may hold them (the rollout's and the top-K padding's)
+TRICKY = [-1 / 3, -0.0, -5e-324, -1.7976931348623157e308, -2.220446049250313e-16, -12.5]
+
+
+def _turn(index: int = 1, *, nonfinite: bool = False) -> Turn:
+    logprobs = TRICKY + ([-math.inf, math.nan] if nonfinite else [-0.5, -0.25])
+    r = len(logprobs)
+    turn = Turn(session_key="alice\x1fs", session_id="s", index=index, prompt_ids=array("i", [7, 2**31 - 1, 0, 151643]),
+                messages=None, tools=None, sampling_temperature=0.7, epoch="e")
+    turn.generation = Generation(array("i", range(100, 100 + r)), array("d", logprobs), "r\u00e9ply", "stop", "v3")
+    return turn
+
+
+def _samples() -> list[TrainingSample]:
+    """One of each kind the modes build, through their own constructors where they are plain functions."""
+    from openclaw_opd.scorer import HintedJudgement, distillation_sample
+    from openclaw_opd.teacher import TeacherSignal
+
+    turn = _turn()
+    r = turn.response_length
+    teacher = [x - 0.125 for x in TRICKY] + [-1e-3, -7.0]
+    mask = [1] * (r - 1) + [0]
+    rl = TrainingSample.from_turn(turn, kind="rl", reward=-1.0, loss_mask=mask, metadata={"judge_votes": [-1, -1, 1]})
+    rl_nonfinite = TrainingSample.from_turn(_turn(2, nonfinite=True), kind="rl", reward=1.0)
+    token = distillation_sample(turn, HintedJudgement(None, None, hint="h", teacher=TeacherSignal(teacher, mask)),
+                                "opd", 1.0)
+    topk_lp = [[x, x - 1.0, -math.inf] for x in teacher]
+    topk_ids = [[5, 151643, 0] for _ in range(r)]
+    topk = distillation_sample(turn, HintedJudgement(None, None, hint="h", teacher=TeacherSignal(
+        teacher, mask, topk_lp, topk_ids)), "opd", 1.0)
+    trainer = distillation_sample(turn, HintedJudgement(None, None, hint="h", teacher=TeacherSignal(
+        [], [1] * r, prompt_ids=[9, 8, 7, 2**31 - 1])), "opd", 1.0)
+    trainer.student_topk_indices = [[i, i + 1] for i in range(r)]  # distill_subset (set by the rollout on Slime)
+    # combine's RL branch, as CombineScorer._rl_only builds it: the rollout as the teacher, top-K padded with -inf
+    rollout = turn.generation.response_logprobs.tolist()
+    ids = turn.generation.response_ids.tolist()
+    combine = TrainingSample.from_turn(turn, kind="combine", reward=1.0, teacher_log_probs=rollout,
+                                       teacher_topk_log_probs=[[lp] + [-math.inf] * 3 for lp in rollout],
+                                       teacher_topk_indices=[[t] + [0] * 3 for t in ids],
+                                       metadata={"branch": "rl", "eval_score": 1.0})
+    plain = TrainingSample(session_id="p", turn=3, kind="rl", prompt_ids=[1, 2], response_ids=[3],
+                           rollout_log_probs=[-0.1], loss_mask=[1], reward=0.0, metadata={"x": math.inf})
+    empty_rows = TrainingSample(session_id="q", turn=1, kind="opd", prompt_ids=[1], response_ids=[2, 3],
+                                rollout_log_probs=[-0.1, -0.2], loss_mask=[1, 1], reward=1.0,
+                                teacher_topk_log_probs=[[], []], teacher_topk_indices=[[], []])
+    out = [rl, rl_nonfinite, token, topk, trainer, combine, plain, empty_rows]
+    for i, s in enumerate(out):
+        s.sample_id = f"{i:032d}"
+    return out
+
+
+def _exact(value):
+    """A value with every float as its IEEE bytes (NaN == NaN, -0.0 != 0.0) and every type kept."""
+    if isinstance(value, float):
+        return ("f", struct.pack("<d", value))
+    if isinstance(value, list):
+        return [_exact(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _exact(v) for k, v in value.items()}
+    return (type(value).__name__, value)
+
+
+def _same(got: TrainingSample, want: TrainingSample) -> None:
+    for f in dataclasses.fields(TrainingSample):
+        if f.init and f.name != "index":
+            assert _exact(getattr(got, f.name)) == _exact(getattr(want, f.name)), f.name
+
+
+def _stored(spool: Spool) -> list[tuple]:
+    cols = ", ".join(name for name, _, _ in ARRAY_FIELDS)
+    return spool._db.execute(f"SELECT payload, {cols} FROM samples ORDER BY seq").fetchall()
+
+
+def test_every_kind_of_sample_comes_back_from_the_spool_exact_with_its_arrays_as_blobs(tmp_path):
+    want = _samples()
+    spool = Spool(tmp_path)
+    spool.put(want)
+    for (payload, *blobs), s in zip(_stored(spool), want):
+        keys = json.loads(payload).keys()
+        for (name, _, _), blob in zip(ARRAY_FIELDS, blobs):
+            if getattr(s, name) is None:
+                assert blob is None and name in keys
+            else:  # out of the JSON, in its column
+                assert blob is not None and name not in keys, name
+    # the prompt ids are the turn's own bytes, the log-probs float64 (not float32)
+    assert _stored(spool)[0][1] == _turn().prompt_ids.tobytes() and len(_stored(spool)[0][3]) == 8 * 8
+    for got, s in zip(spool.iter_samples(), want):
+        _same(got, s)
+    _, leased = spool.lease(len(want))
+    assert len(leased) == len(want)
+    for got, s in zip(leased, want):
+        _same(got, s)
+    spool.close()
+
+
+def test_an_array_that_does_not_fit_its_blob_stays_in_the_json_and_comes_back_exact(tmp_path):
+    """Ragged top-K rows, an id beyond 32 bits, a float in the loss mask (weights), a NaN where JSON has it:
+    no blob for those fields, their JSON as before."""
+    odd = TrainingSample(session_id="o", turn=1, kind="opd", prompt_ids=[1, 2**40], response_ids=[3, 4],
+                         rollout_log_probs=[-0.1, math.nan], loss_mask=[1.0, 0.5], reward=1.0,
+                         teacher_topk_log_probs=[[-1.0, -2.0], [-1.0]], teacher_topk_indices=[[1, 2], [3]])
+    spool = Spool(tmp_path)
+    spool.put([odd])
+    ((payload, *blobs),) = _stored(spool)
+    inline = {name for (name, _, _), blob in zip(ARRAY_FIELDS, blobs) if blob is None}
+    assert {"prompt_ids", "loss_mask", "teacher_topk_log_probs", "teacher_topk_indices"} <= inline
+    assert "response_ids" not in inline and "rollout_log_probs" not in inline
+    assert json.loads(payload)["prompt_ids"] == [1, 2**40]
+    _same(next(spool.iter_samples()), odd)
+    spool.close()
+
+
+def test_a_field_replaced_after_from_turn_is_stored_as_it_is_not_as_the_turn_had_it(tmp_path):
+    """from_turn hands the turn's array bytes to to_row; a list put in the field since (or a copy with other
+    ids) must be what is stored."""
+    turn = _turn()
+    s = TrainingSample.from_turn(turn, kind="rl", reward=1.0)
+    s.prompt_ids = [4, 5, 6, 8]  # as many as the turn's: only the list's identity tells them apart
+    copy = dataclasses.replace(s, response_ids=s.response_ids[::-1], sample_id="other")
+    spool = Spool(tmp_path)
+    spool.put([s, copy])
+    got = list(spool.iter_samples())
+    assert got[0].prompt_ids == [4, 5, 6, 8] and got[1].response_ids == turn.generation.response_ids.tolist()[::-1]
+    spool.close()
+
+
+_PREVIOUS_SCHEMA = """
+    CREATE TABLE samples (seq INTEGER PRIMARY KEY AUTOINCREMENT, sample_id TEXT NOT NULL UNIQUE,
+        session_id TEXT NOT NULL, turn INTEGER NOT NULL, kind TEXT NOT NULL, batch_id TEXT, created REAL NOT NULL,
+        payload TEXT NOT NULL);
+    CREATE INDEX samples_batch ON samples(batch_id);
+    CREATE TABLE spool_stats (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+    CREATE TABLE write_probe (data BLOB);
+    CREATE TABLE pending_turns (session_key TEXT NOT NULL, epoch TEXT NOT NULL, turn INTEGER NOT NULL,
+        payload TEXT NOT NULL, prompt_ids BLOB, response_ids BLOB, logprobs BLOB,
+        PRIMARY KEY (session_key, epoch, turn));
+    CREATE TABLE pending_next_states (session_key TEXT NOT NULL, epoch TEXT NOT NULL, turn INTEGER NOT NULL,
+        next_state TEXT NOT NULL, PRIMARY KEY (session_key, epoch, turn));
+"""
+
+
+def test_a_spool_written_before_the_sample_blobs_opens_and_reads_as_it_did(tmp_path):
+    """The previous version's schema (main at 34b3828) and its rows, written with its SQL: the JSON of
+    ``to_json`` with every array in it. The spool opens (the columns are added), those samples come back
+    equal, the cap's count is unchanged and freed exactly at ack, new samples go in beside them as blobs."""
+    old = _samples()
+    db = sqlite3.connect(tmp_path / "samples.sqlite3", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.executescript(_PREVIOUS_SCHEMA)
+    total = 0
+    for s in old:
+        payload = s.to_json()
+        total += len(payload.encode())
+        db.execute("INSERT INTO samples(sample_id, session_id, turn, kind, created, payload) VALUES (?,?,?,?,?,?)",
+                   (s.sample_id, s.session_id, s.turn, s.kind, 0.0, payload))
+    db.execute("INSERT INTO spool_stats VALUES ('live_bytes', ?)", (total,))
+    db.close()
+
+    spool = Spool(tmp_path, exclusive=True)
+    assert spool.live_bytes() == total
+    for got, s in zip(spool.iter_samples(), old):
+        _same(got, s)
+    new = TrainingSample.from_turn(_turn(5), kind="rl", reward=1.0)
+    spool.put([new])
+    batch, leased = spool.lease(len(old))
+    for got, s in zip(leased, old):
+        _same(got, s)
+    spool.ack(batch)
+    payload, blobs = new.to_row()
+    assert spool.live_bytes() == len(payload.encode()) + sum(len(b) for b in blobs if b is not None)
+    _, (got,) = spool.lease(5)
+    _same(got, new)
+    spool.close()
+    # a spool that lost its count (written before it existed) is counted at open, old rows and new alike
+    fresh = Spool(tmp_path / "again")
+    fresh.put(old[:2])
+    fresh._db.execute("UPDATE samples SET prompt_ids = NULL, response_ids = NULL, rollout_log_probs = NULL, "
+                      "loss_mask = NULL, payload = ? WHERE sample_id = ?", (old[0].to_json(), old[0].sample_id))
+    fresh._db.execute("DROP TABLE spool_stats")
+    fresh.close()
+    p1, b1 = old[1].to_row()
+    reopened = Spool(tmp_path / "again")
+    assert reopened.live_bytes() == len(old[0].to_json().encode()) + len(p1.encode()) + sum(
+        len(b) for b in b1 if b is not None)
+    for got, s in zip(reopened.iter_samples(), old[:2]):
+        _same(got, s)
+    reopened.close()
+
+
+def test_the_cap_counts_a_samples_arrays_not_only_its_json(tmp_path):
+    """A sample of 3,000 prompt ids is ~12 KB of blob and a few hundred bytes of JSON: the cap must see the
+    12 KB, and acknowledging it frees them all."""
+    turn = _turn()
+    turn.prompt_ids = array("i", range(3000))
+    big = TrainingSample.from_turn(turn, kind="rl", reward=1.0)
+    payload, blobs = big.to_row()
+    assert len(payload) < 1000
+    size = len(payload.encode()) + sum(len(b) for b in blobs if b is not None)
+    spool = Spool(tmp_path, max_bytes=10_000)
+    spool.put([big])
+    assert spool.live_bytes() == size > 12_000
+    with pytest.raises(SpoolFull):
+        spool.put([TrainingSample.from_turn(_turn(2), kind="rl", reward=1.0)])
+    batch, _ = spool.lease(1)
+    spool.ack(batch)
+    assert spool.live_bytes() == 0
+    spool.put([big])
+    n, _, _ = spool.remove_user(lambda p: json.loads(p)["metadata"]["user"] == "nobody", "nobody\x1f")
+    assert n == 0 and spool.live_bytes() == size  # the recount after a user's deletion counts the blobs too
+    spool.close()
