@@ -228,3 +228,18 @@ def test_the_cap_counts_a_samples_arrays_not_only_its_json(tmp_path):
     n, _, _ = spool.remove_user(lambda p: json.loads(p)["metadata"]["user"] == "nobody", "nobody\x1f")
     assert n == 0 and spool.live_bytes() == size  # the recount after a user's deletion counts the blobs too
     spool.close()
+
+
+def test_a_list_changed_in_place_after_from_turn_is_stored_as_it_now_is(tmp_path):
+    """The field still holds the very list from_turn made, but a value in it was changed in place (same length):
+    the turn's bytes are stale then, and what is stored must be the list as it is now."""
+    turn = _turn()
+    s = TrainingSample.from_turn(turn, kind="rl", reward=1.0)
+    s.prompt_ids[1] = 42
+    s.response_ids[0] = 7
+    s.rollout_log_probs[-1] = -9.5
+    want = dataclasses.replace(s)  # the same values, no turn bytes to reuse
+    spool = Spool(tmp_path)
+    spool.put([s])
+    _same(next(spool.iter_samples()), want)
+    spool.close()
