@@ -138,14 +138,24 @@ async def _in_a_task_of_its_own(receive: Callable[[], Awaitable[dict[str, Any]]]
                 and watcher.result().get("type") == "http.disconnect":
             job.cancel()
             await asyncio.wait({job})  # its clean-up done, as in the caller's task; None whatever it did
+            _retrieve(job)
             return None
         return await job  # finished, or the watcher heard something else: nothing more to watch for
     except asyncio.CancelledError:  # from elsewhere: it cancels the work too, and stands
         job.cancel()
         await asyncio.wait({job})
+        _retrieve(job)
         raise
     finally:
         watcher.cancel()
+
+
+def _retrieve(job: asyncio.Future) -> None:
+    """Take the outcome of a finished ``job`` that is not answered (the caller's is None, or the cancellation):
+    an error left unasked would be logged, with its traceback, as "Task exception was never retrieved" when
+    the task goes (the 3.11+ path swallows it in the caller's task, silently)."""
+    if not job.cancelled():
+        job.exception()
 
 
 def _uncancel(task: asyncio.Task) -> int:

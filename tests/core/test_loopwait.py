@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import threading
 
 import pytest
@@ -178,6 +179,42 @@ def test_a_cancellation_from_elsewhere_with_the_hang_ups_propagates(both_paths: 
         with pytest.raises(asyncio.CancelledError):
             await answer(waiting)
     asyncio.run(main())
+
+
+def test_an_error_of_the_works_clean_up_after_a_hang_up_is_not_reported_as_never_retrieved(both_paths: None) -> None:
+    """The client hangs up and the work fails while cleaning up (or the server stops it and it fails then): the
+    answer is None (or the server's cancellation), and that error is not left in a task nobody asked, which
+    asyncio reports at collection as "Task exception was never retrieved" with its traceback in the log."""
+    reports: list[str] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reports.append(ctx["message"]))
+
+        async def work(started: asyncio.Event) -> str:
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                raise ValueError("clean-up failed") from None
+            return "never"
+
+        client, started = Client(), asyncio.Event()
+        waiting = asyncio.ensure_future(until_disconnect(client.receive, work(started)))
+        await started.wait()
+        client.gone.set()
+        assert await answer(waiting) is None
+        started = asyncio.Event()
+        waiting = asyncio.ensure_future(until_disconnect(Client().receive, work(started)))
+        await started.wait()
+        waiting.cancel()  # the server stopping
+        done, _ = await asyncio.wait({waiting}, timeout=10)
+        assert waiting in done and (waiting.cancelled() or isinstance(waiting.exception(), ValueError))
+        del waiting
+        gc.collect()  # a task's unretrieved error is reported when the task goes
+
+    asyncio.run(main())
+    gc.collect()
+    assert reports == []
 
 
 def test_thread_result_gives_the_threads_result_or_error() -> None:
