@@ -206,8 +206,8 @@ _SHAPES = {name: (code, two_d) for name, code, two_d in ARRAY_FIELDS}
 def _to_bytes(value: Any, code: str, two_d: bool, r: int) -> bytes | None:
     """The bytes of ``value`` as ``array(code)`` (the rows of an (R, K) list one after another), or None when it
     does not fit (a value out of the type's range, a string or None in it, ragged rows): the list then stays in
-    the JSON. An int (or a bool) in a float array comes back as the equal float, a bool in an int array as the
-    equal int; floats are refused by an int array."""
+    the JSON. An int (or a bool) in a float array comes back as the nearest float (equal up to 2**53; no log-prob
+    is an int that large), a bool in an int array as the equal int; floats are refused by an int array."""
     if type(value) is not list:
         return None
     out = array(code)
