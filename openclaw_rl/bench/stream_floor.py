@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -179,7 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--upstream", required=True, help="the policy mock's URL")
     p.add_argument("--interval", type=int, default=8, help="tokens per SGLang stream event (stream_interval)")
+    p.add_argument("--preload", default="", help="modules to import first, comma-separated (e.g. openclaw_rl.server: "
+                   "the relay then carries the proxy's heap and code, to see what that alone costs per event)")
     ns = p.parse_args(argv)
+    for name in filter(None, ns.preload.split(",")):
+        importlib.import_module(name)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvicorn[standard] brings it; plain asyncio otherwise
