@@ -68,6 +68,9 @@ async def measure(ns: argparse.Namespace) -> None:
                 if ns.floor_preload:  # the same relay carrying the proxy's modules (its heap and code)
                     proc, url = await start_floor(this, ns.interval, ns.floor_preload)
                     sides.append(("floor+preload", this, url, proc.pid))
+                if ns.floor_buffered:  # the same relay reading as rawstream does (BufferedProtocol)
+                    proc, url = await start_floor(this, ns.interval, "", "--buffered")
+                    sides.append(("floor-buffered", this, url, proc.pid))
                 cpu: dict[tuple[str, int], list[float]] = {(s[0], n): [] for s in sides for n in lengths}
                 loads = [os.getloadavg()[0]]
                 for length in lengths:
@@ -103,6 +106,7 @@ def main() -> int:
     p.add_argument("--ttft-ms", type=float, default=50.0)
     p.add_argument("--tokens-per-s", type=float, default=500.0)
     p.add_argument("--no-floor", action="store_true")
+    p.add_argument("--floor-buffered", action="store_true", help="also the floor relay reading with BufferedProtocol")
     p.add_argument("--floor-preload", default="", help="also a floor relay that imports these modules first "
                    "(comma-separated, e.g. openclaw_rl.server)")
     ns = p.parse_args()

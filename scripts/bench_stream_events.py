@@ -89,11 +89,12 @@ def per_event_line(name: str, per: dict, lengths: list[int], interval: int, whic
             f"({vol:.2f} woken from sleep, {invol:.2f} preempted; ~{user * 1e6:.0f} us user, ~{system * 1e6:.0f} us system)")
 
 
-async def start_floor(stack: processes.Stack, interval: int, preload: str = "") -> tuple[subprocess.Popen, str]:
+async def start_floor(stack: processes.Stack, interval: int, preload: str = "", *extra: str
+                      ) -> tuple[subprocess.Popen, str]:
     """The minimal relay (``stream_floor.py``) on the stack's policy mock; (process, URL) once it listens."""
     port = free_port(mock.HOST)
     proc = stack._spawn("floor", [sys.executable, "-m", "openclaw_rl.bench.stream_floor", "--port", str(port),
-                                  "--upstream", stack.policy_url, "--interval", str(interval), "--preload", preload])
+                                  "--upstream", stack.policy_url, "--interval", str(interval), "--preload", preload, *extra])
     for _ in range(200):
         try:
             _, w = await asyncio.open_connection(mock.HOST, port)

@@ -80,11 +80,26 @@ class _Upstream(asyncio.Protocol):
         self.relay.upstream_gone()
 
 
+class _BufferedUpstream(_Upstream, asyncio.BufferedProtocol):
+    """``_Upstream`` read as the proxy's ``rawstream`` reads: the kernel writes into a buffer the protocol
+    offers (``get_buffer``/``buffer_updated``) instead of handing over a new ``bytes`` per read (``--buffered``)."""
+
+    def __init__(self, relay: _Client) -> None:
+        super().__init__(relay)
+        self._in = bytearray(256 * 1024)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self._in)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self._in[:nbytes])  # type: ignore[arg-type]
+
+
 class _Client(asyncio.Protocol):
     """One client connection: a chat request in, the relayed stream out (one request at a time)."""
 
-    def __init__(self, upstream: tuple[str, int, str], interval: int) -> None:
-        self.upstream, self.interval = upstream, interval
+    def __init__(self, upstream: tuple[str, int, str], interval: int, buffered: bool = False) -> None:
+        self.upstream, self.interval, self.buffered = upstream, interval, buffered
         self.transport: asyncio.Transport | None = None
         self.request = bytearray()
         self.up: _Upstream | None = None
@@ -125,7 +140,8 @@ class _Client(asyncio.Protocol):
         payload = orjson.dumps({"input_ids": list(range(1, 33)), "sampling_params": params,
                                 "return_logprob": True, "stream": True})
         loop = asyncio.get_running_loop()
-        _, self.up = await loop.create_connection(lambda: _Upstream(self), host, port)
+        kind = _BufferedUpstream if self.buffered else _Upstream
+        _, self.up = await loop.create_connection(lambda: kind(self), host, port)
         assert self.up.transport is not None and self.transport is not None
         self.up.transport.write(b"POST %s HTTP/1.1\r\nhost: %s:%d\r\ncontent-type: application/json\r\n"
                                 b"accept: text/event-stream\r\ncontent-length: %d\r\n\r\n%s"
@@ -166,11 +182,11 @@ class _Client(asyncio.Protocol):
         """The mock closed the connection: nothing to do (the reply ended at ``[DONE]``; a bench tool trusts it)."""
 
 
-async def serve(port: int, upstream_url: str, interval: int) -> None:
+async def serve(port: int, upstream_url: str, interval: int, buffered: bool = False) -> None:
     parts = urlsplit(upstream_url)
     upstream = (parts.hostname or "127.0.0.1", parts.port or 80, parts.path.rstrip("/") + "/generate")
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Client(upstream, interval), "127.0.0.1", port)
+    server = await loop.create_server(lambda: _Client(upstream, interval, buffered), "127.0.0.1", port)
     async with server:
         await server.serve_forever()
 
@@ -182,15 +198,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=int, default=8, help="tokens per SGLang stream event (stream_interval)")
     p.add_argument("--preload", default="", help="modules to import first, comma-separated (e.g. openclaw_rl.server: "
                    "the relay then carries the proxy's heap and code, to see what that alone costs per event)")
+    p.add_argument("--buffered", action="store_true", help="read the mock as the proxy does (asyncio.BufferedProtocol)")
     ns = p.parse_args(argv)
     for name in filter(None, ns.preload.split(",")):
         importlib.import_module(name)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvicorn[standard] brings it; plain asyncio otherwise
-        asyncio.run(serve(ns.port, ns.upstream, ns.interval))
+        asyncio.run(serve(ns.port, ns.upstream, ns.interval, ns.buffered))
     else:
-        uvloop.run(serve(ns.port, ns.upstream, ns.interval))
+        uvloop.run(serve(ns.port, ns.upstream, ns.interval, ns.buffered))
     return 0
 
 

@@ -9,12 +9,11 @@ import random
 from typing import Any
 
 import pytest
+from test_sse_in_place import compact, incremental, synthetic
 
 from openclaw_rl.backend import SSEReader, StreamAssembler
 from openclaw_rl.errors import BackendUnavailable, BadRequest
 from openclaw_rl.rawstream import StreamConnection
-
-from test_sse_in_place import compact, incremental, synthetic
 
 _HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
