@@ -71,6 +71,9 @@ async def measure(ns: argparse.Namespace) -> None:
                 if ns.floor_buffered:  # the same relay reading as rawstream does (BufferedProtocol)
                     proc, url = await start_floor(this, ns.interval, "", "--buffered")
                     sides.append(("floor-buffered", this, url, proc.pid))
+                if ns.floor_rawstream:  # the same relay reading with the proxy's own reader (rawstream, SSEReader)
+                    proc, url = await start_floor(this, ns.interval, "", "--rawstream")
+                    sides.append(("floor-rawstream", this, url, proc.pid))
                 cpu: dict[tuple[str, int], list[float]] = {(s[0], n): [] for s in sides for n in lengths}
                 loads = [os.getloadavg()[0]]
                 for length in lengths:
@@ -107,6 +110,7 @@ def main() -> int:
     p.add_argument("--tokens-per-s", type=float, default=500.0)
     p.add_argument("--no-floor", action="store_true")
     p.add_argument("--floor-buffered", action="store_true", help="also the floor relay reading with BufferedProtocol")
+    p.add_argument("--floor-rawstream", action="store_true", help="also the floor relay reading with the proxy's reader")
     p.add_argument("--floor-preload", default="", help="also a floor relay that imports these modules first "
                    "(comma-separated, e.g. openclaw_rl.server)")
     ns = p.parse_args()
