@@ -30,24 +30,29 @@ from openclaw_rl.bench import mock, processes  # noqa: E402
 from openclaw_rl.bench.stream_cost import _stream_turn  # noqa: E402
 from openclaw_rl.servers import free_port  # noqa: E402
 
+_TICK = os.sysconf("SC_CLK_TCK")
 
-def cpu_and_runs(pid: int) -> tuple[float, int, int, int]:
-    """(on-CPU seconds, times scheduled, voluntary and involuntary context switches) of the live threads of
-    ``pid``."""
-    cpu = runs = vol = invol = 0
+
+def cpu_and_runs(pid: int) -> tuple[float, int, int, int, float, float]:
+    """(on-CPU seconds, times scheduled, voluntary and involuntary context switches, user and system seconds)
+    of the live threads of ``pid``. User and system come from ``stat`` in clock ticks (10 ms): over a bench's
+    repetitions they split the on-CPU time roughly, not exactly."""
+    cpu = runs = vol = invol = user = system = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             fields = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
             status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         cpu, runs = cpu + int(fields[0]), runs + int(fields[2])
+        user, system = user + int(stat[11]), system + int(stat[12])
         for line in status.splitlines():
             if line.startswith("voluntary_ctxt_switches:"):
                 vol += int(line.split()[1])
             elif line.startswith("nonvoluntary_ctxt_switches:"):
                 invol += int(line.split()[1])
-    return cpu / 1e9, runs, vol, invol
+    return cpu / 1e9, runs, vol, invol, user / _TICK, system / _TICK
 
 
 def _diff(a: tuple, b: tuple, n: float) -> tuple[float, ...]:
@@ -79,16 +84,17 @@ async def per_turn(http: httpx.AsyncClient, stack: processes.Stack, url: str, pi
 def per_event_line(name: str, per: dict, lengths: list[int], interval: int, which: int = 0) -> str:
     short, long = lengths[0], lengths[-1]
     events = (long - short) / max(interval, 1)
-    cpu, runs, vol, invol = ((per[long][which][k] - per[short][which][k]) / events for k in range(4))
+    cpu, runs, vol, invol, user, system = ((per[long][which][k] - per[short][which][k]) / events for k in range(6))
     return (f"{name}: {cpu * 1e6:.0f} us of CPU, {runs:.2f} wake-ups per event "
-            f"({vol:.2f} woken from sleep, {invol:.2f} preempted)")
+            f"({vol:.2f} woken from sleep, {invol:.2f} preempted; ~{user * 1e6:.0f} us user, ~{system * 1e6:.0f} us system)")
 
 
-async def start_floor(stack: processes.Stack, interval: int) -> tuple[subprocess.Popen, str]:
+async def start_floor(stack: processes.Stack, interval: int, preload: str = "", *extra: str
+                      ) -> tuple[subprocess.Popen, str]:
     """The minimal relay (``stream_floor.py``) on the stack's policy mock; (process, URL) once it listens."""
     port = free_port(mock.HOST)
     proc = stack._spawn("floor", [sys.executable, "-m", "openclaw_rl.bench.stream_floor", "--port", str(port),
-                                  "--upstream", stack.policy_url, "--interval", str(interval)])
+                                  "--upstream", stack.policy_url, "--interval", str(interval), "--preload", preload, *extra])
     for _ in range(200):
         try:
             _, w = await asyncio.open_connection(mock.HOST, port)

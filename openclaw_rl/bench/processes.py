@@ -63,6 +63,7 @@ class Stack:
         self.judge_votes, self.profile_proxy = judge_votes, profile_proxy
         self.incremental, self.proxy_env, self.proxy_args = incremental, proxy_env or {}, proxy_args or []
         self.procs: list[subprocess.Popen] = []
+        self.code_root = ""  # the checkout whose package the processes import (default: this one)
         self.proxy_pid = 0  # the proxy's process (under py-spy: py-spy's child)
         self.replay = replay  # start the direct floor's replay server (benches that send direct turns)
         self.direct: subprocess.Popen | None = None
@@ -73,7 +74,7 @@ class Stack:
         self.policy_url, self.judge_url, self.proxy_url, self.direct_url = (f"http://{HOST}:{p}" for p in ports)
 
     def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-        root = str(Path(__file__).resolve().parents[2])  # importable from any working directory
+        root = self.code_root or str(Path(__file__).resolve().parents[2])  # importable from any working directory
         env = {**os.environ, **(extra_env or {}), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 (lives as long as the process)

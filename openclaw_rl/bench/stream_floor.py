@@ -9,18 +9,24 @@ gathering window). Nothing else: no template, no session, no check of the text a
 no metrics, no ASGI layers. What the proxy spends per event above this relay is what its own features and
 its layers cost; what this relay spends is what reading, parsing and writing one event costs a Python
 process on the machine (its wake-up included). A benchmark tool: it serves one request at a time, trusts
-its peers, and is never part of the proxy.
+its peers, and is never part of the proxy. Options for finding where the proxy's extra CPU goes
+(``scripts/bench_stream_ab.py``): ``--preload`` imports the proxy's modules first, ``--buffered`` reads
+through ``asyncio.BufferedProtocol``, ``--rawstream`` reads with the proxy's own reader.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import time
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
+
+from openclaw_rl.rawstream import StreamConnection
+from openclaw_rl.sglang_stream import SSEReader
 
 _HEAD_END = b"\r\n\r\n"
 _RESPONSE_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
@@ -79,11 +85,49 @@ class _Upstream(asyncio.Protocol):
         self.relay.upstream_gone()
 
 
+class _BufferedUpstream(_Upstream, asyncio.BufferedProtocol):
+    """``_Upstream`` read as the proxy's ``rawstream`` reads: the kernel writes into a buffer the protocol
+    offers (``get_buffer``/``buffer_updated``) instead of handing over a new ``bytes`` per read (``--buffered``)."""
+
+    def __init__(self, relay: _Client) -> None:
+        super().__init__(relay)
+        self._in = bytearray(256 * 1024)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self._in)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self._in[:nbytes])  # type: ignore[arg-type]
+
+
+class _RawstreamUpstream(StreamConnection):
+    """The mock read by the proxy's own reader (``rawstream.StreamConnection``, ``SSEReader``): the framing
+    blanked in place, the events found in the buffer, each relayed as the others do (``--rawstream``)."""
+
+    def __init__(self, relay: _Client) -> None:
+        super().__init__()
+        self.relay, self.sse = relay, True
+        self.reader = SSEReader(self)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        super().buffer_updated(nbytes)
+        for start, end in self.reader.push():
+            self.relay.event(self.buf[start:end])
+        if self.reader.done:
+            self.relay.event(bytearray(b"[DONE]"))
+        self.reader.consume()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.relay.upstream_gone()
+
+
 class _Client(asyncio.Protocol):
     """One client connection: a chat request in, the relayed stream out (one request at a time)."""
 
-    def __init__(self, upstream: tuple[str, int, str], interval: int) -> None:
-        self.upstream, self.interval = upstream, interval
+    def __init__(self, upstream: tuple[str, int, str], interval: int, buffered: bool = False,
+                 rawstream: bool = False) -> None:
+        self.upstream, self.interval, self.buffered, self.rawstream = upstream, interval, buffered, rawstream
         self.transport: asyncio.Transport | None = None
         self.request = bytearray()
         self.up: _Upstream | None = None
@@ -124,7 +168,8 @@ class _Client(asyncio.Protocol):
         payload = orjson.dumps({"input_ids": list(range(1, 33)), "sampling_params": params,
                                 "return_logprob": True, "stream": True})
         loop = asyncio.get_running_loop()
-        _, self.up = await loop.create_connection(lambda: _Upstream(self), host, port)
+        kind: Any = _RawstreamUpstream if self.rawstream else _BufferedUpstream if self.buffered else _Upstream
+        _, self.up = await loop.create_connection(lambda: kind(self), host, port)
         assert self.up.transport is not None and self.transport is not None
         self.up.transport.write(b"POST %s HTTP/1.1\r\nhost: %s:%d\r\ncontent-type: application/json\r\n"
                                 b"accept: text/event-stream\r\ncontent-length: %d\r\n\r\n%s"
@@ -165,11 +210,11 @@ class _Client(asyncio.Protocol):
         """The mock closed the connection: nothing to do (the reply ended at ``[DONE]``; a bench tool trusts it)."""
 
 
-async def serve(port: int, upstream_url: str, interval: int) -> None:
+async def serve(port: int, upstream_url: str, interval: int, buffered: bool = False, rawstream: bool = False) -> None:
     parts = urlsplit(upstream_url)
     upstream = (parts.hostname or "127.0.0.1", parts.port or 80, parts.path.rstrip("/") + "/generate")
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Client(upstream, interval), "127.0.0.1", port)
+    server = await loop.create_server(lambda: _Client(upstream, interval, buffered, rawstream), "127.0.0.1", port)
     async with server:
         await server.serve_forever()
 
@@ -179,13 +224,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--upstream", required=True, help="the policy mock's URL")
     p.add_argument("--interval", type=int, default=8, help="tokens per SGLang stream event (stream_interval)")
+    p.add_argument("--preload", default="", help="modules to import first, comma-separated (e.g. openclaw_rl.server: "
+                   "the relay then carries the proxy's heap and code, to see what that alone costs per event)")
+    p.add_argument("--buffered", action="store_true", help="read the mock as the proxy does (asyncio.BufferedProtocol)")
+    p.add_argument("--rawstream", action="store_true", help="read the mock with the proxy's own reader (rawstream, SSEReader)")
     ns = p.parse_args(argv)
+    for name in filter(None, ns.preload.split(",")):
+        importlib.import_module(name)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvicorn[standard] brings it; plain asyncio otherwise
-        asyncio.run(serve(ns.port, ns.upstream, ns.interval))
+        asyncio.run(serve(ns.port, ns.upstream, ns.interval, ns.buffered, ns.rawstream))
     else:
-        uvloop.run(serve(ns.port, ns.upstream, ns.interval))
+        uvloop.run(serve(ns.port, ns.upstream, ns.interval, ns.buffered, ns.rawstream))
     return 0
 
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 
 import httpx
+import pytest
 
 from openclaw_rl.bench import stream_floor
 from openclaw_rl.servers import free_port
@@ -32,11 +33,11 @@ async def _upstream(asked: list[dict], reader: asyncio.StreamReader, writer: asy
     writer.close()
 
 
-async def _scenario() -> None:
+async def _scenario(buffered: bool = False, rawstream: bool = False) -> None:
     asked: list[dict] = []
     up_port, port = free_port("127.0.0.1"), free_port("127.0.0.1")
     upstream = await asyncio.start_server(lambda r, w: _upstream(asked, r, w), "127.0.0.1", up_port)
-    relay = asyncio.ensure_future(stream_floor.serve(port, f"http://127.0.0.1:{up_port}", 8))
+    relay = asyncio.ensure_future(stream_floor.serve(port, f"http://127.0.0.1:{up_port}", 8, buffered, rawstream))
     try:
         async with httpx.AsyncClient(timeout=30, trust_env=False) as http:
             for _ in range(100):  # until the relay listens
@@ -64,5 +65,9 @@ async def _scenario() -> None:
         upstream.close()
 
 
-def test_the_floor_relays_each_event_as_one_openai_chunk() -> None:
-    asyncio.run(_scenario())
+@pytest.mark.parametrize("buffered, rawstream", [(False, False), (True, False), (False, True)],
+                         ids=["protocol", "buffered", "rawstream"])
+def test_the_floor_relays_each_event_as_one_openai_chunk(buffered: bool, rawstream: bool) -> None:
+    """``--buffered`` (a BufferedProtocol read) and ``--rawstream`` (the proxy's own reader) too, for
+    ``bench_stream_ab.py --floor-buffered`` / ``--floor-rawstream``."""
+    asyncio.run(_scenario(buffered, rawstream))
