@@ -231,51 +231,9 @@ class StreamAssembler:
             events = codec.loads(raw)
             if len(events) != len(spans):  # an event of two objects ('{…},{…}') is not JSON
                 raise BackendUnavailable("policy backend streamed non-JSON: an event is not one object")
-            meta = self._take_incremental(events)
-            if meta is None:  # not the plain case: event by event, with its checks' own errors
-                for data in events:
-                    meta = self._apply(data, buf, None)
+            for data in events:
+                meta = self._apply(data, buf, None)
             return self._result(meta)
-
-    def _take_incremental(self, events: list[Any]) -> dict[str, Any] | None:
-        """The decoded events of one read of an incremental stream (its mode known), taken at once: the
-        checks ``_apply`` makes per event, made over the batch with one list of new ids and one of triples,
-        so a paced stream's snapshot costs one pass instead of one ``_apply`` per event. The last event's
-        ``meta_info``; None, with nothing changed, when any event is not the plain case (an error, a
-        missing or non-integer count, a count that does not add up, no text): then ``_apply`` takes them
-        one by one and raises what it raises."""
-        if self.mode != "incremental":
-            return None
-        seen = len(self.ids)
-        new_ids: list[Any] = []
-        new_triples: list[Any] = []
-        texts: list[str] = []
-        meta: Any = None
-        for data in events:
-            if type(data) is not dict or "error" in data:
-                return None
-            meta, ids, text = data.get("meta_info"), data.get("output_ids"), data.get("text")
-            if type(meta) is not dict or type(ids) is not list or type(text) is not str:
-                return None
-            triples = meta.get("output_token_logprobs") or []
-            seen += len(ids)
-            declared = meta.get("output_token_logprobs_length")
-            if (type(triples) is not list or len(triples) != len(ids) or type(meta.get("completion_tokens")) is not int
-                    or meta["completion_tokens"] != seen
-                    or declared is not None and (type(declared) is not int or declared != seen)):
-                return None
-            new_ids += ids
-            new_triples += triples
-            texts.append(text)
-        new_ids = list(map(int, new_ids))
-        logprobs = _aligned_logprobs(new_ids, new_triples)  # the one per-token loop (C); raises on a mismatch
-        self.chunks += len(events)
-        self._ids_bytes = 0
-        self._text_raw = bytearray()
-        self.logprobs += logprobs
-        self.ids += new_ids
-        self._pieces += texts
-        return meta
 
     def _result(self, meta: dict[str, Any]) -> GenerateResult:
         if self._pieces:  # incremental text: joined once per snapshot, not once per event
@@ -410,18 +368,6 @@ class SSEReader:
                         spans.append((pos + 6, b - 2))
                         pos = scan = b
                         continue
-            if not aligned and not buf.startswith(b"data:", pos, end):
-                # not a data line (a comment: the chunk framing blanked in place, a blank line, another field):
-                # skipped with the lines after it up to the next data line, in one search
-                j = buf.find(b"\ndata:", scan, end)  # buf[pos:scan] holds no line break
-                if j >= 0:
-                    pos = scan = j + 1
-                    continue
-                j = buf.rfind(b"\n", scan, end)  # the last line start: an unfinished line waits there
-                if j >= 0:
-                    pos = j + 1
-                scan = end  # no line break in buf[pos:end]
-                break
             nl = buf.find(b"\n", scan, end)
             if nl < 0:
                 scan = end
