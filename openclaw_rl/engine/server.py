@@ -144,6 +144,8 @@ class EngineService:
         """Requests that arrived during a pause and wait to be dispatched (SGLang's queue before its scheduler)."""
         self._idle = asyncio.Event()  # set while none runs: an unpaused weight update waits for it
         self._idle.set()
+        self.waiting_updates = 0
+        """Unpaused weight updates waiting for the running requests to finish (SGLang's model-update lock)."""
         self._reported_version: str | None = None  # /get_model_info's, while it lags the weights (see below)
         self._token_texts: dict[int, str] = {}
 
@@ -431,7 +433,11 @@ class EngineService:
         update lock's reader side while it generates) and then flushes; paused, it runs at once, and
         the flush fails if running requests are still in the batch (``in_place``)."""
         if self._unpaused.is_set():
-            await self._idle.wait()
+            self.waiting_updates += 1
+            try:
+                await self._idle.wait()
+            finally:
+                self.waiting_updates -= 1
         before = self.reported_weight_version
         try:
             await self.model.update_weights_from_disk(body.model_path, body.weight_version)

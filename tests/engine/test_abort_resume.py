@@ -16,20 +16,22 @@ from typing import Any
 import httpx
 import pytest
 from support import wait_for_samples, wait_until
+from token_gate import GatedModel, TokenGate
 
-from openclaw_rl.backend import GenerateResult, continuation, joined
-from openclaw_rl.engine import ScriptedModel, make_engine_app
+from openclaw_rl.backend import MAX_RESUMES, GenerateResult, continuation, joined
+from openclaw_rl.engine import make_engine_app
 from openclaw_rl.servers import BackgroundServer
 
 REPLY = "The weather in Paris is sunny and warm today, with a light breeze."  # ASCII: one token per char
 
 
-class CountingModel(ScriptedModel):
-    """Counts the tokens it has produced, so a test can act mid-generation; its responder continues the
-    reply from the tokens of an aborted attempt (the request after an abort carries them in its prompt)."""
+class CountingModel(GatedModel):
+    """Counts the tokens it has produced; its gate holds a generation mid-reply so a test can act there;
+    its responder continues the reply from the tokens of an aborted attempt (the request after an abort
+    carries them in its prompt)."""
 
-    def __init__(self, tokenizer: Any):
-        super().__init__(tokenizer, responder=self.rest_of_reply, tokens_per_s=40.0)
+    def __init__(self, tokenizer: Any, gate: TokenGate):
+        super().__init__(tokenizer, gate, responder=self.rest_of_reply)
         self.first_prompt: int | None = None
         self.emitted = 0
         self.prompts: list[int] = []
@@ -49,21 +51,27 @@ class CountingModel(ScriptedModel):
 
 
 @pytest.fixture
-def engine(tokenizer: Any) -> Iterator[Any]:
-    model = CountingModel(tokenizer)
+def engine(tokenizer: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The engine; its gate holds the first ``times`` generations after ``at`` tokens (param ``(at, times)``,
+    default ``(10, 1)``: the first request, ten tokens into its reply)."""
+    at, times = getattr(request, "param", (10, 1))
+    gate = TokenGate(at, times)
+    model = CountingModel(tokenizer, gate)
     app = make_engine_app(model, tokenizer, served_model_name="tiny", model_path="tiny")
     with BackgroundServer(app) as server:
         server.model = model
         yield server
+        gate.close()
 
 
-def _pause_update_continue(engine: Any, after_tokens: int) -> None:
-    """What Slime does for a weight update, once the request has produced ``after_tokens`` tokens."""
-    wait_until(lambda: engine.model.emitted >= after_tokens)
+def _pause_update_continue(engine: Any) -> None:
+    """What Slime does for a weight update, once the request is held mid-reply (its gate's tokens out)."""
+    engine.model.gate.wait_held()
     assert httpx.post(f"{engine.url}/pause_generation", json={}).json()["status"] == "ok"  # Slime's call
     update = httpx.post(f"{engine.url}/update_weights_from_disk", json={"model_path": "tiny", "weight_version": "v1"})
     assert update.json()["success"], update.text
     httpx.post(f"{engine.url}/continue_generation", json={})
+    engine.model.gate.release()  # the aborted request takes its one more step and ends
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -73,7 +81,7 @@ def test_an_aborted_generation_is_resumed_and_the_client_gets_the_whole_reply(en
     proxy, url = make_proxy(engine.url, rl_keep_masked_samples=True)
     body = {"messages": [{"role": "user", "content": "weather?"}], "stream": stream, "max_tokens": 200}
     headers = {"X-Session-Id": f"s{stream}", "X-Session-Done": "1"}
-    pauser = threading.Thread(target=_pause_update_continue, args=(engine, 10))
+    pauser = threading.Thread(target=_pause_update_continue, args=(engine,))
     pauser.start()
     if stream:
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers, timeout=60) as r:
@@ -118,6 +126,7 @@ def test_an_abort_with_a_status_code_is_an_error_not_a_resume():
     assert joined(both, GenerateResult("", [], [], "stop", 0, "v1")).weight_version == "mixed:v0,v1"
 
 
+@pytest.mark.parametrize("engine", [(3, MAX_RESUMES + 1)], ids=["every-attempt-held"], indirect=True)
 def test_a_generation_aborted_again_and_again_ends_as_a_502_and_an_aborted_drop(engine, make_proxy):
     """After ``MAX_RESUMES`` resumes the next abort ends the request: a 502 naming the abort, and the turn
     dropped as ``aborted`` (counted), not a partial reply passed off as whole."""
@@ -125,15 +134,14 @@ def test_a_generation_aborted_again_and_again_ends_as_a_502_and_an_aborted_drop(
 
     from support import metric
 
-    from openclaw_rl.backend import MAX_RESUMES
-
     proxy, url = make_proxy(engine.url, rl_keep_masked_samples=True)
 
     def keep_aborting() -> None:
         for n in range(MAX_RESUMES + 1):
-            wait_until(lambda n=n: len(engine.model.prompts) > n and engine.model.emitted >= 3 * (n + 1))
+            engine.model.gate.wait_held(n + 1)
             httpx.post(f"{engine.url}/pause_generation", json={})
             httpx.post(f"{engine.url}/continue_generation", json={})
+            engine.model.gate.release()
 
     pauser = threading.Thread(target=keep_aborting)
     pauser.start()

@@ -12,12 +12,15 @@ import itertools
 import json
 import math
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
+from support import wait_until
+from token_gate import GatedModel, TokenGate
 
 from openclaw_rl.engine import EngineModel, ScriptedModel, make_engine_app
 from openclaw_rl.engine.scripted import hash_scorer
@@ -352,14 +355,16 @@ def test_pause_holds_an_arriving_request_until_continue(engine: Engine) -> None:
 
 
 @pytest.fixture
-def paced_engine(tokenizer: Any) -> Iterator[Engine]:
-    """Four tokens a second: a request is still running a good while after its first token."""
-    running = Engine(ScriptedModel(tokenizer, responder=lambda ids: REPLY, tokens_per_s=4.0), tokenizer)
+def gated_engine(tokenizer: Any) -> Iterator[Engine]:
+    """The next three requests stop after their first token until the test releases them."""
+    gate = TokenGate(at=1, times=3)
+    running = Engine(GatedModel(tokenizer, gate, responder=lambda ids: REPLY), tokenizer)
     yield running
+    gate.close()
     running.close()
 
 
-def test_weight_updates_meet_running_requests_as_in_sglang(paced_engine: Engine, prompt: list[int]) -> None:
+def test_weight_updates_meet_running_requests_as_in_sglang(gated_engine: Engine, prompt: list[int]) -> None:
     """SGLang 0.5.23: unpaused, an update waits for the running requests (each holds the model-update
     lock's reader side) and then flushes; paused in place, it swaps the weights at once, the running
     request goes on with them, and the flush fails (the call too, and /get_model_info keeps the old
@@ -367,33 +372,39 @@ def test_weight_updates_meet_running_requests_as_in_sglang(paced_engine: Engine,
     that arrives during a pause is held before dispatch and does not block the flush."""
     from openclaw_rl.engine.protocol import FLUSH_REFUSED
 
-    engine = paced_engine
+    engine, gate = gated_engine, gated_engine.model.gate
 
     def update(version: str) -> httpx.Response:
-        return engine.client.post("/update_weights_from_disk", json={"model_path": f"/ckpt/{version}",
-                                                                     "weight_version": version})
+        return httpx.post(f"{engine.server.url}/update_weights_from_disk", timeout=10,
+                          json={"model_path": f"/ckpt/{version}", "weight_version": version})
 
     def versions(last_event: dict[str, Any]) -> list[str]:
         return [seg["version"] for seg in last_event["meta_info"]["weight_versions"]]
 
     body = {"input_ids": prompt, "stream": True, "sampling_params": {"max_new_tokens": 6}}
-    with engine.client.stream("POST", "/generate", json=body) as stream:
+    with engine.client.stream("POST", "/generate", json=body) as stream, ThreadPoolExecutor(1) as pool:
         lines = stream.iter_lines()
-        first = next(lines)  # a token is out: the request runs ~1.25 s more
-        assert update("v1").status_code == 200  # ...and the update waited for it
+        first = next(lines)
+        gate.wait_held(1)  # a token is out and the request holds before the next one
+        updating = pool.submit(update, "v1")
+        wait_until(lambda: engine.app.service.waiting_updates == 1 or updating.done())  # it waits for it...
+        gate.release()
+        assert updating.result().status_code == 200  # ...and runs once it is done
         assert versions(events([first, *lines])[-1]) == ["default"]
     assert engine.client.get("/get_model_info").json()["weight_version"] == "v1"
 
-    for mode, outcome in (("in_place", 400), ("retract", 200)):
+    for held, (mode, outcome) in enumerate((("in_place", 400), ("retract", 200)), start=2):
         with engine.client.stream("POST", "/generate", json=body) as stream:
             lines = stream.iter_lines()
             first = next(lines)
+            gate.wait_held(held)
             engine.client.post("/pause_generation", json={"mode": mode})  # holds it between two tokens
             answer = update(mode)
             assert answer.status_code == outcome, answer.text
             if outcome == 400:
                 assert answer.json() == {"success": False, "message": FLUSH_REFUSED, "num_paused_requests": 0}
                 assert engine.client.get("/get_model_info").json()["weight_version"] == "v1"
+            gate.release()  # the next token comes out, and the pause holds the request after it
             engine.client.post("/continue_generation")
             assert versions(events([first, *lines])[-1])[-1] == mode  # it went on with the new weights
     assert engine.client.get("/get_model_info").json()["weight_version"] == "retract"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ import httpx
 import pytest
 import torch
 from external_support import train_settings
+from support import wait_until
+from token_gate import GatedModel, TokenGate
 
 from openclaw_rl.embedded.external import ExternalConfig, run_train
 from openclaw_rl.embedded.hf_policy import PolicyLoadConfig
@@ -72,11 +75,12 @@ def test_the_weight_sync_pauses_generation_around_the_update(tokenizer, tmp_path
     server without ``/pause_generation`` is updated unpaused, with a warning: the update then waits for
     the request (SGLang's model-update lock)."""
     from openclaw_rl.embedded.weight_sync import SGLangWeightSync
-    from openclaw_rl.engine import ScriptedModel, make_engine_app
+    from openclaw_rl.engine import make_engine_app
     from openclaw_rl.servers import BackgroundServer
 
-    engine = make_engine_app(ScriptedModel(tokenizer, tokens_per_s=4.0), tokenizer, served_model_name="tiny",
-                             model_path="/models/tiny")
+    gate = TokenGate(at=1)  # the request stops after its first token until the update has met it
+    model = GatedModel(tokenizer, gate)
+    engine = make_engine_app(model, tokenizer, served_model_name="tiny", model_path="/models/tiny")
 
     async def without_pause(scope, receive, send):
         if scope["type"] == "http" and scope["path"] == "/pause_generation":
@@ -85,14 +89,20 @@ def test_the_weight_sync_pauses_generation_around_the_update(tokenizer, tmp_path
             return
         await engine(scope, receive, send)
 
-    with BackgroundServer(engine if server_pauses else without_pause) as server:
+    with BackgroundServer(engine if server_pauses else without_pause) as server, ThreadPoolExecutor(1) as pool:
         sync = SGLangWeightSync(server.url, tmp_path / "w")
         body = {"input_ids": [1, 2, 3], "stream": True, "sampling_params": {"max_new_tokens": 6}}
         with httpx.stream("POST", f"{server.url}/generate", json=body, timeout=30) as stream:
             lines = stream.iter_lines()
-            next(lines)  # a token is out: the request runs ~1.25 s more
-            sync.load(tmp_path / "ckpt", "step-1")
+            next(lines)
+            gate.wait_held()  # a token is out and the request holds before the next one
+            loading = pool.submit(sync.load, tmp_path / "ckpt", "step-1")
+            # the update went through (paused) or waits for the request (unpaused): let the request go on
+            wait_until(lambda: model.weight_updates or engine.service.waiting_updates or loading.done())
+            gate.release()
+            loading.result()
             rest = [line for line in lines if line.startswith("data: {")]
+        gate.close()
         meta = json.loads(rest[-1].removeprefix("data: "))["meta_info"]
         versions = [seg["version"] for seg in meta["weight_versions"]]
         # paused: held mid-reply, then on with the new weights; unpaused: the update waited for it
