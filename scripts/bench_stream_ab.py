@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
-from bench_stream_events import cpu_and_runs, start_floor  # noqa: E402
+from bench_stream_events import cpu_and_runs, start_floor, stream_case  # noqa: E402
 
 from openclaw_rl.bench import mock, processes  # noqa: E402
 from openclaw_rl.bench.stream_cost import _stream_turn  # noqa: E402
@@ -42,11 +42,7 @@ async def _turn(http: httpx.AsyncClient, url: str, pid: int, stack: processes.St
 
 
 async def measure(ns: argparse.Namespace) -> None:
-    from transformers import AutoTokenizer
-
-    tokenizer_dir = str(mock.ensure_tokenizer())
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    case = mock.build_workload(tokenizer, sessions=1, turns=1, max_history_tokens=2048, reply_tokens=64)[0][0]
+    tokenizer_dir, case = stream_case()
     lengths = [int(x) for x in ns.lengths.split(",")]
     with tempfile.TemporaryDirectory(prefix="openclaw-stream-ab-") as tmp:
         args = dict(reply_tokens=64, judge_votes=0, incremental=True, proxy_args=["--stream-interval", str(ns.interval)],

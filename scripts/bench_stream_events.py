@@ -107,12 +107,18 @@ async def start_floor(stack: processes.Stack, interval: int, preload: str = "", 
     raise RuntimeError("the floor relay did not start")
 
 
-async def measure(ns: argparse.Namespace) -> None:
+def stream_case() -> tuple[str, mock.Case]:
+    """The bench tokenizer's directory and the one ~2K-history, 64-token-reply turn the stream benches send."""
     from transformers import AutoTokenizer
 
     tokenizer_dir = str(mock.ensure_tokenizer())
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    case = mock.build_workload(tokenizer, sessions=1, turns=1, max_history_tokens=2048, reply_tokens=64)[0][0]
+    return tokenizer_dir, mock.build_workload(tokenizer, sessions=1, turns=1, max_history_tokens=2048,
+                                              reply_tokens=64)[0][0]
+
+
+async def measure(ns: argparse.Namespace) -> None:
+    tokenizer_dir, case = stream_case()
     lengths = [int(x) for x in ns.lengths.split(",")]
     with tempfile.TemporaryDirectory(prefix="openclaw-stream-events-") as tmp:
         stack = processes.Stack(tokenizer_dir, Path(tmp), reply_tokens=64, judge_votes=0, incremental=True,
