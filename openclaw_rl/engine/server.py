@@ -142,6 +142,8 @@ class EngineService:
         self._running = 0  # requests dispatched (past a pause they arrived in) and not finished
         self.held_arrivals = 0
         """Requests that arrived during a pause and wait to be dispatched (SGLang's queue before its scheduler)."""
+        self.held_running = 0
+        """Running requests a pause (``in_place``, ``retract``) holds between two tokens until ``continue``."""
         self._idle = asyncio.Event()  # set while none runs: an unpaused weight update waits for it
         self._idle.set()
         self.waiting_updates = 0
@@ -301,7 +303,11 @@ class EngineService:
         try:
             while run.finish is None:
                 if not self._unpaused.is_set() and epoch == self._abort_epoch:
-                    await self._held()  # /pause_generation holds every running request between tokens
+                    self.held_running += 1  # /pause_generation holds every running request between tokens
+                    try:
+                        await self._held()
+                    finally:
+                        self.held_running -= 1
                 if epoch != self._abort_epoch:
                     # ... and in abort mode ends those it found. SGLang runs an aborted request one more
                     # decode step first, so its output may end with any token, even its EOS.
@@ -473,6 +479,11 @@ class EngineService:
         else:
             self._pause_mode = ""
             self._unpaused.set()
+
+    @property
+    def paused(self) -> bool:
+        """Between ``/pause_generation`` and ``/continue_generation`` (any mode)."""
+        return not self._unpaused.is_set()
 
     def _flushable(self) -> bool:
         """SGLang flushes its cache only with no request running, or when paused in a mode that took the
