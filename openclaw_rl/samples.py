@@ -52,8 +52,8 @@ class TrainingSample:
     metadata: dict[str, Any] = field(default_factory=dict)  # judge votes, hint, namespace, exactness …
     sample_id: str = ""  # unique id, assigned by the spool
     index: int = -1  # assigned by the spool at delivery (monotonic across restarts)
-    # from_turn: the bytes of the turn's arrays that a list field was made from, by field name, with that list
-    # and a copy of it: to_row takes them instead of converting the list again (~5x orjson's cost for 8K ids),
+    # from_turn: the bytes of the turn's arrays that a list field was made from (or of from_turn's ``packed``), by
+    # field name, with that list and a copy of it: to_row takes them instead of converting the list again (~5x orjson's cost for 8K ids),
     # only while the field still holds that very list with the values it had (the copy: ~15 us and 8 bytes an
     # entry for 8K ids, against ~200 us to convert; a value changed in place then makes to_row convert the
     # list). Not a field of the record (no init, compare, repr or JSON).
@@ -81,7 +81,12 @@ class TrainingSample:
 
     @classmethod
     def from_turn(cls, turn: Turn, *, kind: str, reward: float, loss_mask: list[int] | None = None,
-                  metadata: dict[str, Any] | None = None, **teacher: Any) -> TrainingSample:
+                  metadata: dict[str, Any] | None = None, packed: dict[str, tuple[list[Any], bytes]] | None = None,
+                  **teacher: Any) -> TrainingSample:
+        """``packed``: for a flat teacher field, a list no one else holds, equal to the field's value, and the
+        bytes of ``array(typecode, that list)`` (``ARRAY_FIELDS``): the hinted prompt's ids with the array the
+        renderer built of them. ``to_row`` stores those bytes while the field holds that value with those
+        values, as it does the turn's."""
         gen = turn.generation
         if gen is None:
             raise ValueError(f"turn {turn.index} of {turn.session_id!r} has no generation")
@@ -98,13 +103,17 @@ class TrainingSample:
                      rollout_log_probs=gen.response_logprobs.tolist(),
                      loss_mask=[1] * r if loss_mask is None else loss_mask, reward=float(reward),
                      status=gen.status.value, response_text=gen.text, metadata=meta, **teacher)
-        packed = {}
+        mine: dict[str, tuple[list[Any], list[Any], bytes]] = {}
         for name, source in (("prompt_ids", turn.prompt_ids), ("response_ids", gen.response_ids),
                              ("rollout_log_probs", gen.response_logprobs)):
             if source.typecode == _TYPECODES[name]:
                 value = getattr(sample, name)
-                packed[name] = (value, list(value), source.tobytes())
-        sample._packed = packed
+                mine[name] = (value, list(value), source.tobytes())
+        for name, (snapshot, blob) in (packed or {}).items():
+            value = getattr(sample, name)
+            if type(value) is list and not _SHAPES[name][1]:
+                mine[name] = (value, snapshot, blob)
+        sample._packed = mine
         return sample
 
     @property

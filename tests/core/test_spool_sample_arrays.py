@@ -243,3 +243,61 @@ def test_a_list_changed_in_place_after_from_turn_is_stored_as_it_now_is(tmp_path
     spool.put([s])
     _same(next(spool.iter_samples()), want)
     spool.close()
+
+
+class _Renderer:
+    """Stands for ``ChatRenderer.render``: fixed ids, as a list and the array it builds of them."""
+
+    def __init__(self, ids: list[int]):
+        self.ids = ids
+
+    def render(self, messages, tools=None, with_array=False):
+        ids = list(self.ids)
+        return ("", ids, array("i", ids)) if with_array else ("", ids)
+
+
+def _trainer_sample(ids: list[int]) -> TrainingSample:
+    """A teacher_source trainer sample as the OPD scorer builds it: trainer_signal, then distillation_sample."""
+    from openclaw_opd.scorer import HintedJudgement, distillation_sample
+    from openclaw_opd.teacher import trainer_signal
+
+    turn = _turn()
+    turn.messages = [{"role": "user", "content": "x"}]
+    signal = trainer_signal(turn, "h", _Renderer(ids))
+    return distillation_sample(turn, HintedJudgement(None, None, hint="h", teacher=signal), "opd", 1.0)
+
+
+def test_the_hinted_prompt_ids_are_stored_from_the_renderers_array_not_converted_again(tmp_path, monkeypatch):
+    """trainer_signal hands the renderer's array bytes of the hinted prompt on (TeacherSignal.prompt_packed):
+    to_row stores them without converting the sample's list, and the sample comes back exact."""
+    import openclaw_rl.samples as samples
+
+    ids = [9, 8, 7, 2**31 - 1, 0, -5]
+    s = _trainer_sample(ids)
+    converted = []
+    real = samples._to_bytes
+    monkeypatch.setattr(samples, "_to_bytes", lambda value, *a: converted.append(value) or real(value, *a))
+    spool = Spool(tmp_path)
+    spool.put([s])
+    assert ids not in converted  # the loss mask is the one list converted
+    ((_, *blobs),) = _stored(spool)
+    assert blobs[[n for n, _, _ in ARRAY_FIELDS].index("teacher_prompt_ids")] == array("i", ids).tobytes()
+    _same(next(spool.iter_samples()), dataclasses.replace(s))
+    spool.close()
+
+
+def test_hinted_prompt_ids_changed_or_replaced_after_the_hand_over_are_stored_as_they_now_are(tmp_path):
+    """The renderer's bytes are stale once the sample's teacher_prompt_ids list changes in place, or once another
+    list (as long) takes its place: what is stored must be the list as it is now."""
+    changed, replaced = _trainer_sample([9, 8, 7, 6]), _trainer_sample([9, 8, 7, 6])
+    changed.teacher_prompt_ids[2] = 70
+    replaced.teacher_prompt_ids = [1, 2, 3, 4]
+    replaced.sample_id = "r"
+    want = [dataclasses.replace(changed), dataclasses.replace(replaced)]
+    spool = Spool(tmp_path)
+    spool.put([changed, replaced])
+    got = list(spool.iter_samples())
+    assert [g.teacher_prompt_ids for g in got] == [[9, 8, 70, 6], [1, 2, 3, 4]]
+    for g, w in zip(got, want):
+        _same(g, w)
+    spool.close()
