@@ -301,3 +301,31 @@ def test_hinted_prompt_ids_changed_or_replaced_after_the_hand_over_are_stored_as
     for g, w in zip(got, want):
         _same(g, w)
     spool.close()
+
+
+@pytest.mark.parametrize(("code", "two_d", "value"), [
+    ("i", False, [0, -2**31, 2**31 - 1, True, 151643]), ("i", False, [1, 2**31]), ("i", False, [1, -2**31 - 1]),
+    ("i", False, [1, 2.0]), ("i", False, [1, None]), ("i", False, ["1"]), ("i", False, []),
+    ("d", False, [-0.0, 5e-324, -1 / 3, math.inf, math.nan, 1, True, 2**53 + 1]), ("d", False, [1.0, 10**400]),
+    ("d", False, [1.0, None]), ("d", False, [1.0, "x"]), ("b", False, [0, 1, -128, 127, False]), ("b", False, [128]),
+    ("b", False, [0.5]), ("d", True, [[-0.0, -math.inf], [math.nan, -1e-300]]), ("i", True, [[1, 2], [3, 2**31]]),
+    ("i", True, [[1, 2], [3]]), ("i", True, [[1, 2], (3, 4)]), ("d", True, [[], []]), ("d", True, [[1.0]]),
+])
+def test_an_array_field_becomes_the_bytes_of_its_array_or_stays_in_the_json_as_array_would_have_it(code, two_d,
+                                                                                                  value):
+    """to_row's conversion (struct.pack, faster than array.fromlist) gives the bytes array(code) has of the
+    values, bit for bit, and refuses (None: the list stays in the JSON) what array refuses or a ragged list."""
+    from openclaw_rl.samples import _to_bytes
+
+    r = 2 if two_d else len(value)
+    try:
+        rows = value if two_d else [value]
+        if two_d and (len(value) != r or any(type(row) is not list or len(row) != len(value[0]) for row in value)):
+            raise TypeError("ragged")
+        want = array(code)
+        for row in rows:
+            want.fromlist(row)
+        expected = want.tobytes()
+    except (OverflowError, TypeError):
+        expected = None
+    assert _to_bytes(value, code, two_d, r) == expected
