@@ -28,7 +28,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from openclaw_opd.teacher import TeacherSignal, teacher_signal, trainer_signal
+from openclaw_opd.teacher import TeacherSignal, teacher_packed, teacher_signal, trainer_signal
 from openclaw_rl.chat import ChatRenderer
 from openclaw_rl.config import Settings
 from openclaw_rl.errors import OpenClawError
@@ -242,5 +242,6 @@ class OELScorer:
                     "teacher_topk_indices": t.topk_indices})
         sample = TrainingSample.from_turn(
             turn, kind="oel", reward=1.0, loss_mask=list(t.mask),
-            metadata={"experience": exp.text, "teacher_unscored": t.mask.count(0)}, **teacher)
+            metadata={"experience": exp.text, "teacher_unscored": t.mask.count(0)}, packed=teacher_packed(t),
+            **teacher)
         return Outcome(samples=[sample], record=record)

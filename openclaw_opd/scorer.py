@@ -22,7 +22,7 @@ from openclaw_rl.scoring import Ledger, Outcome
 from openclaw_rl.turns import DropReason, Turn
 
 from .selection import Selection, hints_to_score, select
-from .teacher import TeacherSignal, teacher_signal, trainer_signal
+from .teacher import TeacherSignal, teacher_packed, teacher_signal, trainer_signal
 
 
 @dataclass(slots=True)
@@ -106,7 +106,8 @@ def distillation_sample(turn: Turn, j: HintedJudgement, kind: str, reward: float
         meta["hint_candidates"], meta["hint_picks"] = list(j.candidates), list(j.picks)
     if t.prompt_ids is not None:  # teacher_source trainer: the trainer's frozen teacher scores these ids
         return TrainingSample.from_turn(turn, kind=kind, reward=reward, loss_mask=list(t.mask), metadata=meta,
-                                        teacher_prompt_ids=list(t.prompt_ids))
+                                        teacher_prompt_ids=list(t.prompt_ids),
+                                        packed=teacher_packed(t))
     return TrainingSample.from_turn(turn, kind=kind, reward=reward, loss_mask=list(t.mask), metadata=meta,
                                     teacher_log_probs=t.log_probs, teacher_topk_log_probs=t.topk_log_probs,
                                     teacher_topk_indices=t.topk_indices)

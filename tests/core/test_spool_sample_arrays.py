@@ -243,3 +243,89 @@ def test_a_list_changed_in_place_after_from_turn_is_stored_as_it_now_is(tmp_path
     spool.put([s])
     _same(next(spool.iter_samples()), want)
     spool.close()
+
+
+class _Renderer:
+    """Stands for ``ChatRenderer.render``: fixed ids, as a list and the array it builds of them."""
+
+    def __init__(self, ids: list[int]):
+        self.ids = ids
+
+    def render(self, messages, tools=None, with_array=False):
+        ids = list(self.ids)
+        return ("", ids, array("i", ids)) if with_array else ("", ids)
+
+
+def _trainer_sample(ids: list[int]) -> TrainingSample:
+    """A teacher_source trainer sample as the OPD scorer builds it: trainer_signal, then distillation_sample."""
+    from openclaw_opd.scorer import HintedJudgement, distillation_sample
+    from openclaw_opd.teacher import trainer_signal
+
+    turn = _turn()
+    turn.messages = [{"role": "user", "content": "x"}]
+    signal = trainer_signal(turn, "h", _Renderer(ids))
+    return distillation_sample(turn, HintedJudgement(None, None, hint="h", teacher=signal), "opd", 1.0)
+
+
+def test_the_hinted_prompt_ids_are_stored_from_the_renderers_array_not_converted_again(tmp_path, monkeypatch):
+    """trainer_signal hands the renderer's array bytes of the hinted prompt on (TeacherSignal.prompt_packed):
+    to_row stores them without converting the sample's list, and the sample comes back exact."""
+    import openclaw_rl.samples as samples
+
+    ids = [9, 8, 7, 2**31 - 1, 0, -5]
+    s = _trainer_sample(ids)
+    converted = []
+    real = samples._to_bytes
+    monkeypatch.setattr(samples, "_to_bytes", lambda value, *a: converted.append(value) or real(value, *a))
+    spool = Spool(tmp_path)
+    spool.put([s])
+    assert ids not in converted  # the loss mask is the one list converted
+    ((_, *blobs),) = _stored(spool)
+    assert blobs[[n for n, _, _ in ARRAY_FIELDS].index("teacher_prompt_ids")] == array("i", ids).tobytes()
+    _same(next(spool.iter_samples()), dataclasses.replace(s))
+    spool.close()
+
+
+def test_hinted_prompt_ids_changed_or_replaced_after_the_hand_over_are_stored_as_they_now_are(tmp_path):
+    """The renderer's bytes are stale once the sample's teacher_prompt_ids list changes in place, or once another
+    list (as long) takes its place: what is stored must be the list as it is now."""
+    changed, replaced = _trainer_sample([9, 8, 7, 6]), _trainer_sample([9, 8, 7, 6])
+    changed.teacher_prompt_ids[2] = 70
+    replaced.teacher_prompt_ids = [1, 2, 3, 4]
+    replaced.sample_id = "r"
+    want = [dataclasses.replace(changed), dataclasses.replace(replaced)]
+    spool = Spool(tmp_path)
+    spool.put([changed, replaced])
+    got = list(spool.iter_samples())
+    assert [g.teacher_prompt_ids for g in got] == [[9, 8, 70, 6], [1, 2, 3, 4]]
+    for g, w in zip(got, want):
+        _same(g, w)
+    spool.close()
+
+
+@pytest.mark.parametrize(("code", "two_d", "value"), [
+    ("i", False, [0, -2**31, 2**31 - 1, True, 151643]), ("i", False, [1, 2**31]), ("i", False, [1, -2**31 - 1]),
+    ("i", False, [1, 2.0]), ("i", False, [1, None]), ("i", False, ["1"]), ("i", False, []),
+    ("d", False, [-0.0, 5e-324, -1 / 3, math.inf, math.nan, 1, True, 2**53 + 1]), ("d", False, [1.0, 10**400]),
+    ("d", False, [1.0, None]), ("d", False, [1.0, "x"]), ("b", False, [0, 1, -128, 127, False]), ("b", False, [128]),
+    ("b", False, [0.5]), ("d", True, [[-0.0, -math.inf], [math.nan, -1e-300]]), ("i", True, [[1, 2], [3, 2**31]]),
+    ("i", True, [[1, 2], [3]]), ("i", True, [[1, 2], (3, 4)]), ("d", True, [[], []]), ("d", True, [[1.0]]),
+])
+def test_an_array_field_becomes_the_bytes_of_its_array_or_stays_in_the_json_as_array_would_have_it(code, two_d,
+                                                                                                  value):
+    """to_row's conversion (struct.pack, faster than array.fromlist) gives the bytes array(code) has of the
+    values, bit for bit, and refuses (None: the list stays in the JSON) what array refuses or a ragged list."""
+    from openclaw_rl.samples import _to_bytes
+
+    r = 2 if two_d else len(value)
+    try:
+        rows = value if two_d else [value]
+        if two_d and (len(value) != r or any(type(row) is not list or len(row) != len(value[0]) for row in value)):
+            raise TypeError("ragged")
+        want = array(code)
+        for row in rows:
+            want.fromlist(row)
+        expected = want.tobytes()
+    except (OverflowError, TypeError):
+        expected = None
+    assert _to_bytes(value, code, two_d, r) == expected
