@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import spool_schemas
 
 from openclaw_rl.samples import TrainingSample
 from openclaw_rl.spool import Spool, SpoolCorrupt, SpoolFull
@@ -318,18 +319,7 @@ def test_a_spool_of_the_previous_schema_opens_and_its_rows_keep_working(tmp_path
     old = _turn(1)
     db = sqlite3.connect(tmp_path / "samples.sqlite3", isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
-    db.executescript("""
-        CREATE TABLE samples (seq INTEGER PRIMARY KEY AUTOINCREMENT, sample_id TEXT NOT NULL UNIQUE,
-            session_id TEXT NOT NULL, turn INTEGER NOT NULL, kind TEXT NOT NULL, batch_id TEXT, created REAL NOT NULL,
-            payload TEXT NOT NULL);
-        CREATE INDEX samples_batch ON samples(batch_id);
-        CREATE TABLE spool_stats (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-        CREATE TABLE write_probe (data BLOB);
-        CREATE TABLE pending_turns (session_key TEXT NOT NULL, epoch TEXT NOT NULL, turn INTEGER NOT NULL,
-            payload TEXT NOT NULL, PRIMARY KEY (session_key, epoch, turn));
-        CREATE TABLE pending_next_states (session_key TEXT NOT NULL, epoch TEXT NOT NULL, turn INTEGER NOT NULL,
-            next_state TEXT NOT NULL, PRIMARY KEY (session_key, epoch, turn));
-    """)
+    db.executescript(spool_schemas.ARRAYS_IN_RECORDS)
     payload = sample(3).to_json()
     db.execute("INSERT INTO samples(sample_id, session_id, turn, kind, created, payload) VALUES ('x', 's', 3, 'rl', 0, ?)",
                (payload,))

@@ -12,6 +12,7 @@ import struct
 from array import array
 
 import pytest
+import spool_schemas
 
 from openclaw_rl.samples import ARRAY_FIELDS, TrainingSample
 from openclaw_rl.spool import Spool, SpoolFull
@@ -144,19 +145,6 @@ def test_a_field_replaced_after_from_turn_is_stored_as_it_is_not_as_the_turn_had
     spool.close()
 
 
-_PREVIOUS_SCHEMA = """
-    CREATE TABLE samples (seq INTEGER PRIMARY KEY AUTOINCREMENT, sample_id TEXT NOT NULL UNIQUE,
-        session_id TEXT NOT NULL, turn INTEGER NOT NULL, kind TEXT NOT NULL, batch_id TEXT, created REAL NOT NULL,
-        payload TEXT NOT NULL);
-    CREATE INDEX samples_batch ON samples(batch_id);
-    CREATE TABLE spool_stats (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-    CREATE TABLE write_probe (data BLOB);
-    CREATE TABLE pending_turns (session_key TEXT NOT NULL, epoch TEXT NOT NULL, turn INTEGER NOT NULL,
-        payload TEXT NOT NULL, prompt_ids BLOB, response_ids BLOB, logprobs BLOB,
-        PRIMARY KEY (session_key, epoch, turn));
-    CREATE TABLE pending_next_states (session_key TEXT NOT NULL, epoch TEXT NOT NULL, turn INTEGER NOT NULL,
-        next_state TEXT NOT NULL, PRIMARY KEY (session_key, epoch, turn));
-"""
 
 
 def test_a_spool_written_before_the_sample_blobs_opens_and_reads_as_it_did(tmp_path):
@@ -166,7 +154,7 @@ def test_a_spool_written_before_the_sample_blobs_opens_and_reads_as_it_did(tmp_p
     old = _samples()
     db = sqlite3.connect(tmp_path / "samples.sqlite3", isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
-    db.executescript(_PREVIOUS_SCHEMA)
+    db.executescript(spool_schemas.WAITING_ARRAYS_AS_BLOBS)
     total = 0
     for s in old:
         payload = s.to_json()
