@@ -317,3 +317,30 @@ def test_an_array_field_becomes_the_bytes_of_its_array_or_stays_in_the_json_as_a
     except (OverflowError, TypeError):
         expected = None
     assert _to_bytes(value, code, two_d, r) == expected
+
+
+def test_oel_with_the_trainer_teacher_hands_the_renderers_array_bytes_over_too(tmp_path, monkeypatch):
+    """OELScorer.build (teacher_source trainer: trainer_signal with the experience-augmented messages) passes the
+    renderer's bytes on as the OPD scorer does: stored without converting the list, and read back exact."""
+    import openclaw_rl.samples as samples
+    from openclaw_oel.scorer import Experience, OELJudgement, OELScorer
+    from openclaw_opd.teacher import trainer_signal
+    from openclaw_rl.scoring import Ledger
+
+    ids = [3, 2**31 - 1, -7, 0, 151643]
+    turn = _turn()
+    turn.messages = [{"role": "user", "content": "x"}]
+    signal = trainer_signal(turn, "", _Renderer(ids), [{"role": "system", "content": "- rule"}, *turn.messages])
+    judgement = OELJudgement(Experience(["rule"]), teacher=signal)
+    (s,) = OELScorer.build(object.__new__(OELScorer), turn, judgement, Ledger()).samples
+    assert s.teacher_prompt_ids == ids and s.teacher_prompt_ids is not signal.prompt_ids
+    converted = []
+    real = samples._to_bytes
+    monkeypatch.setattr(samples, "_to_bytes", lambda value, *a: converted.append(value) or real(value, *a))
+    spool = Spool(tmp_path)
+    spool.put([s])
+    assert ids not in converted
+    ((_, *blobs),) = _stored(spool)
+    assert blobs[[n for n, _, _ in ARRAY_FIELDS].index("teacher_prompt_ids")] == array("i", ids).tobytes()
+    _same(next(spool.iter_samples()), dataclasses.replace(s))
+    spool.close()
