@@ -317,3 +317,62 @@ def test_an_array_field_becomes_the_bytes_of_its_array_or_stays_in_the_json_as_a
     except (OverflowError, TypeError):
         expected = None
     assert _to_bytes(value, code, two_d, r) == expected
+
+
+def test_oel_with_the_trainer_teacher_hands_the_renderers_array_bytes_over_too(tmp_path, monkeypatch):
+    """OELScorer.build (teacher_source trainer: trainer_signal with the experience-augmented messages) passes the
+    renderer's bytes on as the OPD scorer does: stored without converting the list, and read back exact."""
+    import openclaw_rl.samples as samples
+    from openclaw_oel.scorer import Experience, OELJudgement, OELScorer
+    from openclaw_opd.teacher import trainer_signal
+    from openclaw_rl.scoring import Ledger
+
+    ids = [3, 2**31 - 1, -7, 0, 151643]
+    turn = _turn()
+    turn.messages = [{"role": "user", "content": "x"}]
+    signal = trainer_signal(turn, "", _Renderer(ids), [{"role": "system", "content": "- rule"}, *turn.messages])
+    judgement = OELJudgement(Experience(["rule"]), teacher=signal)
+    (s,) = OELScorer.build(object.__new__(OELScorer), turn, judgement, Ledger()).samples
+    assert s.teacher_prompt_ids == ids and s.teacher_prompt_ids is not signal.prompt_ids
+    converted = []
+    real = samples._to_bytes
+    monkeypatch.setattr(samples, "_to_bytes", lambda value, *a: converted.append(value) or real(value, *a))
+    spool = Spool(tmp_path)
+    spool.put([s])
+    assert ids not in converted
+    ((_, *blobs),) = _stored(spool)
+    assert blobs[[n for n, _, _ in ARRAY_FIELDS].index("teacher_prompt_ids")] == array("i", ids).tobytes()
+    _same(next(spool.iter_samples()), dataclasses.replace(s))
+    spool.close()
+
+
+class _Id(int):
+    """An int subclass (an IntEnum-like token id)."""
+
+
+class _Index:
+    """Not an int, but an index (``__index__``), as numpy's integer scalars are."""
+
+    def __index__(self) -> int:
+        return 5
+
+
+def test_the_conversion_agrees_with_array_on_int_subclasses_indexables_and_numpy_scalars():
+    """Values some caller may hand over instead of plain ints and floats: struct.pack takes and refuses exactly
+    what array does (numpy's integer and float scalars, an int subclass, an ``__index__`` object, a huge int
+    among floats in (R, K) rows)."""
+    from openclaw_rl.samples import _to_bytes
+
+    np = pytest.importorskip("numpy")
+    cases = [("i", [_Id(7), _Id(2**31 - 1), _Index(), np.int64(-3), np.int32(9), np.uint8(200)]),
+             ("i", [_Id(2**31)]), ("i", [np.int64(2**40)]), ("i", [np.float64(1.0)]), ("i", [np.float32(1.0)]),
+             ("d", [np.float64(-0.0), np.float32(0.1), np.int64(3), _Id(2), _Index(), np.float16(1)]),
+             ("b", [np.int8(-128), np.bool_(True), _Id(1)]), ("b", [np.int64(128)])]
+    for code, value in cases:
+        try:
+            expected: bytes | None = array(code, value).tobytes()
+        except (OverflowError, TypeError):
+            expected = None
+        assert _to_bytes(value, code, False, len(value)) == expected, (code, value)
+    assert _to_bytes([[1.0, 10**400], [0.0, 1.0]], "d", True, 2) is None
+    assert _to_bytes([[1.0, 2.0], [np.float64(3.0), _Index()]], "d", True, 2) == array("d", [1, 2, 3, 5]).tobytes()

@@ -10,6 +10,7 @@ core records every token it is asked for while the engine is paused (there must 
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncGenerator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -82,3 +83,40 @@ def test_a_pause_holds_running_requests_until_continue(witnessed: tuple[Any, Pau
     assert body["text"] == REPLY and body["meta_info"]["finish_reason"]["type"] == "stop"
     assert body["meta_info"]["completion_tokens"] == model.produced == len(REPLY) + 1
     assert (service.held_running, model.asked_while_paused) == (0, [])
+
+
+def test_an_abort_pause_over_a_hold_ends_the_request_and_the_count(witnessed: tuple[Any, Any, str]) -> None:
+    """A request held by an in_place pause that a pause in abort mode then ends leaves no held or running count."""
+    service, model, url = witnessed
+    with httpx.Client(base_url=url, timeout=10) as client, ThreadPoolExecutor(1) as pool:
+        reply = pool.submit(client.post, "/generate", json={"input_ids": [5, 6, 7]})
+        model.gate.wait_held()
+        client.post("/pause_generation", json={"mode": "in_place"})
+        model.gate.release()
+        wait_until(lambda: service.held_running == 1 or reply.done())
+        assert client.post("/pause_generation", json={"mode": "abort"}).json()["status"] == "ok"
+        body = reply.result().json()
+        assert body["meta_info"]["finish_reason"]["type"] == "abort"
+        assert (service.held_running, service._running) == (0, 0)
+        client.post("/continue_generation")
+
+
+def test_a_streamed_client_gone_while_held_ends_the_request_and_the_count(witnessed: tuple[Any, Any, str]) -> None:
+    """A streamed request whose client goes away while a pause holds it is cancelled where it is held: the
+    held and running counts fall back to 0 while still paused (no count leaks to the next pause)."""
+    service, model, url = witnessed
+    host, port = url.split("//")[1].split(":")
+    raw = socket.create_connection((host, int(port)))
+    body = b'{"input_ids": [5, 6, 7], "stream": true}'
+    raw.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                + str(len(body)).encode() + b"\r\n\r\n" + body)
+    model.gate.wait_held()
+    with httpx.Client(base_url=url, timeout=10) as client:
+        client.post("/pause_generation", json={"mode": "in_place"})
+        model.gate.release()
+        wait_until(lambda: service.held_running == 1)
+        raw.close()  # the server sees the stream's client gone and cancels the request where it is held
+        wait_until(lambda: service.held_running == 0)
+        assert service.paused and model.asked_while_paused == []
+        wait_until(lambda: service._running == 0)
+        client.post("/continue_generation")
