@@ -28,7 +28,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from openclaw_opd.teacher import TeacherSignal, teacher_packed, teacher_signal, trainer_signal
+from openclaw_opd.teacher import TeacherSignal, teacher_packed, teacher_signal, trainer_signal_off_loop
 from openclaw_rl.chat import ChatRenderer
 from openclaw_rl.config import Settings
 from openclaw_rl.errors import OpenClawError
@@ -216,7 +216,7 @@ class OELScorer:
             return result
         messages = experience_messages(turn.messages, experience.text)
         if self.teacher_source == "trainer":  # no server call: the prompt's exact ids for the trainer's teacher
-            result.teacher = trainer_signal(turn, "", self.renderer, messages)
+            result.teacher = await trainer_signal_off_loop(turn, "", self.renderer, messages)
             return result
         try:
             result.teacher = await teacher_signal(turn, "", self.teacher or self.judge_client, self.renderer,

@@ -22,7 +22,7 @@ from openclaw_rl.scoring import Ledger, Outcome
 from openclaw_rl.turns import DropReason, Turn
 
 from .selection import Selection, hints_to_score, select
-from .teacher import TeacherSignal, teacher_packed, teacher_signal, trainer_signal
+from .teacher import TeacherSignal, teacher_packed, teacher_signal, trainer_signal_off_loop
 
 
 @dataclass(slots=True)
@@ -71,7 +71,8 @@ async def judge_with_hint(turn: Turn, judge: JudgeClient, renderer: ChatRenderer
     if not candidates:
         return result
     if teacher_source == "trainer":
-        result.teacher, result.picks = trainer_signal(turn, candidates[0], renderer), [len(turn.generation.response_ids)]
+        result.teacher = await trainer_signal_off_loop(turn, candidates[0], renderer)
+        result.picks = [len(turn.generation.response_ids)]
         result.candidates = candidates[:1]
         return result
     scorer = teacher or judge
