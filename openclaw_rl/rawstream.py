@@ -24,6 +24,8 @@ import time
 from collections import deque
 from urllib.parse import urlsplit
 
+from .loopwait import await_within
+
 _MIN_FREE = 64 * 1024  # free space offered to each read
 _START_CAP = 256 * 1024
 _NEVER = float("inf")
@@ -33,21 +35,6 @@ _NL = 0x0A
 ALIGNED_MIN = 2048  # chunk payloads at least this large that start a line are listed in ``aligned``
 
 
-def _expire(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_exception(TimeoutError())
-
-
-async def await_within(fut: asyncio.Future, timeout: float) -> None:
-    """``await asyncio.wait_for(fut, timeout)`` for a future only this module resolves (a reader's waiter):
-    a timer sets ``TimeoutError`` on it instead. Python 3.11's ``wait_for`` wraps the future, adds a waiter
-    and, on the timeout that ends most of a stream's gathering windows, cancels and waits again: ~12% of the
-    proxy's CPU on a paced stream (yappi), for one wait per event. The wakers check ``done()`` first."""
-    handle = asyncio.get_running_loop().call_later(timeout, _expire, fut)
-    try:
-        await fut
-    finally:
-        handle.cancel()
 
 
 class ResponseError(Exception):

@@ -10,6 +10,7 @@ session is shown, so it binds to loopback by default.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ def standalone_app(spool_dir: str | Path, metrics_path: str | Path | None = None
         guess = spool.parent / "metrics.jsonl"
         metrics_path = guess if guess.exists() else None
     sources = Sources(spool, Path(metrics_path) if metrics_path else None, tokenizer=tokenizer,
-                      waiting=lambda ns: waiting_from_spool(spool))
+                      waiting=lambda ns: asyncio.to_thread(waiting_from_spool, spool))  # SQLite, off the loop
     auth = Authenticator(keys or [])
     app = FastAPI(title="openclaw-rl dashboard", docs_url=None, redoc_url=None, openapi_url=None)
 

@@ -97,11 +97,10 @@ class OwnerHub:
             conn.link.send(record)
 
     def status(self) -> wire.Status:
-        w = self.proxy.writer
-        # the overflow's length only while overloaded (the refusal's message): below the bound it changes with
-        # every write while the spool is full, and each distinct Status goes to every worker
-        overloaded = w.overloaded
-        return wire.Status(overloaded=overloaded, overflow=len(w.overflow) if overloaded else 0, problem=w.problem,
+        # the writer's refusal state: the overflow's length only while overloaded (below the bound it changes with
+        # every write while the spool is full, and each distinct Status goes to every worker)
+        problem, overloaded, overflow = self.proxy.writer.refusal_state()
+        return wire.Status(overloaded=overloaded, overflow=overflow, problem=problem,
                            context_length=self.proxy.service.context_length,
                            keep_messages=self.proxy.service.keep_messages)
 

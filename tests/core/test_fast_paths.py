@@ -11,7 +11,7 @@ import pytest
 
 from openclaw_rl.chat import ChatRenderer
 from openclaw_rl.fast_decode import fast_decoder
-from openclaw_rl.rawstream import await_within
+from openclaw_rl.loopwait import await_within
 
 
 def _id_lists(tokenizer: Any, n: int = 300) -> list[list[int]]:

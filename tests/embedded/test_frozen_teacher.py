@@ -182,7 +182,7 @@ def test_a_teacher_checkpoint_with_another_tokenizer_is_refused(models, tmp_path
 def test_samples_round_trip_the_spool_and_refuse_two_sources():
     s = TrainingSample(session_id="a", turn=1, kind="opd", prompt_ids=[1, 2], response_ids=[3],
                        rollout_log_probs=[-0.1], loss_mask=[1], reward=1.0, teacher_prompt_ids=[1, 9, 2])
-    back = TrainingSample.from_json(s.to_json())
+    back = TrainingSample.from_row(*s.to_row())  # what the spool stores and reads
     assert back.teacher_prompt_ids == [1, 9, 2] and back.teacher_source == "trainer"
     with pytest.raises(ValueError, match="not both"):
         TrainingSample(session_id="a", turn=1, kind="opd", prompt_ids=[1, 2], response_ids=[3],

@@ -215,7 +215,7 @@ def test_the_hook_reads_the_frozen_teacher_at_the_students_top_k_ids(tiny_model_
     ts = samples(tok)
     for n, s in enumerate(ts):
         s.student_topk_indices = student_ids(s, k, n)
-    ts = [TrainingSample.from_json(s.to_json()) for s in ts]  # the spool keeps them
+    ts = [TrainingSample.from_row(*s.to_row()) for s in ts]  # the spool keeps them (its row: JSON + array blobs)
     batch = actor_batch([to_slime_sample(s, teacher_topk=k) for s in ts])
     args = SimpleNamespace(rollout_temperature=0.7, openclaw_opd_distill_subset="student")
     assert fill_trainer_teacher(args, batch, model=model) == 3
