@@ -43,6 +43,7 @@ def test_the_owners_status_changes_only_with_what_a_refusal_reads(tmp_path):
     """The Status's overflow count is only shown in the "spool is full" refusal: below the bound, a growing
     overflow is no new Status (the hub broadcasts each distinct one to every worker)."""
     writer = SimpleNamespace(overloaded=False, overflow=[1, 2, 3], problem=None)
+    writer.refusal_state = lambda: SampleWriter.refusal_state(writer)  # the writer's own rule, on these fields
     proxy = SimpleNamespace(tracker=SimpleNamespace(on_end=lambda key: None), writer=writer,
                             service=SimpleNamespace(context_length=4096, keep_messages=True))
     hub = OwnerHub(proxy, 2)  # type: ignore[arg-type]
