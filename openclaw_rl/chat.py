@@ -14,8 +14,11 @@ import logging
 import threading
 from array import array
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from . import chat_format
 from .chat_format import ChatFormat
@@ -136,6 +139,12 @@ def _build_fast_encoder(tokenizer: Any) -> Any:
     return quick if agrees(quick) else plain
 
 
+def _positions(ids: array, token_id: int | None, start: int = 0) -> Any:
+    """The indices (from ``start``, relative to it) where ``token_id`` stands in ``ids``: numpy's scan of the
+    array's own buffer, which makes no int object per id (``list.count`` over 8K ids ~75 µs, this ~3 µs)."""
+    return np.flatnonzero(np.frombuffer(ids, dtype=np.intc)[start:] == token_id)
+
+
 def side_cache_key(session_key: str) -> str:
     """The prefix-cache key of a session's side turns: apart from its main line's, freed with it."""
     return f"{session_key}\x1fside"
@@ -198,6 +207,8 @@ class ChatRenderer:
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
         self.encode_text = fast_encoder(tokenizer)
+        # the same ids as an array("i"): tiktoken's buffer where the fast encoder is tiktoken (no int objects)
+        self.encode_array: Callable[[str], array] = getattr(self.encode_text, "to_array", None) or self._array_of
         self.template_kwargs: dict[str, Any] = {}
         if enable_thinking is not None:
             self.template_kwargs["enable_thinking"] = enable_thinking
@@ -251,81 +262,85 @@ class ChatRenderer:
     def render(self, messages: list[dict[str, Any]], tools: list[Tool] | None = None,
                add_generation_prompt: bool = True, cache_key: str | None = None,
                plain: bool = False, with_array: bool = False) -> Any:
-        """(text, ids), or with ``with_array`` (text, ids, ids as an ``array("i")``: ``render_ids``).
+        """(text, ids), or with ``with_array`` (text, ids, ids as an ``array("i")``).
         ``plain``: ``messages`` come from ``normalize_messages`` of a request parsed from JSON (and so
-        do ``tools``), i.e. plain data; see ``ChatTemplateText.__call__``."""
-        text, ids, ids_array = self.render_ids(messages, tools, add_generation_prompt, cache_key, plain)
-        return (text, ids, ids_array) if with_array else (text, ids)
+        do ``tools``), i.e. plain data; see ``ChatTemplateText.__call__``. A caller that can use the
+        array alone (the proxy's own turns) calls ``render_ids``: the list costs a Python int per id."""
+        if cache_key is None and not with_array:
+            text = self._text(messages, tools, add_generation_prompt, plain)
+            return text, self.encode_text(text)
+        text, ids_array = self.render_ids(messages, tools, add_generation_prompt, cache_key, plain)
+        return (text, ids_array.tolist(), ids_array) if with_array else (text, ids_array.tolist())
 
     def render_ids(self, messages: list[dict[str, Any]], tools: list[Tool] | None = None,
                    add_generation_prompt: bool = True, cache_key: str | None = None,
-                   plain: bool = False) -> tuple[str, list[int], array]:
-        """``render``, with the ids also as an ``array("i")`` (what a ``Turn`` keeps): with a cache key it
-        is built from the cached prefix's array and the new ids, not converted from the list."""
+                   plain: bool = False) -> tuple[str, array]:
+        """(text, ids as an ``array("i")``): what a ``Turn`` keeps and ``/generate`` is sent (``codec.dumps``
+        writes an array as a JSON list). With a cache key the ids are the cached prefix's array and the new
+        ids, and no list of the ids is built anywhere on the way."""
+        text = self._text(messages, tools, add_generation_prompt, plain)
+        if cache_key is None or self.turn_start_id is None:
+            return text, self.encode_array(text)
+        return text, self._encode_cached(text, cache_key)
+
+    def _text(self, messages: list[dict[str, Any]], tools: list[Tool] | None, add_generation_prompt: bool,
+              plain: bool) -> str:
         tool_dicts = [t.model_dump(exclude_none=True) for t in tools] if tools else None
         try:
-            text = self.template(messages, tool_dicts, add_generation_prompt, plain=plain)
+            return self.template(messages, tool_dicts, add_generation_prompt, plain=plain)
         except Exception as e:  # jinja raise_exception(), bad role order, …: the client's conversation
             raise BadRequest(f"the conversation cannot be rendered with the policy's chat template: {e}",
                              param="messages") from e
-        if cache_key is None or self.turn_start_id is None:
-            ids = self.encode_text(text)
-            return text, ids, array("i", ids)
-        ids, ids_array = self._encode_cached(text, cache_key)
-        return text, ids, ids_array
 
-    def _encode_cached(self, text: str, key: str) -> tuple[list[int], array]:
+    def _array_of(self, text: str) -> array:
+        return array("i", self.encode_text(text))
+
+    def _encode_cached(self, text: str, key: str) -> array:
         hit = self._cached_ids(text, self._cache.get(key))
         if hit is not None:
             self.cache_hits += 1
         else:
             hit = self._encode_first(text)
             self.cache_misses += 1
-        ids, ids_array, chars, known, digest = hit
+        ids, chars, known, digest = hit
         # Two cuts: before the last turn start (the generation prompt: a next request that adds messages
         # after this one shares all of it) and before the second-to-last (OpenClaw drops its trailing
         # context message on the next request, so that much is what such a prompt shares). Only the tail
-        # is searched: the cost follows the new messages, not the history; the two counts (C loops)
-        # check that text and ids agree on the turn starts.
+        # is searched: the cost follows the new messages, not the history; the two counts (C scans: of the
+        # text, and of the array's buffer, ``_positions``) check that text and ids agree on the turn starts.
         start, tid = self.turn_start, self.turn_start_id
         last = text.rfind(start)
         second = text.rfind(start, 0, last) if last > 0 else -1
         if second < 0:
-            return ids, ids_array
+            return ids
         if digest is not None and second >= chars:
             # Both cuts lie after the cut the ids came from (the session's or the shared first block's):
             # text[:chars] and ids[:known] hold the same number of turn starts (checked when they were
             # stored), so the counts are compared on the new part only, the ids' turn starts are looked
             # for there, and the digest goes on from the cut's.
-            tail = ids[known:]
-            count = tail.count(tid)
-            if text.count(start, chars) != count or count < 2:
-                return ids, ids_array
-            at = -1
-            for _ in range(count - 1):
-                at = tail.index(tid, at + 1)
-            id_second, id_last = known + at, known + tail.index(tid, at + 1)
+            where = _positions(ids, tid, known)
+            if text.count(start, chars) != len(where) or len(where) < 2:
+                return ids
+            id_second, id_last = known + int(where[-2]), known + int(where[-1])
             digest.update(text[chars:second].encode("utf-8", "surrogatepass"))
         else:
-            if text.count(start) != ids.count(tid):
-                return ids, ids_array
-            id_last = len(ids) - 1 - ids[::-1].index(tid)
-            id_second = id_last - 1 - ids[id_last - 1::-1].index(tid) if id_last else -1
-            if id_second < 0:
-                return ids, ids_array
+            where = _positions(ids, tid)
+            if text.count(start) != len(where) or len(where) < 2:
+                return ids
+            id_second, id_last = int(where[-2]), int(where[-1])
             digest = hashlib.sha1(text[:second].encode("utf-8", "surrogatepass"))
         d_second = digest.digest()
         digest.update(text[second:last].encode("utf-8", "surrogatepass"))
-        entry = _Prefix(((last, digest.digest(), id_last), (second, d_second, id_second)), ids_array[:id_last])
+        entry = _Prefix(((last, digest.digest(), id_last), (second, d_second, id_second)), ids[:id_last])
         with self._lock:
             self._cache[key] = entry
             self._cache.move_to_end(key)
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
-        return ids, ids_array
+        return ids
 
-    def _cached_ids(self, text: str, entry: _Prefix | None) -> tuple[list[int], array, int, int, Any] | None:
-        """``text``'s ids (a list and an array) from the longest cached cut it starts with, with that cut
+    def _cached_ids(self, text: str, entry: _Prefix | None) -> tuple[array, int, int, Any] | None:
+        """``text``'s ids from the longest cached cut it starts with, with that cut
         (chars, ids) and the sha1 of ``text[:chars]`` (None: it starts with none). Encoding the rest alone
         is exact because the cut lies before an added special token, which splits the text before BPE runs."""
         if entry is None:
@@ -340,20 +355,16 @@ class ChatRenderer:
             longer = h.copy()
             longer.update(text[c2:c1].encode("utf-8", "surrogatepass"))
             if longer.digest() == d1:
-                rest = self.encode_text(text[c1:])
-                return entry.ids.tolist() + rest, entry.ids + array("i", rest), c1, n1, longer
-        rest = self.encode_text(text[c2:])
-        head = entry.ids[:n2]
-        return head.tolist() + rest, head + array("i", rest), c2, n2, h
+                return entry.ids + self.encode_array(text[c1:]), c1, n1, longer
+        return entry.ids[:n2] + self.encode_array(text[c2:]), c2, n2, h
 
-    def _encode_first(self, text: str) -> tuple[list[int], array, int, int, Any]:
+    def _encode_first(self, text: str) -> tuple[array, int, int, Any]:
         """A session's first encode: the shared first block's ids when another session had the same one.
-        Returns what ``_cached_ids`` does: the ids as a list and an array, and the cut used (chars, ids and
-        the sha1 of ``text[:chars]``; (0, 0, None) when none)."""
+        Returns what ``_cached_ids`` does: the ids, and the cut used (chars, ids and the sha1 of
+        ``text[:chars]``; (0, 0, None) when none)."""
         cut = text.find(self.turn_start, 1)
         if cut <= 0:
-            ids = self.encode_text(text)
-            return ids, array("i", ids), 0, 0, None
+            return self.encode_array(text), 0, 0, None
         h = hashlib.sha1(text[:cut].encode("utf-8", "surrogatepass"))
         digest = h.digest()
         with self._lock:
@@ -361,20 +372,18 @@ class ChatRenderer:
             if head is not None:
                 self._shared.move_to_end(digest)
         if head is not None:
-            rest = self.encode_text(text[cut:])
-            return head.tolist() + rest, head + array("i", rest), cut, len(head), h
-        ids = self.encode_text(text)
-        ids_array = array("i", ids)
-        try:
-            id_cut = ids.index(self.turn_start_id, 1)
-        except ValueError:
-            return ids, ids_array, 0, 0, None
-        if text.count(self.turn_start, 0, cut) == ids[:id_cut].count(self.turn_start_id):  # both: one block
+            return head + self.encode_array(text[cut:]), cut, len(head), h
+        ids = self.encode_array(text)
+        where = _positions(ids, self.turn_start_id, 1)
+        if not len(where):
+            return ids, 0, 0, None
+        id_cut = 1 + int(where[0])
+        if text.count(self.turn_start, 0, cut) == len(_positions(ids[:id_cut], self.turn_start_id)):  # one block
             with self._lock:
-                self._shared[digest] = ids_array[:id_cut]
+                self._shared[digest] = ids[:id_cut]
                 while len(self._shared) > self.shared_size:
                     self._shared.popitem(last=False)
-        return ids, ids_array, 0, 0, None
+        return ids, 0, 0, None
 
     def forget(self, key: str) -> None:
         """Drop a session's cached prefixes, main line and side turns (its session ended or was evicted)."""

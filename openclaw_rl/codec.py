@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from array import array
 from typing import Any
 
 try:
@@ -49,14 +50,34 @@ def loads_unicode(data: bytes | bytearray | memoryview | str) -> tuple[Any, bool
     return json.loads(bytes(data) if isinstance(data, memoryview) else data), False
 
 
+def _array_for_orjson(value: Any) -> Any:
+    """An ``array.array`` of token ids (what the renderer and a ``Turn`` hold) written as a JSON list: numpy's
+    view of its buffer, which orjson writes without an int object per id (``tolist`` costs ~95 µs for 8K
+    ids; the view ~2 µs, and orjson writes the list faster from it)."""
+    if isinstance(value, array):
+        if value.typecode == "i":
+            import numpy as np
+
+            return np.frombuffer(value, dtype=np.intc)
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _array_for_json(value: Any) -> Any:
+    if isinstance(value, array):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def dumps(obj: Any) -> bytes:
-    """Compact UTF-8 JSON bytes."""
+    """Compact UTF-8 JSON bytes. An ``array.array`` is written as the list of its values."""
     if orjson is not None:
         try:
-            return orjson.dumps(obj)
+            return orjson.dumps(obj, default=_array_for_orjson, option=orjson.OPT_SERIALIZE_NUMPY)
         except TypeError:  # lone surrogate, or a type orjson does not know: json has the final word
             pass
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False,
+                      default=_array_for_json).encode("utf-8", "surrogatepass")
 
 
 def dumps_str(obj: Any) -> str:

@@ -156,7 +156,7 @@ class ChatService:
         self._bulk_pool.shutdown(wait=False, cancel_futures=True)
 
     def _prepare(self, req: ChatCompletionRequest, cache_key: str | None
-                 ) -> tuple[list[dict[str, Any]], str, list[int], array]:
+                 ) -> tuple[list[dict[str, Any]], str, array]:
         messages = normalize_messages(req.messages)
         if self.context_length and self.max_token_bytes:
             text_bytes = sum(len(m["content"].encode("utf-8", "surrogatepass")) for m in messages)
@@ -166,9 +166,8 @@ class ChatService:
                     f"This model's maximum context length is {self.context_length} tokens. However, your messages "
                     f"resulted in at least {at_least} tokens. Please reduce the length of the messages.",
                     param="messages")
-        prompt_text, prompt_ids, ids_array = self.renderer.render(messages, req.tools, cache_key=cache_key,
-                                                                  plain=True, with_array=True)
-        return messages, prompt_text, prompt_ids, ids_array
+        prompt_text, prompt_ids = self.renderer.render_ids(messages, req.tools, cache_key=cache_key, plain=True)
+        return messages, prompt_text, prompt_ids
 
     async def complete(self, req: ChatCompletionRequest, headers: dict[str, str],
                        namespace: str, body_bytes: int = 0) -> dict[str, Any] | AsyncIterator[bytes]:
@@ -185,7 +184,7 @@ class ChatService:
         # side turns (heartbeats, memory flushes: another conversation on the same session id) cache their
         # prefix under their own key, so they never replace the main line's
         cache_key = None if bulk else key if main else side_cache_key(key)
-        messages, prompt_text, prompt_ids, ids_array = await thread_result(
+        messages, prompt_text, prompt_ids = await thread_result(
             (self._bulk_pool if bulk else self._render_pool).submit(self._prepare, req, cache_key))
         params, temperature = self._sampling_params(req, main, len(prompt_ids))
         payload = {"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}
@@ -198,7 +197,7 @@ class ChatService:
         turn = None
         if main:
             turn = Turn(session_key=key, session_id=identity.session_id, index=0,
-                        prompt_ids=ids_array,
+                        prompt_ids=prompt_ids,
                         messages=messages if self.keep_messages else None,
                         tools=[t.model_dump(exclude_none=True) for t in req.tools] if req.tools and self.keep_messages
                         else None,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -181,14 +182,31 @@ def tiktoken_encoder(tokenizer: Any) -> tuple[Callable[[str], list[int]] | None,
     def plain(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
 
+    def tiktoken_safe(text: str) -> bool:
+        """Whether tiktoken gives ``tokenizer.encode``'s ids for ``text``: UTF-8 encodable, NFC where it normalises."""
+        if text.isascii():
+            return True
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return not nfc or unicodedata.is_normalized("NFC", text)
+
     def encode(text: str) -> list[int]:
-        if not text.isascii():
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:
-                return plain(text)
-            if nfc and not unicodedata.is_normalized("NFC", text):
-                return plain(text)
+        if not tiktoken_safe(text):
+            return plain(text)
         return fast(text, allowed_special=allowed, disallowed_special=())
 
+    to_numpy = getattr(encoding, "encode_to_numpy", None)
+
+    def to_array(text: str) -> array:
+        """``encode``'s ids as an ``array("i")``, straight from tiktoken's buffer: no Python int per id (the
+        list costs ~0.7 ms more than this for an 8K-token prompt, its conversion to an array ~0.14 ms)."""
+        if to_numpy is None or not tiktoken_safe(text):
+            return array("i", encode(text))
+        ids = array("i")
+        ids.frombytes(to_numpy(text, allowed_special=allowed, disallowed_special=()).tobytes())  # uint32 → int32: ids < 2**31
+        return ids
+
+    encode.to_array = to_array  # type: ignore[attr-defined]  (ChatRenderer.encode_array reads it)
     return encode, ""

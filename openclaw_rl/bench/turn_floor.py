@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 import httptools
 import orjson
 
+from openclaw_rl import codec
 from openclaw_rl.chat import ChatRenderer
 from openclaw_rl.chat_template import ChatTemplateText
 from openclaw_rl.judge import PRM_SYSTEM, PRM_USER, majority_vote, parse_boxed
@@ -348,9 +349,9 @@ class Floor:
         t = parts.add("session", t)
         text = self.renderer.template(messages, tools, True, plain=True)
         t = parts.add("template", t)
-        ids, ids_array = self.renderer._encode_cached(text, session)
+        ids_array = self.renderer._encode_cached(text, session)
         t = parts.add("tokenise", t)
-        payload = orjson.dumps({"input_ids": ids, "sampling_params": {
+        payload = codec.dumps({"input_ids": ids_array, "sampling_params": {
             "max_new_tokens": max_new, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "temperature": 1.0},
             "return_logprob": True})
         parts.add("json", t)
@@ -396,7 +397,7 @@ class Floor:
             "model": req.get("model") or "policy",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "logprobs": None,
                          "finish_reason": "length" if finish == "length" else "stop"}],
-            "usage": {"prompt_tokens": len(ids), "completion_tokens": n, "total_tokens": len(ids) + n}})
+            "usage": {"prompt_tokens": len(ids_array), "completion_tokens": n, "total_tokens": len(ids_array) + n}})
         parts.add("json", t)
         return out
 

@@ -82,7 +82,7 @@ def test_a_next_turn_reuses_the_whole_previous_prompt(tokenizer):
     previous trailing message falls back to the shorter cut, and a rewritten history to a full encode."""
     cached, plain = ChatRenderer(tokenizer), ChatRenderer(tokenizer)
     calls: list[str] = []
-    encode = cached.encode_text
+    encode = cached.encode_array
 
     def counting(text):
         calls.append(text)
@@ -91,7 +91,7 @@ def test_a_next_turn_reuses_the_whole_previous_prompt(tokenizer):
     system = {"role": "system", "content": "You are OpenClaw. caf\u00e9 🙂"}
     first = [system, {"role": "user", "content": "long first message " * 200}]
     assert cached.render(first, cache_key="s")[1] == plain.render(first)[1]
-    cached.encode_text = counting
+    cached.encode_array = counting
     try:
         second = [*first, {"role": "assistant", "content": "done \u00e9"}, {"role": "user", "content": "next"}]
         assert cached.render(second, cache_key="s")[1] == plain.render(second)[1]
@@ -104,7 +104,7 @@ def test_a_next_turn_reuses_the_whole_previous_prompt(tokenizer):
         rewritten = [system, {"role": "user", "content": "long first message " * 199}]
         assert cached.render(rewritten, cache_key="s")[1] == plain.render(rewritten)[1]
     finally:
-        cached.encode_text = encode
+        cached.encode_array = encode
     assert cached.cache_hits == 2
 
 
@@ -125,8 +125,8 @@ def test_a_prefix_stored_from_the_new_part_equals_one_stored_from_a_full_encode(
                     {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
                     {"role": "tool", "tool_call_id": "c1", "content": "done 🙂"}]
             msgs = normalize_messages(ChatCompletionRequest.model_validate({"messages": history}).messages)
-            _, ids, ids_array = chained.render_ids(msgs, cache_key=session)
-            assert ids == ids_array.tolist() == plain.render(msgs)[1]
+            _, ids_array = chained.render_ids(msgs, cache_key=session)
+            assert ids_array.typecode == "i" and ids_array.tolist() == plain.render(msgs)[1]
             fresh._cache.clear()
             fresh._shared.clear()
             fresh.render(msgs, cache_key=session)

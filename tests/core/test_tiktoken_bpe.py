@@ -59,6 +59,33 @@ def tiktoken_encode(tiny_model_dir: Any) -> Any:
 def test_any_text_gets_encode_ids(tiktoken_encode, text):
     tok, encode = tiktoken_encode
     assert encode(text) == _hf(tok, text)
+    ids = encode.to_array(text)  # the renderer's array path: the same ids, from tiktoken's buffer
+    assert ids.typecode == "i" and ids.tolist() == encode(text)
+
+
+def test_the_array_encoder_gives_encode_ids_and_takes_the_same_detours(tokenizer, mistral_tokenizer, monkeypatch):
+    """``to_array`` (tiktoken's uint32 buffer read as ``array("i")``) gives ``encode``'s ids for every text
+    ``encode`` takes: special tokens, long texts, text that is not NFC or holds a lone surrogate (both to
+    the tokenizer's own encode, as ``encode`` does), and without ``encode_to_numpy`` (an older tiktoken)."""
+    rng = random.Random(5)
+    for tok in (tokenizer, mistral_tokenizer):
+        encode, _ = tiktoken_encoder(tok)
+        specials = list(tok.get_added_vocab())
+        texts = ["", "cafe\u0301 x", "x" * 5000, " ".join(specials) * 3]
+        texts += ["".join(chr(rng.randrange(*rng.choice(_BLOCKS))) if rng.random() < 0.9 else rng.choice(specials)
+                          for _ in range(rng.randint(0, 200))) for _ in range(500)]
+        for text in texts:
+            ids = encode.to_array(text)
+            assert ids.typecode == "i" and ids.tolist() == encode(text) == _hf(tok, text), repr(text)
+        with pytest.raises(Exception) as from_encode:
+            _hf(tok, "a\ud800b")
+        with pytest.raises(type(from_encode.value)):
+            encode.to_array("a\ud800b")
+    import tiktoken
+
+    monkeypatch.delattr(tiktoken.Encoding, "encode_to_numpy")
+    older, _ = tiktoken_encoder(tokenizer)
+    assert older.to_array("hello <|im_start|> world").tolist() == _hf(tokenizer, "hello <|im_start|> world")
 
 
 def test_text_tiktoken_would_change_goes_to_encode(tokenizer):
