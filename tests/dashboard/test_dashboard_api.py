@@ -8,6 +8,8 @@ advantage; the page and its assets load nothing from elsewhere.
 
 from __future__ import annotations
 
+import threading
+
 import re
 
 import httpx
@@ -122,6 +124,56 @@ def test_the_journal_is_bounded_and_survives_a_torn_line(tmp_path):
     lines = list(read_journal(tmp_path))
     assert lines and lines[-1]["batch"] == "b99"
     assert [int(line["batch"][1:]) for line in lines] == sorted(int(line["batch"][1:]) for line in lines)
+
+
+def test_the_journal_writes_a_burst_of_lines_at_once_and_each_line_whole(tmp_path, monkeypatch):
+    """Lines queued together go out in one write (not a write per turn), only whole lines are ever written, and
+    without any flush a line reaches the file once the journal has been quiet for ``WRITE_AFTER_S``."""
+    from openclaw_rl.dashboard import journal as journal_module
+
+    writes: list[bytes] = []
+    real_open = journal_module.TurnJournal._open
+
+    def recording_open(self):
+        real_open(self)
+        raw = self._file
+        write = raw.write
+
+        class Recording:
+            def write(self, data):
+                writes.append(bytes(data))
+                return write(data)
+
+            def __getattr__(self, name):
+                return getattr(raw, name)
+
+        self._file = Recording()
+
+    monkeypatch.setattr(journal_module.TurnJournal, "_open", recording_open)
+    release = threading.Event()
+    handle = journal_module.TurnJournal._handle
+
+    def held(self, op, a, b):  # the first line holds the thread until the burst is queued behind it
+        handle(self, op, a, b)
+        if op == "line" and a.get("ev") == "hold":
+            release.wait(10)
+
+    monkeypatch.setattr(journal_module.TurnJournal, "_handle", held)
+    journal = TurnJournal(tmp_path)
+    journal._queue.put(("line", {"ev": "hold"}, None))
+    for i in range(50):
+        journal.batch(f"b{i}", ["s"])
+    release.set()
+    pause = threading.Event()  # never set: a 10 ms wait between looks
+    for _ in range(1000):  # no flush: the quiet moment writes them (waits up to 10 s for that)
+        if (tmp_path / JOURNAL).exists() and b'"b49"' in (tmp_path / JOURNAL).read_bytes():
+            break
+        pause.wait(0.01)
+    lines = list(read_journal(tmp_path))
+    journal.close()
+    assert [line["batch"] for line in lines if line["ev"] == "batch"] == [f"b{i}" for i in range(50)]
+    assert len(writes) == 1, len(writes)  # 51 lines, one burst: one write, not one per line
+    assert all(w.endswith(b"\n") for w in writes)
 
 
 def test_a_stopped_runs_dashboard_without_keys_shows_every_session_and_its_metrics(tmp_path):
