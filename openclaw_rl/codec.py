@@ -63,7 +63,8 @@ def _array_for_orjson(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _array_for_json(value: Any) -> Any:
+def array_as_list(value: Any) -> Any:
+    """``json.dumps``'s ``default`` for the same arrays: their values as a list."""
     if isinstance(value, array):
         return value.tolist()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
@@ -77,7 +78,7 @@ def dumps(obj: Any) -> bytes:
         except TypeError:  # lone surrogate, or a type orjson does not know: json has the final word
             pass
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False,
-                      default=_array_for_json).encode("utf-8", "surrogatepass")
+                      default=array_as_list).encode("utf-8", "surrogatepass")
 
 
 def dumps_str(obj: Any) -> str:
@@ -85,10 +86,10 @@ def dumps_str(obj: Any) -> str:
     to ASCII, so the text stays valid UTF-8 for the database; either way ``json.loads`` reads it back."""
     if orjson is not None:
         try:
-            return orjson.dumps(obj).decode("utf-8")
+            return orjson.dumps(obj, default=_array_for_orjson, option=orjson.OPT_SERIALIZE_NUMPY).decode("utf-8")
         except TypeError:
             pass
-    return json.dumps(obj, separators=(",", ":"))
+    return json.dumps(obj, separators=(",", ":"), default=array_as_list)
 
 
 def backend_name() -> str:

@@ -74,7 +74,7 @@ def _exact(value):
     """A value with every float as its IEEE bytes (NaN == NaN, -0.0 != 0.0) and every type kept."""
     if isinstance(value, float):
         return ("f", struct.pack("<d", value))
-    if isinstance(value, list):
+    if isinstance(value, (list, array)):  # from_turn's prompt ids are the turn's array("i"): its values count
         return [_exact(v) for v in value]
     if isinstance(value, dict):
         return {k: _exact(v) for k, v in value.items()}
@@ -230,6 +230,25 @@ def test_a_list_changed_in_place_after_from_turn_is_stored_as_it_now_is(tmp_path
     spool = Spool(tmp_path)
     spool.put([s])
     _same(next(spool.iter_samples()), want)
+    spool.close()
+
+
+def test_from_turn_keeps_the_prompt_ids_as_an_array_of_its_own_and_stores_its_bytes(tmp_path):
+    """No list of the prompt ids is made for a sample (8K ids: ~95 µs to make, ~50 µs to free): it holds a copy of
+    the turn's array, which a later change to the turn's array does not reach, and the spool stores its bytes."""
+    turn = _turn()
+    want = turn.prompt_ids.tobytes()
+    s = TrainingSample.from_turn(turn, kind="rl", reward=1.0)
+    assert type(s.prompt_ids) is array and s.prompt_ids is not turn.prompt_ids
+    turn.prompt_ids[0] += 1
+    _, blobs = s.to_row()
+    assert blobs[0] == want
+    assert s.tokens == [*array("i", want), *s.response_ids] and json.loads(s.to_json())["prompt_ids"] == list(
+        array("i", want))
+    spool = Spool(tmp_path)
+    spool.put([s])
+    back = next(spool.iter_samples())
+    assert back.prompt_ids == array("i", want).tolist() and type(back.prompt_ids) is list
     spool.close()
 
 

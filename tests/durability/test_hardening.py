@@ -32,7 +32,7 @@ def dropped(proxy, reason: str) -> float:
 def test_healthz_and_other_requests_are_served_while_a_huge_request_renders(policy_server, make_proxy):
     proxy, url = make_proxy(policy_server.url)
     entered, release = threading.Event(), threading.Event()
-    render = proxy.renderer.render
+    render = proxy.renderer.render_ids
 
     def blocking_render(messages, *a, **kw):
         if len(messages) > 1000:  # only the huge request waits, inside the renderer, until the test lets it go
@@ -41,7 +41,7 @@ def test_healthz_and_other_requests_are_served_while_a_huge_request_renders(poli
             raise BadRequest("released by the test")  # (tokenising 1.2M tokens would only slow the suite)
         return render(messages, *a, **kw)
 
-    proxy.renderer.render = blocking_render
+    proxy.renderer.render_ids = blocking_render
     huge = {"messages": [{"role": "user", "content": "x" * 200} for _ in range(6000)], "max_tokens": 4}
     assert len(json.dumps(huge)) > (1 << 20)  # a bulk request (its own render thread)
     result: dict = {}
@@ -63,23 +63,25 @@ def test_healthz_and_other_requests_are_served_while_a_huge_request_renders(poli
 def test_message_count_is_bounded_before_anything_is_rendered(policy_server, make_proxy):
     proxy, url = make_proxy(policy_server.url, proxy_max_messages=100)
     calls = []
-    render = proxy.renderer.render
-    proxy.renderer.render = lambda *a, **kw: calls.append(1) or render(*a, **kw)
+    render = proxy.renderer.render_ids
+    proxy.renderer.render_ids = lambda *a, **kw: calls.append(1) or render(*a, **kw)
     r = chat(url, {"messages": [{"role": "user", "content": "x"}] * 101})
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
     assert "too many messages" in r.json()["error"]["message"] and not calls
     assert chat(url, {"messages": [{"role": "user", "content": "x"}] * 100}).status_code == 200
+    assert calls  # the hook sees the proxy's renders: "not calls" above means none happened
 
 
 def test_a_prompt_that_cannot_fit_is_refused_before_it_is_rendered(policy_server, make_proxy):
     proxy, url = make_proxy(policy_server.url)
     calls = []
-    render = proxy.renderer.render
-    proxy.renderer.render = lambda *a, **kw: calls.append(1) or render(*a, **kw)
+    render = proxy.renderer.render_ids
+    proxy.renderer.render_ids = lambda *a, **kw: calls.append(1) or render(*a, **kw)
     limit = proxy.service.context_length * proxy.service.max_token_bytes  # bytes that may still fit
     r = chat(url, {"messages": [{"role": "user", "content": "z" * (limit + 10)}]})
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     assert "at least" in r.json()["error"]["message"] and not calls
+    assert chat(url, BODY).status_code == 200 and calls  # the hook sees the proxy's renders
 
 
 # --- requests fit the server's context --------------------------------------------------------------------
