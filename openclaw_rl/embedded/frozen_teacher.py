@@ -124,7 +124,7 @@ def student_topk_ids(student: torch.nn.Module, samples: list[TrainingSample], ar
     was_training = student.training
     student.eval()
     try:
-        tokens = [torch.tensor(s.prompt_ids + s.response_ids, dtype=torch.long, device=device) for s in samples]
+        tokens = [torch.tensor([*s.prompt_ids, *s.response_ids], dtype=torch.long, device=device) for s in samples]
         _, _, ids = score_teacher_tokens(student, tokens, [s.response_length for s in samples],
                                          float(getattr(args, "rollout_temperature", 1.0)), topk, tail)
     finally:
