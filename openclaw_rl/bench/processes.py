@@ -79,7 +79,10 @@ class Stack:
                "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 (lives as long as the process)
         self.logs.append(log)
-        self.procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
+        # cwd: the work directory, never a checkout: ``python -m`` puts the working directory first on sys.path,
+        # ahead of PYTHONPATH, so a bench started from this checkout would run this package even with
+        # ``code_root`` naming another one (an A/B against itself)
+        self.procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.workdir,
                                            start_new_session=True))
         self.log_paths[self.procs[-1].pid] = Path(log.name)
         return self.procs[-1]

@@ -51,3 +51,23 @@ def test_a_missing_profiler_is_one_clear_error_before_anything_starts(suffix, to
     with pytest.raises(RuntimeError, match=f"needs {tool}: pip install {tool}"):
         stack._proxy_args()
     assert stack.procs == []
+
+
+def test_a_stack_with_another_code_root_runs_that_checkouts_package(tmp_path: Path, monkeypatch):
+    """``code_root`` (``bench_stream_ab.py --other``): the processes import the other checkout's package even when
+    the bench runs from this checkout, whose directory ``python -m`` would otherwise put first on sys.path."""
+    other = tmp_path / "other"
+    (other / "openclaw_rl").mkdir(parents=True)
+    (other / "openclaw_rl" / "__init__.py").write_text("")
+    (other / "openclaw_rl" / "where.py").write_text("import openclaw_rl\nprint('from', openclaw_rl.__file__)\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # this checkout, as when a bench script runs from it
+    stack = Stack(str(tmp_path), work, reply_tokens=8)
+    stack.code_root = str(other)
+    proc = stack._spawn("where", [sys.executable, "-m", "openclaw_rl.where"])
+    try:
+        assert proc.wait(60) == 0
+    finally:
+        stack.stop()
+    assert f"from {other / 'openclaw_rl' / '__init__.py'}" in (work / "where.log").read_text()
