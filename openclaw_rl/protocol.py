@@ -18,8 +18,18 @@ import json
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
+from . import codec
 from .unicode_text import has_lone_surrogate  # re-exported: routes.py and older imports take it from here
 
 # https://platform.openai.com/docs/api-reference/chat/create
@@ -112,17 +122,49 @@ class ChatMessage(BaseModel):
 
 
 class FunctionDefinition(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)  # shared by requests: ``Tool``
     name: Annotated[str, Field(min_length=1, max_length=256)]
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
 
+def _json_of(value: dict[str, Any]) -> bytes:
+    """``value``'s JSON if it reads back as the same value, types included, else ``b""``: an int beyond
+    64 bits (orjson reads it as a float), NaN, a tuple (made in Python, not parsed) do not."""
+    try:
+        data = codec.dumps(value)
+        back = codec.loads(data)
+    except (TypeError, ValueError):
+        return b""
+    return data if back == value and codec.dumps(back) == data else b""
+
+
 class Tool(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+    """Frozen: requests that send the same tool list share its instances (``toolcache.py``)."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
     type: Literal["function"] = "function"
     function: FunctionDefinition
+    _dumped: bytes | None = PrivateAttr(default=None)  # b"": no JSON reads back as the same value
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+        """pydantic's ``model_dump``; ``model_dump(exclude_none=True)`` (the renderer's and a kept turn's
+        call, twice a turn) is read from its compact JSON, made on the first such call and kept on this
+        frozen instance: the same value, a fresh dict each call, ~2.5× less CPU (a JSON parse instead of
+        pydantic's serializer)."""
+        if len(kwargs) != 1 or kwargs.get("exclude_none") is not True:
+            return super().model_dump(**kwargs)
+        private = self.__pydantic_private__  # a slot: pydantic's __getattr__ for ``self._dumped`` is ~1 µs
+        dumped = private["_dumped"]
+        if dumped is None:
+            dumped = private["_dumped"] = _json_of(super().model_dump(exclude_none=True))
+        return codec.loads(dumped) if dumped else super().model_dump(exclude_none=True)
+
+
+TOOLS_CACHE = "openclaw_tools_cache"
+"""The validation-context key of a ``toolcache.ToolsCache``: ``ChatCompletionRequest.model_validate(raw,
+context={TOOLS_CACHE: cache})`` validates a tool list it has seen once (routes.parse_chat_request)."""
 
 
 class StreamOptions(BaseModel):
@@ -168,6 +210,12 @@ class ChatCompletionRequest(BaseModel):
         if v != 1:
             raise ValueError("only n=1 is supported: every choice would be a separate training turn")
         return v
+
+    @field_validator("tools", mode="wrap")
+    @classmethod
+    def _tools_once(cls, v: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        cache = info.context.get(TOOLS_CACHE) if isinstance(info.context, dict) else None
+        return handler(v) if cache is None else cache.validate(v, handler)
 
     @field_validator("stop")
     @classmethod
