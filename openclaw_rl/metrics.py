@@ -60,7 +60,7 @@ class _KeptChildren:
     def labels(self, *values: Any, **named: Any) -> Any:
         if not named:
             try:
-                return self.children[values]
+                return (self.__dict__.get("_kept_children") or self.children)[values]
             except TypeError:  # an unhashable value: labels() decides
                 return super().labels(*values)  # type: ignore[misc]
         return super().labels(*values, **named)  # type: ignore[misc]
