@@ -36,3 +36,14 @@ def test_a_forked_child_does_not_repeat_its_parents_ids():
     os.waitpid(pid, 0)
     parent = [ids.hex() for _ in range(8)]
     assert len(child) == 8 and set(child).isdisjoint(parent)
+
+
+def test_tool_call_ids_keep_openais_shape_and_differ_per_call_and_per_parser():
+    from openclaw_rl.parsers import OutputParser
+
+    text = "".join(f'<tool_call>\n{{"name": "f", "arguments": {{"i": {i}}}}}\n</tool_call>' for i in range(50))
+    one, two = OutputParser.named("qwen3", "qwen25"), OutputParser.named("qwen3", "qwen25")
+    calls = one.parse(text).tool_calls + one.parse(text).tool_calls
+    other = two.parse(text).tool_calls
+    assert len(calls) == 100 and all(re.fullmatch(r"call_[0-9a-f]{24}", c["id"]) for c in calls + other)
+    assert len({c["id"] for c in calls + other}) == 150
