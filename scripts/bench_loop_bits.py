@@ -9,6 +9,7 @@ Run it in the tree to measure (cwd and PYTHONPATH), e.g. an export of an older c
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import os
@@ -38,6 +39,10 @@ def best(f: Callable[[], Any], n: int = 2000, reps: int = 9) -> float:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tools", type=int, default=12, help="the first N of the bench's tools (its ~1K sessions send 2)")
+    ap.add_argument("--chars", type=int, default=30000, help="the user message's characters (30000: ~8K tokens)")
+    ns = ap.parse_args()
     new = "tools" in inspect.signature(parse_chat_request).parameters
     print("tree", os.getcwd(), "(tool cache, UniqueIds, bound children)" if new else "(before them)")
     cache = None
@@ -45,8 +50,8 @@ def main() -> None:
         from openclaw_rl.toolcache import ToolsCache
         cache = ToolsCache()
     messages = [{"role": "system", "content": mock.SYSTEM},
-                {"role": "user", "content": " ".join(mock.WORDS * 200)[:30000]}]
-    body = json.dumps({"model": "policy", "messages": messages, "tools": mock.TOOLS, "max_tokens": 72,
+                {"role": "user", "content": " ".join(mock.WORDS * 200)[:ns.chars]}]
+    body = json.dumps({"model": "policy", "messages": messages, "tools": mock.TOOLS[:ns.tools], "max_tokens": 72,
                        "stream": False}).encode()
 
     def parse() -> Any:
