@@ -146,20 +146,27 @@ class Tool(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
     type: Literal["function"] = "function"
     function: FunctionDefinition
-    _dumped: bytes | None = PrivateAttr(default=None)  # b"": no JSON reads back as the same value
+    _dumped: bytes = PrivateAttr(default=b"")  # its JSON, once ``keep_dump`` has made it (b"": none)
+
+    def keep_dump(self) -> None:
+        """Keep this (frozen) tool's ``model_dump(exclude_none=True)`` as JSON, for a tool that requests
+        share (``toolcache.py``): left empty where the JSON does not read back as the same value."""
+        self.__pydantic_private__["_dumped"] = _json_of(super().model_dump(exclude_none=True))
 
     def model_dump(self, *, exclude_none: bool = False, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
-        """pydantic's ``model_dump``; ``model_dump(exclude_none=True)`` (the renderer's and a kept turn's
-        call, twice a turn) is read from its compact JSON, made on the first such call and kept on this
-        frozen instance: the same value, a fresh dict each call, for ~2/3 of the CPU (a JSON parse instead
-        of pydantic's serializer: 17 against 25 µs for the bench's twelve tools, scripts/bench_loop_bits.py)."""
-        if exclude_none is not True or kwargs:
-            return super().model_dump(exclude_none=exclude_none, **kwargs)
-        private = self.__pydantic_private__  # a slot: ``self._dumped`` goes through pydantic's __getattr__
-        dumped = private["_dumped"]
-        if dumped is None:
-            dumped = private["_dumped"] = _json_of(super().model_dump(exclude_none=True))
-        return codec.loads(dumped) if dumped else super().model_dump(exclude_none=True)
+        """pydantic's ``model_dump``; after ``keep_dump``, ``model_dump(exclude_none=True)`` (the renderer's
+        call, and a kept turn's) is parsed from the kept JSON: the same value, a fresh dict each call, for ~2/3
+        of the CPU (17 against 25 µs for the bench's twelve tools, ``scripts/bench_loop_bits.py``)."""
+        if exclude_none is True and not kwargs:
+            dumped = self.__pydantic_private__["_dumped"]  # a slot: ``self._dumped`` goes through __getattr__
+            if dumped:
+                return codec.loads(dumped)  # type: ignore[no-any-return]
+        return super().model_dump(exclude_none=exclude_none, **kwargs)
+
+
+def _keep_dumps(tools: list[Tool]) -> None:
+    for tool in tools:
+        tool.keep_dump()
 
 
 TOOLS_CACHE = "openclaw_tools_cache"
@@ -215,7 +222,7 @@ class ChatCompletionRequest(BaseModel):
     @classmethod
     def _tools_once(cls, v: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
         cache = info.context.get(TOOLS_CACHE) if isinstance(info.context, dict) else None
-        return handler(v) if cache is None else cache.validate(v, handler)
+        return handler(v) if cache is None else cache.validate(v, handler, _keep_dumps)
 
     @field_validator("stop")
     @classmethod

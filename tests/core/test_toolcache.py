@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from openclaw_rl.bench.mock import TOOLS
 from openclaw_rl.errors import BadRequest
-from openclaw_rl.protocol import Tool
+from openclaw_rl.protocol import TOOLS_CACHE, ChatCompletionRequest, Tool
 from openclaw_rl.routes import parse_chat_request
 from openclaw_rl.toolcache import ToolsCache
 
@@ -110,7 +110,7 @@ def test_no_request_can_change_what_another_gets():
 @pytest.mark.parametrize("tools", [TOOLS, ODD], ids=["openclaw", "odd"])
 def test_model_dump_exclude_none_is_pydantics_own_value(tools):
     for tool in Tool.model_validate(tools[0]), *parse_chat_request(body(tools), 100, ToolsCache()).tools:
-        for _ in range(2):  # the first call keeps the JSON, the second reads it
+        for _ in range(2):
             ours, theirs = tool.model_dump(exclude_none=True), BaseModel.model_dump(tool, exclude_none=True)
             assert ours == theirs
             assert repr(ours) == repr(theirs)  # 1.0 stays a float, True a bool, -0.0 its sign
@@ -131,9 +131,25 @@ def test_the_cache_is_bounded_and_keeps_the_recently_used():
 
 
 def test_values_json_cannot_carry_are_dumped_by_pydantic():
-    """NaN (JSON bodies may carry it: ``codec``), an int beyond 64 bits and a tuple (a Tool made in
-    Python) do not read back from JSON as themselves: such a tool is dumped by pydantic every time."""
+    """NaN (JSON bodies may carry it: ``codec``), an int beyond 64 bits and a tuple (a request made in
+    Python) do not read back from JSON as themselves: such a kept tool is dumped by pydantic every time."""
+    cache = ToolsCache()
     for odd in float("nan"), 2 ** 64, (1, 2):
-        tool = Tool.model_validate({"type": "function", "function": {"name": "f", "parameters": {"v": odd}}})
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {"v": odd}}}]
         for _ in range(2):
+            tool = ChatCompletionRequest.model_validate(
+                {"messages": HI, "tools": tools}, context={TOOLS_CACHE: cache}).tools[0]
             assert repr(tool.model_dump(exclude_none=True)) == repr(BaseModel.model_dump(tool, exclude_none=True))
+    assert cache.hits == 3
+
+
+def test_null_nan_and_infinity_are_different_lists():
+    """orjson writes NaN and ±Infinity as ``null``: a key made of its text alone would answer a list
+    holding one of them with another's tools (a JSON body may carry NaN: ``codec``)."""
+    cache = ToolsCache()
+    for _ in range(2):
+        for v in None, float("nan"), float("inf"), float("-inf"):
+            tools = [{"type": "function", "function": {"name": "f", "parameters": {"v": v}}}]
+            req = ChatCompletionRequest.model_validate({"messages": HI, "tools": tools}, context={TOOLS_CACHE: cache})
+            assert repr(req.tools[0].function.parameters["v"]) == repr(v)
+    assert (cache.hits, cache.misses) == (4, 4)
