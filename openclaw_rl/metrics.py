@@ -28,35 +28,53 @@ def log_safe(value: object, limit: int = LOG_FIELD_CHARS) -> str:
     return clipped + (f"...(+{len(text) - limit} chars)" if len(text) > limit else "")
 
 
+class _Children(dict):  # type: ignore[type-arg]
+    """Label values (a tuple) → the child ``labels()`` answered for them, asked on the first use only."""
+
+    def __init__(self, labels: Any):
+        super().__init__()
+        self._labels = labels
+
+    def __missing__(self, values: tuple[Any, ...]) -> Any:
+        child = self[values] = self._labels(*values)
+        return child
+
+
 class _KeptChildren:
     """``labels(*values)`` answered from a dict after the first call with those values: prometheus_client's
     ``labels()`` validates, converts each value with ``str`` and takes a lock on every call (~3.5 µs, seven
     calls a turn: 1.2% of a ~1K turn's CPU). The child is the one ``labels()`` returned, so counts are
     unchanged; ``remove``/``remove_by_labels``/``clear`` forget what was kept (a removed child is not used
-    again). Keyword labels and unhashable values go to ``labels()`` itself."""
+    again). Keyword labels and unhashable values go to ``labels()`` itself. A hot path binds that dict once
+    (``children``) and indexes it with the values' tuple: ``children[("ok",)]`` is a dict hit (~0.05 µs,
+    against ~0.45 µs for even a kept ``labels()`` call); it is emptied in place on ``remove``/``clear``, so
+    a bound one stays right."""
+
+    @property
+    def children(self) -> _Children:
+        kept: _Children | None = self.__dict__.get("_kept_children")
+        if kept is None:
+            kept = self.__dict__["_kept_children"] = _Children(super().labels)  # type: ignore[misc]
+        return kept
 
     def labels(self, *values: Any, **named: Any) -> Any:
-        kept: dict[tuple[Any, ...], Any] = self.__dict__.setdefault("_kept_children", {})
         if not named:
             try:
-                child = kept.get(values)
+                return (self.__dict__.get("_kept_children") or self.children)[values]
             except TypeError:  # an unhashable value: labels() decides
                 return super().labels(*values)  # type: ignore[misc]
-            if child is None:
-                child = kept[values] = super().labels(*values)  # type: ignore[misc]
-            return child
         return super().labels(*values, **named)  # type: ignore[misc]
 
     def remove(self, *values: Any) -> None:
-        self.__dict__.get("_kept_children", {}).clear()
+        self.children.clear()
         super().remove(*values)  # type: ignore[misc]
 
     def remove_by_labels(self, labels: dict[str, str]) -> None:
-        self.__dict__.get("_kept_children", {}).clear()
+        self.children.clear()
         super().remove_by_labels(labels)  # type: ignore[misc]
 
     def clear(self) -> None:
-        self.__dict__.get("_kept_children", {}).clear()
+        self.children.clear()
         super().clear()  # type: ignore[misc]
 
 

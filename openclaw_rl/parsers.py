@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import chat_format
 from .chat_format import ChatFormat
+from .ids import UniqueIds
 from .unicode_text import has_lone_surrogate  # not from protocol: no pydantic schemas for config's users
 
 
@@ -39,6 +39,7 @@ class ReasoningParser(Protocol):
 
 class ToolParser(Protocol):
     start_tag: str
+    ids: UniqueIds  # its calls' ids: unique, not secrets (ids.py)
 
     def match(self, block: str, final: bool) -> tuple[int, list[dict[str, Any]] | None] | None:
         """``block`` starts with ``start_tag``: (length of the call markup, its OpenAI tool calls, or None
@@ -75,11 +76,7 @@ class TagReasoning:
         return None, text
 
 
-def new_tool_call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
-
-
-def openai_call(name: Any, args: Any) -> dict[str, Any] | None:
+def openai_call(name: Any, args: Any, ids: UniqueIds) -> dict[str, Any] | None:
     """An OpenAI tool call from a parsed name and arguments (JSON-encoded unless a string), or None.
     None too when the model's JSON escapes decode to a lone surrogate (``"\\ud800"``): not Unicode, no
     client could read it; the markup then stays visible as the text the model wrote."""
@@ -88,7 +85,7 @@ def openai_call(name: Any, args: Any) -> dict[str, Any] | None:
     arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
     if has_lone_surrogate(name) or has_lone_surrogate(arguments):
         return None
-    return {"id": new_tool_call_id(), "type": "function", "function": {"name": name, "arguments": arguments}}
+    return {"id": f"call_{ids.hex(24)}", "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 _NAME = re.compile(r"[\w.\-]+")
@@ -132,6 +129,7 @@ class TaggedJsonToolParser(_ToolMarkup):
 
     def __init__(self, start_tag: str, end_tag: str):
         self.start_tag, self.end_tag = start_tag, end_tag
+        self.ids = UniqueIds()
 
     def match(self, block: str, final: bool) -> tuple[int, list[dict[str, Any]] | None] | None:
         end = block.find(self.end_tag, len(self.start_tag))
@@ -141,7 +139,7 @@ class TaggedJsonToolParser(_ToolMarkup):
             obj = json.loads(block[len(self.start_tag):end].strip())
         except json.JSONDecodeError:
             obj = None
-        call = openai_call(obj.get("name"), obj.get("arguments", obj.get("parameters", {}))) \
+        call = openai_call(obj.get("name"), obj.get("arguments", obj.get("parameters", {})), self.ids) \
             if isinstance(obj, dict) else None
         return end + len(self.end_tag), None if call is None else [call]
 
@@ -152,6 +150,7 @@ class NamedArgsToolParser(_ToolMarkup):
 
     def __init__(self, start_tag: str, args_tag: str):
         self.start_tag, self.args_tag = start_tag, args_tag
+        self.ids = UniqueIds()
 
     def match(self, block: str, final: bool) -> tuple[int, list[dict[str, Any]] | None] | None:
         i = len(self.start_tag)
@@ -161,7 +160,7 @@ class NamedArgsToolParser(_ToolMarkup):
             if parsed is None or parsed[1] is None:
                 return parsed
             end, items = parsed
-            calls = [openai_call(o.get("name"), o.get("arguments", {})) if isinstance(o, dict) else None
+            calls = [openai_call(o.get("name"), o.get("arguments", {}), self.ids) if isinstance(o, dict) else None
                      for o in (items if isinstance(items, list) else [None])]
             return end, None if not calls or None in calls else calls  # type: ignore[return-value]
         a = block.find(self.args_tag, i)
@@ -174,7 +173,7 @@ class NamedArgsToolParser(_ToolMarkup):
             return parsed
         end, args = parsed
         name = block[i:a].strip()  # raw text here, not a JSON string: only a function name is a call
-        call = openai_call(name, args) if isinstance(args, dict) and _NAME.fullmatch(name) else None
+        call = openai_call(name, args, self.ids) if isinstance(args, dict) and _NAME.fullmatch(name) else None
         return end, None if call is None else [call]
 
     @staticmethod
@@ -209,7 +208,7 @@ class XmlParamsToolParser(TaggedJsonToolParser):
             params = fn.group(2)
             args = {m.group(1).strip(): self._value(m.group(2)) for m in self._PARAMETER.finditer(params)}
             if not self._PARAMETER.sub("", params).strip():  # nothing but parameters inside the function
-                call = openai_call(fn.group(1).strip(), args)
+                call = openai_call(fn.group(1).strip(), args, self.ids)
         return end + len(self.end_tag), None if call is None else [call]
 
     @staticmethod

@@ -34,8 +34,9 @@ from .errors import (
 )
 from .loopwait import until_disconnect
 from .metrics import ProxyMetrics
-from .protocol import ChatCompletionRequest, FeedbackRequest, has_lone_surrogate
+from .protocol import TOOLS_CACHE, ChatCompletionRequest, FeedbackRequest, has_lone_surrogate
 from .serving import ChatService
+from .toolcache import ToolsCache
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +139,9 @@ async def read_json_body(request: Request, limit: int, timeout_s: float = 60.0) 
     return parse_json_body(body)
 
 
-def parse_chat_request(raw: Any, max_messages: int) -> ChatCompletionRequest:
-    """Cheap bounds first (the message count), then the schema."""
+def parse_chat_request(raw: Any, max_messages: int, tools: ToolsCache | None = None) -> ChatCompletionRequest:
+    """Cheap bounds first (the message count), then the schema; ``tools``: the route's cache of tool
+    lists already validated (``toolcache.py``), which changes no outcome, only the CPU."""
     if not isinstance(raw, dict):
         raise BadRequest("request body must be a JSON object")
     messages = raw.get("messages")
@@ -147,7 +149,7 @@ def parse_chat_request(raw: Any, max_messages: int) -> ChatCompletionRequest:
         raise BadRequest(f"too many messages: {len(messages)} (this proxy accepts at most {max_messages})",
                          param="messages")
     try:
-        return ChatCompletionRequest.model_validate(raw)
+        return ChatCompletionRequest.model_validate(raw, context=None if tools is None else {TOOLS_CACHE: tools})
     except ValidationError as e:
         message, param = validation_message(e)
         raise BadRequest(message, param=param) from None
@@ -170,7 +172,9 @@ def spool_refusal(overloaded: bool, overflow: int, problem: str | None, metrics:
 def chat_endpoint(p: ProxySettings, service: ChatService, users: Any, auth: Any, metrics: ProxyMetrics,
                   refusal: Callable[[], OpenClawError | None]) -> Callable[[Request], Any]:
     """``POST /v1/chat/completions``: authenticate, refuse what the spool cannot take, read and parse the
-    body (big ones on a thread), serve it; a client gone before a non-streamed answer gets nothing (499)."""
+    body (big ones on a thread), serve it; a client gone before a non-streamed answer gets nothing (499).
+    The route owns the cache of the tool lists it has validated (``toolcache.py``)."""
+    tools = ToolsCache()
 
     async def chat_completions(request: Request) -> Any:
         headers = header_dict(request.scope["headers"])
@@ -180,9 +184,9 @@ def chat_endpoint(p: ProxySettings, service: ChatService, users: Any, auth: Any,
             raise refused
         body = await read_body(request, p.max_body_bytes, p.body_timeout_s, headers.get("content-length", ""))
         if len(body) > INLINE_PARSE_BYTES:
-            req = await asyncio.to_thread(lambda: parse_chat_request(parse_json_body(body), p.max_messages))
+            req = await asyncio.to_thread(lambda: parse_chat_request(parse_json_body(body), p.max_messages, tools))
         else:
-            req = parse_chat_request(parse_json_body(body), p.max_messages)
+            req = parse_chat_request(parse_json_body(body), p.max_messages, tools)
         work = service.complete(req, headers, namespace, len(body))
         # not streamed: a hang-up cancels the backend call nobody waits for (its turn settles as
         # client_disconnected); the body is read, so the next ASGI message can only be the disconnect

@@ -211,11 +211,13 @@ class Proxy:
         renderer = ChatRenderer(tokenizer, p.enable_thinking)
         metrics = ProxyMetrics()
         teacher_slots = settings.opd.teacher_concurrency if MODES[settings.mode].needs_teacher else 0
+        votes = metrics.judge_votes.children  # (outcome,) → its counter, bound once (metrics.py)
+
         def count_retry(event: str, call: str, reason: str) -> None:
             (metrics.judge_retries if event == "retry" else metrics.judge_gave_up).labels(call, reason).inc()
 
         judge = JudgeClient(http, j, tokenizer=judge_tokenizer, vocab_size=len(judge_tokenizer),
-                            on_vote=lambda outcome: metrics.judge_votes.labels(outcome).inc(),
+                            on_vote=lambda outcome: votes[(outcome,)].inc(),
                             teacher_concurrency=teacher_slots, raw_http=True, on_retry=count_retry)
         if not judge.enabled:
             log.warning("no judge URL: PRM is off, every turn scores 0 and RL/OPD produce no learning signal "
@@ -409,6 +411,8 @@ class ObserveMiddleware:
 
     def __init__(self, app: Any, metrics: ProxyMetrics):
         self.app, self.metrics = app, metrics
+        # (route, code) and (route,) → their series, bound once (metrics.py: a dict hit, not labels())
+        self.requests, self.latency = metrics.requests.children, metrics.latency.children
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -425,8 +429,8 @@ class ObserveMiddleware:
             await self.app(scope, receive, observed_send)
         finally:
             route = scope["path"] if scope["path"] in _ROUTES else "other"
-            self.metrics.requests.labels(route, str(status[0])).inc()
-            self.metrics.latency.labels(route).observe(time.perf_counter() - start)
+            self.requests[(route, str(status[0]))].inc()
+            self.latency[(route,)].observe(time.perf_counter() - start)
 
 
 _ROUTES = {"/v1/chat/completions", "/v1/models", "/healthz", "/health", "/metrics", "/v1/feedback"}

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from array import array
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,6 +40,7 @@ from .errors import (
 )
 from .gate import SubmissionGate
 from .identity import classify_turn, next_state_of, resolve_identity, session_done
+from .ids import UniqueIds
 from .idstext import IdsText, text_problem
 from .loopwait import thread_result
 from .metrics import ProxyMetrics, log_safe
@@ -95,6 +95,7 @@ class ChatService:
         self.keep_messages = keep_messages or bool(cfg.record_dir)
         self.adapters: AdapterDirectory | None = AdapterDirectory() if cfg.per_user_adapters else None
         self._warned: set[str] = set()
+        self.ids = UniqueIds()  # completion ids: unique, not secrets (ids.py)
         self.context_length: int | None = cfg.context_length or None  # learned from the server when 0
         # The longest vocabulary entry in UTF-8 bytes: no token covers more, so text of B bytes has at least
         # B / this many tokens. Lets a prompt that cannot fit be refused before it is rendered at all.
@@ -223,7 +224,7 @@ class _Reply:
         self.routing_key = routing_key
         self.prompt_tokens, self.opens_thinking = prompt_tokens, opens_thinking
         self.model = req.model or svc.cfg.served_model_name
-        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.id = f"chatcmpl-{svc.ids.hex()}"
         self.created = int(time.time())
         self.tools_enabled = bool(req.tools) and req.tool_choice != "none"
         self.settled = False

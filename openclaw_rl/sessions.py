@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import NotFound
+from .ids import UniqueIds
 from .metrics import ProxyMetrics, log_safe
 from .scoring import Ledger, Outcome, TurnScorer
 from .turns import DropReason, Generation, Turn
@@ -72,6 +73,7 @@ class SessionTracker:
         self._owner: dict[int, Session] = {}  # id(turn) → its session, also after the session is closed
         self._lru: dict[str, OrderedDict[str, None]] = {}  # per API key namespace: session keys, LRU first
         self._sweeper: asyncio.Task | None = None
+        self.ids = UniqueIds()  # session epochs (not secrets; ids.py)
 
     # --- request lifecycle ---------------------------------------------------------------------------
 
@@ -252,7 +254,7 @@ class SessionTracker:
             log.warning("session limit %d of this API key reached: flushing least recently used session %s",
                         self.max_sessions, log_safe(oldest))
             self.end_session(oldest, "evicted")
-        session = Session(key)
+        session = Session(key, epoch=self.ids.hex(12))
         self.sessions[key] = session
         return session
 

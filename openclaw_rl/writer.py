@@ -72,6 +72,7 @@ class SampleWriter:
     def __init__(self, spool: Spool, metrics: ProxyMetrics, record_dir: str = "",
                  on_written: Callable[[list[TrainingSample]], None] | None = None, max_overflow: int = 10_000):
         self.spool, self.metrics = spool, metrics
+        self._samples_by_kind = metrics.samples.children  # (kind,) → its counter, bound once (metrics.py)
         self._max_overflow = max_overflow
         self.on_written = on_written
         # called (on this thread, or the one that sets max_overflow) when what a refusal reads changed: `problem`,
@@ -316,7 +317,7 @@ class SampleWriter:
             with self._eval_lock:
                 self._eval_scores.append(outcome.eval_score)
         for s in samples:
-            self.metrics.samples.labels(s.kind).inc()
+            self._samples_by_kind[(s.kind,)].inc()
         if samples and self.on_written:
             self.on_written(samples)
         if self._records is not None:
@@ -423,7 +424,7 @@ class SampleWriter:
             return
         self._recovered()  # a commit that took data: the spool takes writes
         for s in samples[retrying:]:
-            self.metrics.samples.labels(s.kind).inc()
+            self._samples_by_kind[(s.kind,)].inc()
         if self.on_written:
             self.on_written(samples)
 

@@ -43,3 +43,26 @@ def test_a_removed_child_is_not_reused():
     m.sessions.clear()
     m.sessions.labels("idle").inc()
     assert values(m, "openclaw_sessions") == {(("state", "idle"),): 1.0}
+
+
+def test_a_bound_children_map_counts_where_labels_does_and_follows_clear():
+    """A hot path binds ``metric.children`` once (server's middleware and judge votes, the writer): its
+    children are ``labels()``'s own, and after ``remove``/``clear`` it hands out the new series, not the
+    removed child (the map is emptied in place, never replaced)."""
+    m = ProxyMetrics()
+    votes, requests = m.judge_votes.children, m.requests.children
+    votes[("ok",)].inc()
+    m.judge_votes.labels("ok").inc()
+    votes[("failed",)].inc()
+    requests[("/healthz", "200")].inc(3)
+    assert votes[("ok",)] is m.judge_votes.labels("ok")
+    assert values(m, "openclaw_judge_votes_total") == {(("outcome", "ok"),): 2.0, (("outcome", "failed"),): 1.0}
+    assert values(m, "openclaw_requests_total") == {(("code", "200"), ("route", "/healthz")): 3.0}
+    removed = votes[("ok",)]
+    m.judge_votes.remove("ok")
+    votes[("ok",)].inc()
+    assert votes[("ok",)] is not removed
+    m.judge_votes.clear()
+    votes[("unparsable",)].inc()
+    assert values(m, "openclaw_judge_votes_total") == {(("outcome", "unparsable"),): 1.0}
+    assert m.judge_votes.children is votes
