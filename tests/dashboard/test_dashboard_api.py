@@ -8,9 +8,8 @@ advantage; the page and its assets load nothing from elsewhere.
 
 from __future__ import annotations
 
-import threading
-
 import re
+import threading
 
 import httpx
 import pytest
