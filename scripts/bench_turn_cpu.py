@@ -11,6 +11,12 @@ reach the proxy that holds its pending turn); CPU is summed over them. ``--worke
 to whichever worker the kernel gives each connection, and CPU is the owner's plus its workers'. A benchmark:
 nothing is asserted.
 
+``--other DIR`` (an A/B robust to the machine's drift): a second proxy runs another checkout's package (``DIR``: a
+``git archive`` export, say) on the same mocks, and every pass sends the sessions to both at once, alternating by
+session index, so both see the same minutes of the shared machine; the table then has a row for each and prints
+this/other per history (single passes on this machine drift by ±30% within minutes; A/A runs of this mode show
+how close to 1.00 the ratio stays).
+
 The floor (on by default, ``--no-floor`` to skip): the same sessions also go, in the same run and right after
 the proxy's for each history, through ``openclaw_rl/bench/turn_floor.py`` (its own process, the same mocks):
 the least work per turn a proxy with this contract does, in one asyncio process. Its CPU is read the same way,
@@ -125,6 +131,17 @@ async def floor_parts(http: httpx.AsyncClient, url: str) -> dict[str, float]:
     return (await http.get(f"{url}/parts")).json()["cpu_s"]
 
 
+def side_row(side: str, h: int, rep: int, turns: int, errors: int, cpu: float, threads0: dict[str, float],
+             threads1: dict[str, float], load0: float) -> dict[str, object]:
+    """``--other``'s row for one proxy of the pair."""
+    return {"side": side, "history": h, "rep": rep, "turns": turns, "errors": errors,
+            "cpu_ms_per_turn": round(cpu / max(turns, 1) * 1e3, 3), "owner_cpu_ms_per_turn": round(cpu / max(turns, 1) * 1e3, 3),
+            "turns_per_s": 0.0, "load": round(load0, 2),
+            "thread_ms_per_turn": {name: round((sec - threads0.get(name, 0.0)) / max(turns, 1) * 1e3, 3)
+                                   for name, sec in sorted(threads1.items()) if sec - threads0.get(name, 0.0) > 1e-4},
+            "load_end": round(os.getloadavg()[0], 2)}
+
+
 async def run(ns: argparse.Namespace, tokenizer_dir: str, cases: dict[int, list[list[mock.Case]]], workdir: Path
               ) -> list[dict[str, object]]:
     stack = processes.Stack(tokenizer_dir, workdir, reply_tokens=ns.reply, judge_votes=3, replay=False,
@@ -145,29 +162,44 @@ async def run(ns: argparse.Namespace, tokenizer_dir: str, cases: dict[int, list[
                 urls.append(f"http://127.0.0.1:{port}")
                 await stack._wait_healthy(http, [(proc, f"{urls[-1]}/healthz")], 120.0)
                 pids.append(proc.pid)
+            other_pid, other_url = 0, ""
+            if ns.other:  # another checkout's proxy on the same mocks: the same command line, its own spool
+                args = stack._proxy_args("spool-other")
+                port = str(free_port("127.0.0.1"))
+                args[args.index("--port") + 1] = port
+                proc = stack._spawn("proxy-other", args, stack.proxy_env, code_root=str(Path(ns.other).resolve()))
+                other_url = f"http://127.0.0.1:{port}"
+                await stack._wait_healthy(http, [(proc, f"{other_url}/healthz")], 120.0)
+                other_pid = proc.pid
             floor_pid, floor_url = await start_floor(ns, stack, http, tokenizer_dir) if ns.floor else (0, "")
+            sent = urls + ([other_url] if other_pid else [])  # with --other: sessions alternate between the two
             for h, sessions in cases.items():  # warm-up: first use of each path, tokenizer caches
-                await drive(load, urls, sessions[:2 * ns.proxies], 2, f"warm{h}", ns.reply)
+                await drive(load, sent, sessions[:2 * len(sent)], 2, f"warm{h}", ns.reply)
                 if floor_pid:
                     await drive(load, [floor_url], sessions[:2], 2, f"fwarm{h}", ns.reply)
-            for pid in pids + ([floor_pid] if floor_pid else []):
+            for pid in pids + [p for p in (floor_pid, other_pid) if p]:
                 await stack.settle(pid=pid)
             stack.profile_reset()
             for rep in range(ns.reps):
                 for h, sessions in cases.items():
-                    for pid in pids:
+                    for pid in pids + ([other_pid] if other_pid else []):
                         await stack.settle(pid=pid)
                     load0, cpu0, owner0 = os.getloadavg()[0], tree_cpu(pids), tree_cpu(pids[:1])
                     threads0 = thread_cpu(pids)
-                    turns, errors, wall = await drive(load, urls, sessions[4:], ns.concurrency,
+                    other0 = (tree_cpu([other_pid]), thread_cpu([other_pid])) if other_pid else (0.0, {})
+                    turns, errors, wall = await drive(load, sent, sessions[4:], ns.concurrency,
                                                       f"r{rep}h{h}", ns.reply)
-                    for pid in pids:
+                    for pid in pids + ([other_pid] if other_pid else []):
                         await stack.settle(pid=pid)
+                    if other_pid:  # each got every other session (of two turns): half the turns each
+                        turns = turns // 2
+                        rows.append(side_row("other", h, rep, turns, errors, tree_cpu([other_pid]) - other0[0],
+                                             other0[1], thread_cpu([other_pid]), load0))
                     cpu, owner = tree_cpu(pids) - cpu0, tree_cpu(pids[:1]) - owner0
                     threads = {name: round((sec - threads0.get(name, 0.0)) / max(turns, 1) * 1e3, 3)
                                for name, sec in sorted(thread_cpu(pids).items())
                                if sec - threads0.get(name, 0.0) > 1e-4}
-                    rows.append({"history": h, "rep": rep, "turns": turns, "errors": errors,
+                    rows.append({"side": "this", "history": h, "rep": rep, "turns": turns, "errors": errors,
                                  "cpu_ms_per_turn": round(cpu / max(turns, 1) * 1e3, 3),
                                  # with --workers: the owner's part (tracker, judge, spool writer)
                                  "owner_cpu_ms_per_turn": round(owner / max(turns, 1) * 1e3, 3),
@@ -210,7 +242,11 @@ def main() -> int:
                    help="also run the sessions through the floor proxy (turn_floor.py) and print proxy/floor")
     p.add_argument("--floor-parts", action="store_true", help="the floor times its parts; print them per turn")
     p.add_argument("--profile", default="", help="profile the proxy (.pstat: yappi; .folded: py-spy)")
+    p.add_argument("--other", default="", help="A/B: a second proxy runs this checkout's package (a directory), "
+                   "sessions alternating between the two in every pass")
     ns = p.parse_args()
+    if ns.other and (ns.proxies > 1 or ns.workers > 1):
+        p.error("--other compares one proxy with another: not with --proxies or --workers")
     from transformers import AutoTokenizer
 
     tokenizer_dir = str(mock.ensure_tokenizer())
@@ -223,17 +259,23 @@ def main() -> int:
         except RuntimeError as e:  # a stack that cannot start (a missing profiler, a proxy that exits): say why
             print(f"bench_turn_cpu: {e}", file=sys.stderr)
             return 2
-    print(f"{'history':>8}{'CPU ms/turn':>13}{'owner ms':>10}{'turns/s':>9}{'turns':>7}{'errors':>8}{'load':>7}"
+    print(f"{'side':>6}{'history':>8}{'CPU ms/turn':>13}{'owner ms':>10}{'turns/s':>9}{'turns':>7}{'errors':>8}{'load':>7}"
           + (f"{'floor ms':>10}{'proxy/floor':>13}{'floor err':>11}" if ns.floor else "") + "  ms per turn by thread")
     for r in rows:
-        print(f"{r['history']:>8}{r['cpu_ms_per_turn']:>13}{r['owner_cpu_ms_per_turn']:>10}{r['turns_per_s']:>9}"
+        print(f"{r['side']:>6}{r['history']:>8}{r['cpu_ms_per_turn']:>13}{r['owner_cpu_ms_per_turn']:>10}{r['turns_per_s']:>9}"
               f"{r['turns']:>7}{r['errors']:>8}{r['load']:>7}"
-              + (f"{r['floor_ms_per_turn']:>10}{r['proxy_over_floor']:>13}{r['floor_errors']:>11}" if ns.floor else "")
+              + (f"{r.get('floor_ms_per_turn', '-'):>10}{r.get('proxy_over_floor', '-'):>13}{r.get('floor_errors', '-'):>11}"
+                 if ns.floor else "")
               + "  " + " ".join(f"{k} {v}" for k, v in r["thread_ms_per_turn"].items()))  # type: ignore[union-attr]
-        if ns.floor_parts:
+        if ns.floor_parts and "floor_parts_ms" in r:
             print("   floor parts, ms/turn: " + ", ".join(f"{k} {v}" for k, v in r["floor_parts_ms"].items()))  # type: ignore[union-attr]
     for h in cases:
-        sel = [float(r["cpu_ms_per_turn"]) for r in rows if r["history"] == h]  # type: ignore[arg-type]
+        sel = [float(r["cpu_ms_per_turn"]) for r in rows if r["history"] == h and r["side"] == "this"]  # type: ignore[arg-type]
+        if ns.other:
+            oth = [float(r["cpu_ms_per_turn"]) for r in rows if r["history"] == h and r["side"] == "other"]  # type: ignore[arg-type]
+            ratios = sorted(a / max(b, 1e-9) for a, b in zip(sel, oth))
+            print(f"~{h} tokens: this {sum(sel) / len(sel):.3f}, other {sum(oth) / len(oth):.3f} ms/turn (means); "
+                  f"this/other per pass {', '.join(f'{x:.3f}' for x in ratios)}, median {ratios[len(ratios) // 2]:.3f}")
         print(f"~{h} tokens: CPU ms/turn best {min(sel):.3f}, mean {sum(sel) / len(sel):.3f} (proxies {ns.proxies}, workers {ns.workers})")
         if ns.floor:
             fl = [float(r["floor_ms_per_turn"]) for r in rows if r["history"] == h]  # type: ignore[arg-type]

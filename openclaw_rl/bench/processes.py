@@ -73,8 +73,10 @@ class Stack:
         # direct_url: the policy mock's answers replayed by a lean server (replay.py), the bench's floor
         self.policy_url, self.judge_url, self.proxy_url, self.direct_url = (f"http://{HOST}:{p}" for p in ports)
 
-    def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-        root = self.code_root or str(Path(__file__).resolve().parents[2])  # importable from any working directory
+    def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None,
+               code_root: str = "") -> subprocess.Popen:
+        # importable from any working directory; ``code_root``: this process runs another checkout's package
+        root = code_root or self.code_root or str(Path(__file__).resolve().parents[2])
         env = {**os.environ, **(extra_env or {}), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 (lives as long as the process)
