@@ -127,7 +127,7 @@ def test_the_journal_is_bounded_and_survives_a_torn_line(tmp_path):
 
 def test_the_journal_writes_a_burst_of_lines_at_once_and_each_line_whole(tmp_path, monkeypatch):
     """Lines queued together go out in one write (not a write per turn), only whole lines are ever written, and
-    without any flush a line reaches the file once the journal has been quiet for ``WRITE_AFTER_S``."""
+    without any flush a line reaches the file ~``GATHER_S`` after its burst began."""
     from openclaw_rl.dashboard import journal as journal_module
 
     writes: list[bytes] = []
