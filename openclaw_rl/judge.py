@@ -386,7 +386,8 @@ class JudgeClient:
         ids = list(prompt_ids) + list(response_ids)
         if not prompt_ids or not response_ids:
             raise BadRequest("teacher scoring needs a non-empty prompt and response")
-        if self.vocab_size is not None and any(not 0 <= t < self.vocab_size for t in ids):
+        # min and max: a generator over 8K ids cost ~0.34 ms of the event loop per scored hint, these ~0.22
+        if self.vocab_size is not None and (min(ids) < 0 or max(ids) >= self.vocab_size):
             raise BadRequest("token id outside the teacher's vocabulary: the teacher must share the policy tokenizer")
         body: dict[str, Any] = {"input_ids": ids, "return_logprob": True, "logprob_start_len": len(prompt_ids) - 1,
                                 "sampling_params": {"temperature": 0.0, "max_new_tokens": 0,
