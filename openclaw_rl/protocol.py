@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -162,6 +163,22 @@ class Tool(BaseModel):
             if dumped:
                 return codec.loads(dumped)  # type: ignore[no-any-return]
         return super().model_dump(exclude_none=exclude_none, **kwargs)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Tool:
+        """pydantic's ``model_copy``; a copy with other fields (``update``) has no kept JSON (it dumps them)."""
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            copied.__pydantic_private__["_dumped"] = b""
+        return copied
+
+    def __eq__(self, other: object) -> bool:
+        """pydantic's equality but for the kept JSON, a cache of the fields (pydantic compares private
+        attributes): a kept tool equals the same tool validated afresh."""
+        if isinstance(other, Tool):
+            return (type(self) is type(other) and self.__dict__ == other.__dict__
+                    and self.__pydantic_extra__ == other.__pydantic_extra__)
+        return super().__eq__(other)
+
 
 
 def _keep_dumps(tools: list[Tool]) -> None:

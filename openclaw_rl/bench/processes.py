@@ -59,8 +59,11 @@ class Stack:
     def __init__(self, tokenizer_dir: str, workdir: Path, *, reply_tokens: int, judge_votes: int = 3,
                  profile_proxy: str = "", incremental: bool = False, proxy_port: int | None = None,
                  proxy_env: dict[str, str] | None = None, proxy_args: list[str] | None = None, replay: bool = True):
-        self.tokenizer_dir, self.workdir, self.reply_tokens = tokenizer_dir, workdir, reply_tokens
-        self.judge_votes, self.profile_proxy = judge_votes, profile_proxy
+        # absolute: the processes run in the work directory (``_spawn``), so a path relative to the caller's
+        # (``--tokenizer ./tok``, ``--profile p.pstat``) would name a file inside it there
+        self.workdir, self.reply_tokens = Path(workdir).absolute(), reply_tokens
+        self.tokenizer_dir = os.path.abspath(tokenizer_dir) if os.path.exists(tokenizer_dir) else tokenizer_dir
+        self.judge_votes, self.profile_proxy = judge_votes, profile_proxy and os.path.abspath(profile_proxy)
         self.incremental, self.proxy_env, self.proxy_args = incremental, proxy_env or {}, proxy_args or []
         self.procs: list[subprocess.Popen] = []
         self.code_root = ""  # the checkout whose package the processes import (default: this one)

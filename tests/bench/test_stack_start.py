@@ -71,3 +71,23 @@ def test_a_stack_with_another_code_root_runs_that_checkouts_package(tmp_path: Pa
     finally:
         stack.stop()
     assert f"from {other / 'openclaw_rl' / '__init__.py'}" in (work / "where.log").read_text()
+
+
+def test_relative_paths_name_what_the_caller_meant_though_processes_run_in_the_work_directory(tmp_path: Path,
+                                                                                               monkeypatch):
+    """The processes run with the work directory as their working directory (``_spawn``): a relative
+    ``--tokenizer`` (``proxy_bench --tokenizer ./tok``), ``--profile`` (``bench_turn_cpu --profile p.pstat``)
+    or work directory given to ``Stack`` must still name the caller's files, not ones inside the work
+    directory (a tokenizer the proxy cannot find; a profile written into a temporary directory and deleted)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "work").mkdir()
+    stack = Stack("tok", Path("work"), reply_tokens=8, profile_proxy="p.prof")
+    args = stack._proxy_args()
+
+    def seen(arg: str) -> Path:  # how the proxy, running in the work directory, reads a path argument
+        return (tmp_path / "work" / arg).resolve()
+
+    assert seen(args[args.index("--tokenizer") + 1]) == tmp_path / "tok"
+    assert seen(args[args.index("--spool-dir") + 1]) == tmp_path / "work" / "spool"
+    assert seen(args[args.index("-o") + 1]) == tmp_path / "p.prof"

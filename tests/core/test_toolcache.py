@@ -153,3 +153,17 @@ def test_null_nan_and_infinity_are_different_lists():
             req = ChatCompletionRequest.model_validate({"messages": HI, "tools": tools}, context={TOOLS_CACHE: cache})
             assert repr(req.tools[0].function.parameters["v"]) == repr(v)
     assert (cache.hits, cache.misses) == (4, 4)
+
+
+def test_a_kept_tool_is_an_ordinary_tool_to_compare_and_to_copy():
+    """The kept JSON (``keep_dump``) is a cache of the tool's fields, not part of its value: a kept tool equals
+    the same tool validated afresh (pydantic compares private attributes), and a copy with other fields
+    (``model_copy(update=...)``) dumps those fields, not the kept JSON of the tool it was copied from."""
+    first = parse_chat_request(body(TOOLS), 100, ToolsCache()).tools[0]
+    fresh = parse_chat_request(body(TOOLS), 100).tools[0]
+    assert first == fresh and fresh == first
+    assert first != parse_chat_request(body(ODD), 100).tools[0]
+    renamed = first.model_copy(update={"function": first.function.model_copy(update={"name": "renamed"})})
+    assert renamed.model_dump(exclude_none=True)["function"]["name"] == "renamed"
+    assert renamed.model_dump(exclude_none=True) == BaseModel.model_dump(renamed, exclude_none=True)
+    assert first.model_copy().model_dump(exclude_none=True) == fresh.model_dump(exclude_none=True)
