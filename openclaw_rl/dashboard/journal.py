@@ -190,7 +190,9 @@ class TurnJournal:
             self._open()
         if self._size + self._waiting_bytes + len(data) > self.max_bytes and self._size + self._waiting_bytes:
             self._write_waiting()
-            self._file.close()
+            if self._file is not None:
+                self._file.close()
+                self._file = None  # a failed rename below leaves no closed file to write to: the next line reopens
             self.path.replace(self.dir / ROTATED)
             self._open()
         self._waiting.append(data)

@@ -197,3 +197,30 @@ def test_a_stopped_runs_dashboard_without_keys_shows_every_session_and_its_metri
     assert [c["name"] for c in overview["training"]["curves"]] == ["rollout/reward_mean", "train/loss"]
     assert overview["drops"]["totals"] == {"zero_score": 1}
     assert build_parser().parse_args(["dashboard", "--spool-dir", str(spool_dir)]).port == 8400
+
+
+def test_a_rotation_that_fails_once_does_not_stop_the_journal(tmp_path, monkeypatch):
+    """The rename of a full journal fails (e.g. the file was removed under it): that line is lost and counted,
+    and the next lines are written again, not refused forever by a closed file."""
+    from pathlib import Path as P
+
+    journal = TurnJournal(tmp_path, max_bytes=300)  # two long lines do not fit, a long and a short one do
+    journal.batch("first", ["x" * 150])
+    journal.flush()
+    real_replace = P.replace
+    failures = []
+
+    def failing_once(self, target):
+        if not failures:
+            failures.append(self)
+            raise FileNotFoundError("gone")
+        return real_replace(self, target)
+
+    monkeypatch.setattr(P, "replace", failing_once)
+    journal.batch("second", ["y" * 150])  # would rotate: the rename fails
+    journal.flush()
+    journal.batch("third", [])
+    journal.flush()
+    journal.close()
+    assert failures and journal.errors == 1
+    assert "third" in [line["batch"] for line in read_journal(tmp_path)]
