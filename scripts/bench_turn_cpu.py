@@ -90,23 +90,28 @@ def tree_cpu(pids: list[int]) -> float:
 
 
 async def drive(load: LoadClient, urls: list[str], sessions: list[list[mock.Case]], concurrency: int, tag: str,
-                reply: int) -> tuple[int, int, float]:
-    """(turns, errors, wall seconds) of ``concurrency`` workers running whole sessions."""
+                reply: int, by_url: dict[str, list[int]] | None = None) -> tuple[int, int, float]:
+    """(turns, errors, wall seconds) of ``concurrency`` workers running whole sessions; ``by_url`` gets
+    [turns, errors] per URL."""
     turns = errors = 0
     todo = iter(range(len(sessions)))
+    counts = by_url if by_url is not None else {}
 
     async def worker() -> None:
         nonlocal turns, errors
         for s in todo:
+            url = urls[s % len(urls)]  # a session stays on one proxy
+            mine = counts.setdefault(url, [0, 0])
             for t, case in enumerate(sessions[s]):
                 headers = {**mock.JSON_HEADERS, "X-Session-Id": f"{tag}-{s}",
                            **({"X-Session-Done": "1"} if t == len(sessions[s]) - 1 else {})}
                 try:
-                    url = urls[s % len(urls)]  # a session stays on one proxy
                     await load.post(f"{url}/v1/chat/completions", mock.chat_body(case, reply, False), headers)
                     turns += 1
+                    mine[0] += 1
                 except Exception:
                     errors += 1
+                    mine[1] += 1
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -187,13 +192,14 @@ async def run(ns: argparse.Namespace, tokenizer_dir: str, cases: dict[int, list[
                     load0, cpu0, owner0 = os.getloadavg()[0], tree_cpu(pids), tree_cpu(pids[:1])
                     threads0 = thread_cpu(pids)
                     other0 = (tree_cpu([other_pid]), thread_cpu([other_pid])) if other_pid else (0.0, {})
+                    by_url: dict[str, list[int]] = {}
                     turns, errors, wall = await drive(load, sent, sessions[4:], ns.concurrency,
-                                                      f"r{rep}h{h}", ns.reply)
+                                                      f"r{rep}h{h}", ns.reply, by_url)
                     for pid in pids + ([other_pid] if other_pid else []):
                         await stack.settle(pid=pid)
-                    if other_pid:  # each got every other session (of two turns): half the turns each
-                        turns = turns // 2
-                        rows.append(side_row("other", h, rep, turns, errors, tree_cpu([other_pid]) - other0[0],
+                    if other_pid:  # each got every other session: its own turns and errors
+                        (o_turns, o_errors), (turns, errors) = by_url[other_url], by_url[urls[0]]
+                        rows.append(side_row("other", h, rep, o_turns, o_errors, tree_cpu([other_pid]) - other0[0],
                                              other0[1], thread_cpu([other_pid]), load0))
                     cpu, owner = tree_cpu(pids) - cpu0, tree_cpu(pids[:1]) - owner0
                     threads = {name: round((sec - threads0.get(name, 0.0)) / max(turns, 1) * 1e3, 3)
