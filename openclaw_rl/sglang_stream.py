@@ -144,11 +144,16 @@ def _malformed(e: BaseException) -> BackendUnavailable:
     return BackendUnavailable(f"policy backend streamed malformed /generate output: {e!r}")
 
 
+_LF = 0x0A
+"""``b"\\n"`` as the byte's value: ``bytes in bytes`` first tries its operand as an integer and builds (and
+clears) a ``TypeError`` with a formatted message before it searches; an ``int`` operand is one ``memchr``."""
+
+
 def _refuse_line_breaks(*parts: bytes | bytearray) -> None:
     """A JSON event line holds no line break. ``SSEReader`` may hand over a large event without scanning
     it (see its doc), so every part that gets decoded is checked here instead."""
     for part in parts:  # a loop, not any() over a generator: once per read on the event loop
-        if b"\n" in part:
+        if _LF in part:
             raise BackendUnavailable("policy backend streamed a line break inside an event")
 
 

@@ -9,6 +9,7 @@ entering ``contextlib`` or a generator expression.
 
 from __future__ import annotations
 
+import random
 import sys
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from test_sse_in_place import compact, incremental, synthetic
 
 from openclaw_rl.errors import BackendUnavailable
-from openclaw_rl.sglang_stream import StreamAssembler
+from openclaw_rl.sglang_stream import StreamAssembler, _refuse_line_breaks
 
 
 def _buffer(events: list[bytes]) -> tuple[bytearray, list[tuple[int, int]]]:
@@ -29,8 +30,6 @@ def _buffer(events: list[bytes]) -> tuple[bytearray, list[tuple[int, int]]]:
 
 
 def _chunks(n: int = 12) -> list[dict[str, Any]]:
-    import random
-
     return incremental(synthetic(n, random.Random(8)))
 
 
@@ -112,3 +111,32 @@ def test_a_read_of_events_enters_no_contextlib_and_no_generator_expression() -> 
     assert any(c.endswith("sglang_stream.py:_apply") for c in called)
     assert not [c for c in called if "contextlib.py" in c]
     assert not [c for c in called if "sglang_stream.py" in c and "<genexpr>" in c]
+
+
+def test_the_line_break_check_refuses_exactly_the_parts_with_a_newline() -> None:
+    rng = random.Random(11)
+    for _ in range(2000):
+        parts = [bytes(rng.choice(b'{}[],:"ab\\n\r\n 0') for _ in range(rng.randrange(0, 12)))
+                 for _ in range(rng.randrange(1, 4))]
+        parts = [bytearray(p) if rng.random() < 0.5 else p for p in parts]
+        try:
+            _refuse_line_breaks(*parts)
+            refused = False
+        except BackendUnavailable as e:
+            assert str(e) == "policy backend streamed a line break inside an event"
+            refused = True
+        assert refused == any(b"\n" in p for p in parts), parts
+
+
+def test_the_line_break_check_asks_for_the_byte_by_its_value() -> None:
+    """``bytes in bytes`` first tries the operand as an integer, building and clearing a ``TypeError`` with a
+    formatted message (~0.2-0.5 µs warm, several in place): the check asks with the byte's value."""
+    operands: list[type] = []
+
+    class Probe(bytes):
+        def __contains__(self, item: object) -> bool:
+            operands.append(type(item))
+            return super().__contains__(item)  # type: ignore[operator]
+
+    _refuse_line_breaks(Probe(b'{"a":1}'), Probe(b"[1,2]"))
+    assert operands == [int, int]
