@@ -11,13 +11,16 @@ asserted. ``--floor`` measures, the same way and on the same paced mock, a minim
 it beside the proxy: what a Python process on this machine pays per event at least. Usage:
 ``python scripts/bench_stream_events.py [--lengths 64,512] [--reps 8] [--floor] [--perf PREFIX]``.
 
-``--python PYTHON`` runs the proxy and the floor under another interpreter (the mocks stay on this one).
+``--python PYTHON`` runs the proxy and the floor under another interpreter (the mocks stay on this one);
+``--code-root DIR`` runs another checkout's code (e.g. an export with one constant changed).
 ``--perf PREFIX`` (Python 3.12+, Linux ``perf`` installed): the proxy and the floor run with ``-X perf``
 (perf trampolines: each Python function shows in ``perf report`` as ``py::name:file``) and ``perf record``
 samples each of them (software ``cpu-clock``, ``--perf-rate`` Hz, call graphs by ``--perf-callgraph``)
 during the measured turns of each reply length, into ``PREFIX-proxy-LENGTH.data`` and
 ``PREFIX-floor-LENGTH.data``: ``scripts/perf_stream_diff.py`` subtracts the shortest replies' samples from the
-longest's, per symbol, and divides by the events between them, as this bench does with the CPU time. The CPU figures of a run
+longest's, per symbol, and divides by the events between them, as this bench does with the CPU time.
+``--perf-plain`` records without ``-X perf`` (C symbols only: no Python function names, but Python calls are
+made as unprofiled, where ``-X perf`` sends every one through a C call and a trampoline). The CPU figures of a run
 under ``--perf`` include perf's sampling overhead: compare them only with each other.
 """
 
@@ -159,7 +162,9 @@ async def measure(ns: argparse.Namespace) -> None:
                            proxy_args=["--stream-interval", str(ns.interval)], replay=False,
                                 profile_proxy=ns.profile)
         if ns.python or ns.perf:
-            stack.proxy_python = [ns.python or sys.executable, *(["-X", "perf"] if ns.perf else [])]
+            trampolines = ["-X", "perf"] if ns.perf and not ns.perf_plain else []
+            stack.proxy_python = [ns.python or sys.executable, *trampolines]
+        stack.code_root = ns.code_root  # "": this checkout
         async with httpx.AsyncClient(timeout=600, trust_env=False) as http:
             try:
                 await stack.start(http)
@@ -195,6 +200,10 @@ def main() -> int:
                         "into PREFIX-{proxy,floor}-LENGTH.data (Python 3.12+; scripts/perf_stream_diff.py reads them)")
     p.add_argument("--python", default="", metavar="PYTHON",
                    help="the interpreter of the proxy and the floor (default: this one; the mocks keep this one)")
+    p.add_argument("--perf-plain", action="store_true",
+                   help="under --perf, no -X perf: C symbols only, Python calls as the unprofiled proxy makes them")
+    p.add_argument("--code-root", default="", metavar="DIR",
+                   help="the checkout whose proxy (and floor) runs, e.g. an export with a constant changed")
     p.add_argument("--perf-rate", type=int, default=4000, help="perf record's sampling rate (Hz)")
     p.add_argument("--perf-callgraph", default="dwarf,16384",
                    help="perf record's --call-graph (fp needs an interpreter built with frame pointers)")

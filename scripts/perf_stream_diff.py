@@ -27,18 +27,19 @@ _HEAD = re.compile(r"^\s*(\d+)/(\d+)\s*$")
 _FRAME = re.compile(r"^\s*[0-9a-f]+ (.*) \((.*)\)\s*$")
 
 
-def samples(path: str, main_only: bool) -> list[tuple[str, str, str]]:
-    """Each sample of ``path`` as (leaf symbol, leaf's library, innermost Python function or '-')."""
+def samples(path: str, main_only: bool) -> list[tuple[str, str, str, frozenset[str]]]:
+    """Each sample of ``path`` as (leaf symbol, leaf's library, innermost Python function or '-', every symbol
+    on its stack)."""
     out = subprocess.run(["perf", "script", "-i", path, "-F", "tid,pid,ip,sym,dso"], capture_output=True, text=True,
                          check=True).stdout
-    result: list[tuple[str, str, str]] = []
+    result: list[tuple[str, str, str, frozenset[str]]] = []
     keep, frames = False, []  # type: ignore[var-annotated]
 
     def flush() -> None:
         if keep and frames:
             py = next((s for s, _ in frames if s.startswith("py::")), "-")
             leaf = next(((s, d) for s, d in frames if d != "inlined"), frames[0])  # the function perf names
-            result.append((leaf[0], leaf[1], py))
+            result.append((leaf[0], leaf[1], py, frozenset(s for s, _ in frames)))
 
     for line in out.splitlines():
         head = _HEAD.match(line)
@@ -84,6 +85,9 @@ def main() -> int:
                    help="a second recording (e.g. PREFIX-floor) printed beside the first, with the difference")
     p.add_argument("--all-threads", action="store_true", help="every thread, not only the main (event loop's)")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--inclusive", action="append", default=[], metavar="SYMBOL",
+                   help="also the samples with SYMBOL anywhere on their stack (C frames: with -X perf the stack "
+                        "ends at the innermost Python frame; without it, at main)")
     p.add_argument("--within", action="append", default=[], metavar="TEXT",
                    help="also break down by leaf the samples whose innermost Python function contains TEXT "
                         "('-': the samples with no Python frame)")
@@ -112,6 +116,12 @@ def main() -> int:
             values = [c.get(k, 0.0) for c in cols]
             extra = f"  {values[1]:7.1f}  {values[0] - values[1]:+7.1f}" if len(values) > 1 else ""
             print(f"  {values[0]:7.1f}{extra}  {k}")
+    if ns.inclusive:
+        print("\nsamples with the symbol anywhere on the stack (inclusive): us per event")
+        for text in ns.inclusive:
+            values = [(sum(any(text in f for f in s[3]) for s in long) - sum(any(text in f for f in s[3]) for s in short))
+                      * us for _, (short, long) in runs]
+            print("  " + "  ".join(f"{v:7.1f}" for v in values) + f"  {text}")
     return 0
 
 

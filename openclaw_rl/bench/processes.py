@@ -82,8 +82,10 @@ class Stack:
                "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 (lives as long as the process)
         self.logs.append(log)
+        # cwd: ``python -m`` puts the working directory first on sys.path, ahead of PYTHONPATH, so another
+        # checkout's processes must start there, or a bench run from this checkout's root imports this one
         self.procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                           start_new_session=True))
+                                           start_new_session=True, cwd=self.code_root or None))
         self.log_paths[self.procs[-1].pid] = Path(log.name)
         return self.procs[-1]
 
