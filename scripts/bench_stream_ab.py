@@ -9,7 +9,8 @@ go round robin: one turn of each side, the order turned around every round, each
 process's threads, ``schedstat``) read before it and after the process has gone quiet. Per event = the
 difference between the long and the short replies' mean CPU per turn, over the events between them. The
 other checkout's proxy runs its own code (``--other DIR``: e.g. ``git archive main | tar -x -C DIR``),
-under this tree's harness. A benchmark: prints, asserts nothing. Usage:
+under this tree's harness; its processes start in ``DIR`` (``python -m`` puts the working directory ahead of
+``PYTHONPATH``: before session 20 they started here and ran this checkout's code on both sides). A benchmark: prints, asserts nothing. Usage:
 ``python scripts/bench_stream_ab.py --other /tmp/before [--lengths 64,512] [--rounds 12] [--no-floor]``.
 """
 

@@ -9,7 +9,19 @@ context switches) and the times it was preempted while runnable (involuntary). A
 asserted. ``--floor`` measures, the same way and on the same paced mock, a minimal relay
 (``openclaw_rl/bench/stream_floor.py``: uvloop, orjson, one OpenAI chunk per event, nothing else) and prints
 it beside the proxy: what a Python process on this machine pays per event at least. Usage:
-``python scripts/bench_stream_events.py [--lengths 64,512] [--reps 8] [--floor]``.
+``python scripts/bench_stream_events.py [--lengths 64,512] [--reps 8] [--floor] [--perf PREFIX]``.
+
+``--python PYTHON`` runs the proxy and the floor under another interpreter (the mocks stay on this one);
+``--code-root DIR`` runs another checkout's code (e.g. an export with one constant changed).
+``--perf PREFIX`` (Python 3.12+, Linux ``perf`` installed): the proxy and the floor run with ``-X perf``
+(perf trampolines: each Python function shows in ``perf report`` as ``py::name:file``) and ``perf record``
+samples each of them (software ``cpu-clock``, ``--perf-rate`` Hz, call graphs by ``--perf-callgraph``)
+during the measured turns of each reply length, into ``PREFIX-proxy-LENGTH.data`` and
+``PREFIX-floor-LENGTH.data``: ``scripts/perf_stream_diff.py`` subtracts the shortest replies' samples from the
+longest's, per symbol, and divides by the events between them, as this bench does with the CPU time.
+``--perf-plain`` records without ``-X perf`` (C symbols only: no Python function names, but Python calls are
+made as unprofiled, where ``-X perf`` sends every one through a C call and a trampoline). The CPU figures of a run
+under ``--perf`` include perf's sampling overhead: compare them only with each other.
 """
 
 from __future__ import annotations
@@ -17,9 +29,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -71,14 +85,37 @@ async def per_turn(http: httpx.AsyncClient, stack: processes.Stack, url: str, pi
         await stack.settle(pid=settle_pid)
         if reset and length == lengths[0]:
             stack.profile_reset()  # under --profile X.pstat: count the measured turns only
+        recorder = start_perf(ns, f"{label}-{length}", pid) if ns.perf else None
         own0, mock0 = cpu_and_runs(pid), cpu_and_runs(stack.procs[0].pid)  # the mock sends each event
         for i in range(ns.reps):
             await _stream_turn(http, url, case, length, f"{label}{length}-{i}")
         await stack.settle(pid=settle_pid)
+        if recorder is not None:
+            stop_perf(recorder, ns.reps * -(-length // max(ns.interval, 1)), label)
         per[length] = (_diff(own0, cpu_and_runs(pid), ns.reps), _diff(mock0, cpu_and_runs(stack.procs[0].pid), ns.reps))
         print(f"{label} {length}-token replies: {per[length][0][0] * 1e3:.2f} ms of CPU and "
               f"{per[length][0][1]:.1f} wake-ups per turn", flush=True)
     return per
+
+
+def start_perf(ns: argparse.Namespace, label: str, pid: int) -> subprocess.Popen:
+    """``perf record`` on ``pid`` (all its threads) into ``PREFIX-label.data`` (given half a second to attach:
+    it prints nothing until it stops)."""
+    out = f"{ns.perf}-{label}.data"
+    proc = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", str(ns.perf_rate), "-g",
+                             f"--call-graph={ns.perf_callgraph}", "-p", str(pid), "-o", out],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(0.5)
+    if proc.poll() is not None:
+        raise RuntimeError(f"perf record exited at once: {proc.stderr.read().decode(errors='replace')[-500:]}")  # type: ignore[union-attr]
+    return proc
+
+
+def stop_perf(proc: subprocess.Popen, events: int, label: str) -> None:
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    print(f"perf record ({label}): ~{events} events in the recorded turns; {err.decode(errors='replace').strip()[-200:]}",
+          flush=True)
 
 
 def per_event_line(name: str, per: dict, lengths: list[int], interval: int, which: int = 0) -> str:
@@ -93,7 +130,7 @@ async def start_floor(stack: processes.Stack, interval: int, preload: str = "", 
                       ) -> tuple[subprocess.Popen, str]:
     """The minimal relay (``stream_floor.py``) on the stack's policy mock; (process, URL) once it listens."""
     port = free_port(mock.HOST)
-    proc = stack._spawn("floor", [sys.executable, "-m", "openclaw_rl.bench.stream_floor", "--port", str(port),
+    proc = stack._spawn("floor", [*(stack.proxy_python or [sys.executable]), "-m", "openclaw_rl.bench.stream_floor", "--port", str(port),
                                   "--upstream", stack.policy_url, "--interval", str(interval), "--preload", preload, *extra])
     for _ in range(200):
         try:
@@ -124,6 +161,10 @@ async def measure(ns: argparse.Namespace) -> None:
         stack = processes.Stack(tokenizer_dir, Path(tmp), reply_tokens=64, judge_votes=0, incremental=True,
                            proxy_args=["--stream-interval", str(ns.interval)], replay=False,
                                 profile_proxy=ns.profile)
+        if ns.python or ns.perf:
+            trampolines = ["-X", "perf"] if ns.perf and not ns.perf_plain else []
+            stack.proxy_python = [ns.python or sys.executable, *trampolines]
+        stack.code_root = ns.code_root  # "": this checkout
         async with httpx.AsyncClient(timeout=600, trust_env=False) as http:
             try:
                 await stack.start(http)
@@ -154,6 +195,18 @@ def main() -> int:
     p.add_argument("--tokens-per-s", type=float, default=500.0)
     p.add_argument("--floor", action="store_true",
                    help="also measure the minimal relay (openclaw_rl/bench/stream_floor.py) on the same mock")
+    p.add_argument("--perf", default="", metavar="PREFIX",
+                   help="run the proxy and the floor with -X perf and perf-record their measured turns "
+                        "into PREFIX-{proxy,floor}-LENGTH.data (Python 3.12+; scripts/perf_stream_diff.py reads them)")
+    p.add_argument("--python", default="", metavar="PYTHON",
+                   help="the interpreter of the proxy and the floor (default: this one; the mocks keep this one)")
+    p.add_argument("--perf-plain", action="store_true",
+                   help="under --perf, no -X perf: C symbols only, Python calls as the unprofiled proxy makes them")
+    p.add_argument("--code-root", default="", metavar="DIR",
+                   help="the checkout whose proxy (and floor) runs, e.g. an export with a constant changed")
+    p.add_argument("--perf-rate", type=int, default=4000, help="perf record's sampling rate (Hz)")
+    p.add_argument("--perf-callgraph", default="dwarf,16384",
+                   help="perf record's --call-graph (fp needs an interpreter built with frame pointers)")
     p.add_argument("--profile", default="", help="profile the proxy (.pstat: yappi; .folded: py-spy)")
     ns = p.parse_args()
     try:

@@ -67,6 +67,9 @@ class Stack:
         self.incremental, self.proxy_env, self.proxy_args = incremental, proxy_env or {}, proxy_args or []
         self.procs: list[subprocess.Popen] = []
         self.code_root = ""  # the checkout whose package the processes import (default: this one)
+        # the proxy's interpreter and its flags, if not this one's: e.g. [".../python3.12", "-X", "perf"] (perf
+        # trampolines, so that `perf report` names each Python function; bench_stream_events.py --perf)
+        self.proxy_python: list[str] = []
         self.proxy_pid = 0  # the proxy's process (under py-spy: py-spy's child)
         self.replay = replay  # start the direct floor's replay server (benches that send direct turns)
         self.direct: subprocess.Popen | None = None
@@ -138,6 +141,9 @@ class Stack:
         elif self.profile_proxy:
             cli = [sys.executable, "-m", "cProfile", "-o", self.profile_proxy, *cli[1:]]
         judge = ["--judge-url", self.judge_url, "--prm-m", str(self.judge_votes)] if self.judge_votes else []
+        if self.proxy_python:  # in place of this interpreter, under a profiler or not
+            at = cli.index(sys.executable)
+            cli = [*cli[:at], *self.proxy_python, *cli[at + 1:]]
         return [*cli, "serve", "--mode", "rl", "--policy-url", self.policy_url, *judge, "--tokenizer",
                 self.tokenizer_dir, "--port", _port(self.proxy_url), "--spool-dir", str(self.workdir / spool),
                 "--session-ttl", "3600", *self.proxy_args]
