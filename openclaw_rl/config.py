@@ -79,6 +79,8 @@ class ProxySettings:
     stream_interval: int = 8  # streamed /generate calls ask SGLang for one event per this many tokens
     # (sampling_params.stream_interval; the first token and the finish come at once); 0 = send nothing,
     # the server's --stream-interval applies. See docs/deployment.md "Stream interval".
+    stream_gather_ms: float = 20.0  # a streamed reply's tokens that arrive within this long of a client write go out
+    # in the next write, together (the first and the last never wait); longer: less CPU per token, coarser updates
 
 
 @dataclass
@@ -218,6 +220,8 @@ class Settings:
                            "openclaw_judge_max_response_bytes": j.max_response_bytes}.items():
             if value < 0:
                 raise ValueError(f"{key}: expected a number of bytes (0 = no cap), got {value}")
+        if not p.stream_gather_ms >= 0:
+            raise ValueError(f"openclaw_proxy_stream_gather_ms: expected milliseconds >= 0, got {p.stream_gather_ms}")
         if p.stream_interval < 0:
             raise ValueError(f"openclaw_proxy_stream_interval: expected 0 (the server's default) or a number of "
                              f"tokens >= 1, got {p.stream_interval}")
@@ -350,7 +354,7 @@ ENV_FALLBACKS = {
     "TOOL_CALL_PARSER": "proxy_tool_parser", "PRM_TEMPERATURE": "judge_temperature",
     "PRM_MAX_NEW_TOKENS": "judge_max_new_tokens",
     "PRM_API_KEY": "judge_api_key",  # bearer key of an external judge (scripts/run_*.sh PRM_URL=...)
-    "OPENCLAW_STREAM_INTERVAL": "proxy_stream_interval",
+    "OPENCLAW_STREAM_INTERVAL": "proxy_stream_interval", "OPENCLAW_STREAM_GATHER_MS": "proxy_stream_gather_ms",
     "OPENCLAW_TOPK_HINT_SELECTION": "opd_hint_selection", "OPENCLAW_TOPK_MAX_CAND": "opd_max_hint_candidates",
     "OPENCLAW_TOPK_SUBSET_MODE": "opd_distill_subset", "OPENCLAW_TOPK_ADV_DIFF_CLIP": "combine_topk_adv_diff_clip",
     "OPENCLAW_TOPK_K": "opd_distill_topk", "OPENCLAW_COMBINE_LOSS": "combine_loss",

@@ -81,7 +81,7 @@ class ChunkBytes:
 
 
 SSE_DONE = b"data: [DONE]\n\n"
-STREAM_FLUSH_S = 0.02  # after a snapshot with text, the next one gathers the tokens of this long (one client write)
+STREAM_FLUSH_S = 0.02  # the default gathering window (ProxySettings.stream_gather_ms): the tokens of this long, one write
 BULK_BYTES = 1 << 20  # request bodies above this render on their own thread, without the prefix cache
 DURABLE_WAIT_S = 30.0  # the longest a reply waits for its turn's commit; then it is refused (503), never a 200
 _PENALTIES = ("presence_penalty", "frequency_penalty")  # client knobs that reshape the sampled distribution
@@ -371,7 +371,7 @@ class _Reply:
                                    logprobs=self._logprobs(result), created=self.created)
 
     async def stream(self, payload: dict[str, Any]) -> AsyncIterator[bytes]:
-        chunks = self.svc.backend.generate_stream(payload, self.routing_key, STREAM_FLUSH_S)
+        chunks = self.svc.backend.generate_stream(payload, self.routing_key, self.svc.cfg.stream_gather_ms / 1000)
         with self._settled_on_error():  # errors before the first token still get a real HTTP status
             first = await anext(chunks, None)
         if first is None:
@@ -382,7 +382,7 @@ class _Reply:
     async def _events(self, first: GenerateResult, chunks: AsyncIterator[GenerateResult],
                       ids_text: IdsText) -> AsyncIterator[bytes]:
         """The client's SSE bytes: one write per backend snapshot (the backend coalesces the tokens that
-        arrive within ``STREAM_FLUSH_S`` of a snapshot into the next one), chunk bytes from templates."""
+        arrive within ``stream_gather_ms`` of a snapshot into the next one), chunk bytes from templates."""
         parser = self.svc.parser.streaming(self.tools_enabled, self.opens_thinking)
         out = ChunkBytes(self.id, self.model, self.created)
         last = first

@@ -166,3 +166,26 @@ def test_values_the_proxy_could_not_use_are_refused_at_start(values, message):
 def test_a_mistyped_key_gets_a_suggestion():
     with pytest.raises(ValueError, match=r"openclaw_judge_vote \(did you mean openclaw_judge_votes\?\)"):
         load_settings({"openclaw_judge_vote": 5}, env={})
+
+
+def test_the_stream_gathering_window_is_a_setting_and_reaches_the_backend(policy_server, make_proxy):
+    """``proxy_stream_gather_ms`` (``--stream-gather-ms``, ``OPENCLAW_STREAM_GATHER_MS``): 20 by default, never
+    negative, and what a streamed turn's backend call gathers by."""
+    import httpx
+
+    assert load_settings({}, env={}).proxy.stream_gather_ms == 20.0
+    assert load_settings({}, env={"OPENCLAW_STREAM_GATHER_MS": "80"}).proxy.stream_gather_ms == 80.0
+    with pytest.raises(ValueError, match="stream_gather_ms"):
+        load_settings({"openclaw_proxy_stream_gather_ms": -1}, env={})
+    proxy, url = make_proxy(policy_server.url, proxy_stream_gather_ms=150)
+    gathers = []
+    stream = proxy.service.backend.generate_stream
+
+    def recording(payload, routing_key=None, gather_s=0.0):
+        gathers.append(gather_s)
+        return stream(payload, routing_key, gather_s)
+
+    proxy.service.backend.generate_stream = recording
+    r = httpx.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "stream": True},
+                   headers={"X-Session-Id": "g"}, timeout=30)
+    assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]") and gathers == [0.15]
