@@ -56,7 +56,7 @@ SERVE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--stream-interval", "proxy_stream_interval", {
         "type": int, "help": "tokens per SGLang stream event on streamed turns (8; 0 = the server's default)"}),
     ("--stream-gather-ms", "proxy_stream_gather_ms", {
-        "type": float, "help": "a streamed reply's tokens arriving within this long go out in one client write (20; "
+        "type": float, "help": "a streamed reply's tokens arriving within this long go out in one client write (50; "
                                "more: less CPU per token, coarser updates; the first and last are never held)"}),
     ("--max-connections", "proxy_max_connections", {"type": int, "help": "close connections beyond this (2048)"}),
     ("--max-connections-per-client", "proxy_max_connections_per_client", {

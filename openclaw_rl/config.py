@@ -79,7 +79,7 @@ class ProxySettings:
     stream_interval: int = 8  # streamed /generate calls ask SGLang for one event per this many tokens
     # (sampling_params.stream_interval; the first token and the finish come at once); 0 = send nothing,
     # the server's --stream-interval applies. See docs/deployment.md "Stream interval".
-    stream_gather_ms: float = 20.0  # a streamed reply's tokens that arrive within this long of a client write go out
+    stream_gather_ms: float = 50.0  # a streamed reply's tokens that arrive within this long of a client write go out
     # in the next write, together (the first and the last never wait); longer: less CPU per token, coarser updates
 
 

@@ -81,7 +81,6 @@ class ChunkBytes:
 
 
 SSE_DONE = b"data: [DONE]\n\n"
-STREAM_FLUSH_S = 0.02  # the default gathering window (ProxySettings.stream_gather_ms): the tokens of this long, one write
 BULK_BYTES = 1 << 20  # request bodies above this render on their own thread, without the prefix cache
 DURABLE_WAIT_S = 30.0  # the longest a reply waits for its turn's commit; then it is refused (503), never a 200
 _PENALTIES = ("presence_penalty", "frequency_penalty")  # client knobs that reshape the sampled distribution

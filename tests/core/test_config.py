@@ -169,11 +169,11 @@ def test_a_mistyped_key_gets_a_suggestion():
 
 
 def test_the_stream_gathering_window_is_a_setting_and_reaches_the_backend(policy_server, make_proxy):
-    """``proxy_stream_gather_ms`` (``--stream-gather-ms``, ``OPENCLAW_STREAM_GATHER_MS``): 20 by default, never
+    """``proxy_stream_gather_ms`` (``--stream-gather-ms``, ``OPENCLAW_STREAM_GATHER_MS``): 50 by default, never
     negative, and what a streamed turn's backend call gathers by."""
     import httpx
 
-    assert load_settings({}, env={}).proxy.stream_gather_ms == 20.0
+    assert load_settings({}, env={}).proxy.stream_gather_ms == 50.0
     assert load_settings({}, env={"OPENCLAW_STREAM_GATHER_MS": "80"}).proxy.stream_gather_ms == 80.0
     with pytest.raises(ValueError, match="stream_gather_ms"):
         load_settings({"openclaw_proxy_stream_gather_ms": -1}, env={})
