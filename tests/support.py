@@ -14,6 +14,17 @@ from starlette.requests import Request  # module level: FastAPI resolves the han
 GOLDEN = Path(__file__).resolve().parent / "data"  # recorded traffic, copied into the repository
 
 
+def sse_events_buffer(events: list[bytes]) -> tuple[bytearray, list[tuple[int, int]]]:
+    """SSE ``data:`` lines of ``events`` in one buffer, with each event's (start, end) in it: what
+    ``StreamAssembler`` reads in place."""
+    buf, spans = bytearray(), []
+    for e in events:
+        buf += b"data: "
+        spans.append((len(buf), len(buf) + len(e)))
+        buf += e + b"\n\n"
+    return buf, spans
+
+
 def policy_reply(prompt: str) -> str:
     """The scripted policy: a tool call when asked to list files, thinking when asked to think."""
     last_user = prompt.rsplit("<|im_start|>user\n", 1)[-1]

@@ -2,7 +2,7 @@
 
 ``python -m`` puts the working directory first on ``sys.path``, ahead of ``PYTHONPATH``: the processes of
 ``--other DIR``, started from this checkout's root (where the benchmarks are run), imported this checkout's
-``openclaw_rl`` and measured it against itself. They now start in ``DIR``.
+``openclaw_rl`` and measured it against itself. They now start in the bench's work directory.
 """
 
 from __future__ import annotations

@@ -14,19 +14,11 @@ import sys
 from typing import Any
 
 import pytest
+from support import sse_events_buffer
 from test_sse_in_place import compact, incremental, synthetic
 
 from openclaw_rl.errors import BackendUnavailable
 from openclaw_rl.sglang_stream import StreamAssembler, _refuse_line_breaks
-
-
-def _buffer(events: list[bytes]) -> tuple[bytearray, list[tuple[int, int]]]:
-    buf, spans = bytearray(), []
-    for e in events:
-        buf += b"data: "
-        spans.append((len(buf), len(buf) + len(e)))
-        buf += e + b"\n\n"
-    return buf, spans
 
 
 def _chunks(n: int = 12) -> list[dict[str, Any]]:
@@ -34,7 +26,7 @@ def _chunks(n: int = 12) -> list[dict[str, Any]]:
 
 
 def _refusal(events: list[bytes], batched: bool) -> BackendUnavailable:
-    buf, spans = _buffer(events)
+    buf, spans = sse_events_buffer(events)
     asm = StreamAssembler()
     with pytest.raises(BackendUnavailable) as info:
         asm.feed_many(buf, spans[:2])  # the mode is learnt from the first two
@@ -78,7 +70,7 @@ def test_two_objects_in_one_event_and_a_line_break_keep_their_own_messages() -> 
     two = _refusal(good + [good[3] + b"," + good[3]], batched=True)
     assert str(two) == "policy backend streamed non-JSON: an event is not one object"
     assert two.__cause__ is None
-    buf, spans = _buffer(good)
+    buf, spans = sse_events_buffer(good)
     s, e = spans[3]
     buf[s + 2:s + 3] = b"\n"
     asm = StreamAssembler()
@@ -90,7 +82,7 @@ def test_two_objects_in_one_event_and_a_line_break_keep_their_own_messages() -> 
 def test_a_read_of_events_enters_no_contextlib_and_no_generator_expression() -> None:
     """The per-read path on the event loop: no ``contextmanager`` and no ``any(<genexpr>)`` per read."""
     chunks = _chunks(40)
-    buf, spans = _buffer([compact(c) for c in chunks])
+    buf, spans = sse_events_buffer([compact(c) for c in chunks])
     asm = StreamAssembler()
     asm.feed_many(buf, spans[:2])
     called: list[str] = []

@@ -9,6 +9,7 @@ import random
 from typing import Any
 
 import pytest
+from support import sse_events_buffer
 from test_sse_in_place import compact, incremental, synthetic
 
 from openclaw_rl.backend import SSEReader, StreamAssembler
@@ -93,15 +94,6 @@ def test_sse_reader_over_a_connection_skips_the_blanked_framing() -> None:
         assert (got, reader.done) == _reference(stream), stream
 
 
-def _events_buffer(events: list[bytes]) -> tuple[bytearray, list[tuple[int, int]]]:
-    buf, spans = bytearray(), []
-    for e in events:
-        buf += b"data: "
-        spans.append((len(buf), len(buf) + len(e)))
-        buf += e + b"\n\n"
-    return buf, spans
-
-
 def _state(asm: StreamAssembler, result: Any) -> tuple[Any, ...]:
     return (result.output_ids, result.logprobs, result.text, result.finish_reason, result.prompt_tokens,
             result.weight_version, asm.chunks, asm.mode)
@@ -113,7 +105,7 @@ def test_incremental_batches_equal_event_by_event() -> None:
     rng = random.Random(3)
     for n in (3, 17, 40):
         chunks = incremental(synthetic(n, rng))
-        buf, spans = _events_buffer([compact(c) for c in chunks])
+        buf, spans = sse_events_buffer([compact(c) for c in chunks])
         one = StreamAssembler()
         for s, e in spans:
             single = one.feed(buf, s, e)
@@ -154,7 +146,7 @@ def test_an_odd_event_in_a_batch_gets_what_event_by_event_gives(how: str) -> Non
     """An event the batch does not take plainly (an error, a count that does not add up, a triple for
     another id, a float count, no text, a wrapped event) gives the event-by-event path's result or error."""
     chunks = _broken(incremental(synthetic(12, random.Random(4))), 5, how)
-    buf, spans = _events_buffer([compact(c) for c in chunks])
+    buf, spans = sse_events_buffer([compact(c) for c in chunks])
 
     def run(batched: bool) -> Any:
         asm = StreamAssembler()
