@@ -283,7 +283,9 @@ class PolicyBackend:
                 if last is not None:
                     yield last
                     if gather_s and last.text and not reader.done:
-                        await conn.wait_gathered(gather_s)
+                        # at most half the stall timeout: a window longer than that (or inf) must not keep a
+                        # stalled backend's reply from its 504 (wait_gathered holds up to twice the window)
+                        await conn.wait_gathered(min(gather_s, self.timeout_s / 2))
                 if not reader.done and conn.finished and not conn.fresh:
                     if conn.error is not None or not conn.complete:
                         why = repr(conn.error) if conn.error is not None else "the connection closed mid-stream"

@@ -404,7 +404,9 @@ class StreamClient:
                 conn.transport.write(request)  # type: ignore[union-attr]
                 while conn.status == 0 and not conn.finished:
                     await conn.wait(timeout_s)
-                    conn.fresh = False
+                    # body bytes that came in the head's read are new to the caller: a stream's first event
+                    # sent with the head must not wait for the next read (the next event, or a stall timeout)
+                    conn.fresh = conn.status != 0 and conn.end > conn.lo
             except BaseException:  # cancelled (the client hung up) or timed out: the backend must see it
                 conn.close()
                 raise

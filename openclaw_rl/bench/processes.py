@@ -82,7 +82,9 @@ class Stack:
     def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None,
                code_root: str = "") -> subprocess.Popen:
         # importable from any working directory; ``code_root``: this process runs another checkout's package
-        root = code_root or self.code_root or str(Path(__file__).resolve().parents[2])
+        # absolute: the process starts in the work directory, where a relative entry would name nothing and the
+        # installed (editable) package, this checkout, would be imported in its place
+        root = os.path.abspath(code_root or self.code_root or str(Path(__file__).resolve().parents[2]))
         env = {**os.environ, **(extra_env or {}), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 (lives as long as the process)

@@ -32,3 +32,25 @@ def test_a_stack_with_a_code_root_imports_that_checkouts_package(tmp_path: Path,
         stack.stop()
     out = (work / "where.log").read_text()
     assert f"ROOT {other / 'openclaw_rl' / '__init__.py'}" in out, (out, os.getcwd())
+
+
+def test_a_relative_code_root_names_the_checkout_from_where_the_bench_runs(tmp_path: Path, monkeypatch) -> None:
+    """``bench_stream_events.py --code-root ../before`` hands the path over as given. The processes start in the
+    work directory, where a relative ``PYTHONPATH`` entry names nothing, so they fell back to the installed
+    (editable) package: this checkout, measured as the other one."""
+    other = tmp_path / "other"
+    (other / "openclaw_rl").mkdir(parents=True)
+    (other / "openclaw_rl" / "__init__.py").write_text("")
+    (other / "openclaw_rl" / "where.py").write_text("import openclaw_rl\nprint('ROOT', openclaw_rl.__file__)\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(tmp_path)
+    stack = Stack(str(tmp_path), work, reply_tokens=8)
+    stack.code_root = "other"  # relative to where the bench was started
+    proc = stack._spawn("where", [sys.executable, "-m", "openclaw_rl.where"])
+    try:
+        proc.wait(60)
+    finally:
+        stack.stop()
+    out = (work / "where.log").read_text()
+    assert f"ROOT {other / 'openclaw_rl' / '__init__.py'}" in out, out
