@@ -220,8 +220,9 @@ class Settings:
                            "openclaw_judge_max_response_bytes": j.max_response_bytes}.items():
             if value < 0:
                 raise ValueError(f"{key}: expected a number of bytes (0 = no cap), got {value}")
-        if not p.stream_gather_ms >= 0:
-            raise ValueError(f"openclaw_proxy_stream_gather_ms: expected milliseconds >= 0, got {p.stream_gather_ms}")
+        if not 0 <= p.stream_gather_ms < float("inf"):
+            raise ValueError(f"openclaw_proxy_stream_gather_ms: expected finite milliseconds >= 0, got "
+                             f"{p.stream_gather_ms}")
         if p.stream_interval < 0:
             raise ValueError(f"openclaw_proxy_stream_interval: expected 0 (the server's default) or a number of "
                              f"tokens >= 1, got {p.stream_interval}")

@@ -198,7 +198,7 @@ async def run(ns: argparse.Namespace, tokenizer_dir: str, cases: dict[int, list[
                     for pid in pids + ([other_pid] if other_pid else []):
                         await stack.settle(pid=pid)
                     if other_pid:  # each got every other session: its own turns and errors
-                        (o_turns, o_errors), (turns, errors) = by_url[other_url], by_url[urls[0]]
+                        (o_turns, o_errors), (turns, errors) = by_url.get(other_url, [0, 0]), by_url.get(urls[0], [0, 0])
                         rows.append(side_row("other", h, rep, o_turns, o_errors, tree_cpu([other_pid]) - other0[0],
                                              other0[1], thread_cpu([other_pid]), load0))
                     cpu, owner = tree_cpu(pids) - cpu0, tree_cpu(pids[:1]) - owner0

@@ -175,8 +175,9 @@ def test_the_stream_gathering_window_is_a_setting_and_reaches_the_backend(policy
 
     assert load_settings({}, env={}).proxy.stream_gather_ms == 50.0
     assert load_settings({}, env={"OPENCLAW_STREAM_GATHER_MS": "80"}).proxy.stream_gather_ms == 80.0
-    with pytest.raises(ValueError, match="stream_gather_ms"):
-        load_settings({"openclaw_proxy_stream_gather_ms": -1}, env={})
+    for bad in (-1, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="stream_gather_ms"):
+            load_settings({"openclaw_proxy_stream_gather_ms": bad}, env={})
     proxy, url = make_proxy(policy_server.url, proxy_stream_gather_ms=150)
     gathers = []
     stream = proxy.service.backend.generate_stream
