@@ -14,6 +14,17 @@ from starlette.requests import Request  # module level: FastAPI resolves the han
 GOLDEN = Path(__file__).resolve().parent / "data"  # recorded traffic, copied into the repository
 
 
+async def generate_request_or_404(reader: Any, writer: Any) -> bool:
+    """For a raw asyncio policy server in a test: read a request's head; True for ``POST /generate``, else answer
+    404 and close (the backend's mode probe)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    if head.startswith(b"POST /generate"):
+        return True
+    writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+    writer.close()
+    return False
+
+
 def sse_events_buffer(events: list[bytes]) -> tuple[bytearray, list[tuple[int, int]]]:
     """SSE ``data:`` lines of ``events`` in one buffer, with each event's (start, end) in it: what
     ``StreamAssembler`` reads in place."""

@@ -14,14 +14,20 @@ from pathlib import Path
 from openclaw_rl.bench.processes import Stack
 
 
-def test_a_stack_with_a_code_root_imports_that_checkouts_package(tmp_path: Path, monkeypatch) -> None:
-    here = Path(__file__).resolve().parents[2]
+def _checkout_and_workdir(tmp_path: Path) -> tuple[Path, Path]:
+    """A fake checkout whose ``openclaw_rl.where`` prints which package it imported, and a work directory."""
     other = tmp_path / "other"
     (other / "openclaw_rl").mkdir(parents=True)
     (other / "openclaw_rl" / "__init__.py").write_text("")
     (other / "openclaw_rl" / "where.py").write_text("import openclaw_rl\nprint('ROOT', openclaw_rl.__file__)\n")
     work = tmp_path / "work"
     work.mkdir()
+    return other, work
+
+
+def test_a_stack_with_a_code_root_imports_that_checkouts_package(tmp_path: Path, monkeypatch) -> None:
+    here = Path(__file__).resolve().parents[2]
+    other, work = _checkout_and_workdir(tmp_path)
     monkeypatch.chdir(here)  # as the benchmarks are run: from this checkout's root
     stack = Stack(str(tmp_path), work, reply_tokens=8)
     stack.code_root = str(other)
@@ -38,12 +44,7 @@ def test_a_relative_code_root_names_the_checkout_from_where_the_bench_runs(tmp_p
     """``bench_stream_events.py --code-root ../before`` hands the path over as given. The processes start in the
     work directory, where a relative ``PYTHONPATH`` entry names nothing, so they fell back to the installed
     (editable) package: this checkout, measured as the other one."""
-    other = tmp_path / "other"
-    (other / "openclaw_rl").mkdir(parents=True)
-    (other / "openclaw_rl" / "__init__.py").write_text("")
-    (other / "openclaw_rl" / "where.py").write_text("import openclaw_rl\nprint('ROOT', openclaw_rl.__file__)\n")
-    work = tmp_path / "work"
-    work.mkdir()
+    other, work = _checkout_and_workdir(tmp_path)
     monkeypatch.chdir(tmp_path)
     stack = Stack(str(tmp_path), work, reply_tokens=8)
     stack.code_root = "other"  # relative to where the bench was started

@@ -14,6 +14,7 @@ import asyncio
 import random
 
 import httpx
+from support import generate_request_or_404
 from test_sse_in_place import HEAD, compact, synthetic
 
 from openclaw_rl.backend import PolicyBackend
@@ -30,10 +31,7 @@ def test_the_first_event_sent_with_the_head_is_not_held_for_the_next_read() -> N
         got_first = asyncio.Event()
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            head = await reader.readuntil(b"\r\n\r\n")
-            if not head.startswith(b"POST /generate"):  # the backend's mode probe
-                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                writer.close()
+            if not await generate_request_or_404(reader, writer):  # the backend's mode probe
                 return
             writer.write(HEAD + _chunk(events[0]))  # the head and the first event in one write
             await writer.drain()

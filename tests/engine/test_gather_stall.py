@@ -14,6 +14,7 @@ import random
 
 import httpx
 import pytest
+from support import generate_request_or_404
 from test_sse_in_place import HEAD, compact, synthetic
 
 from openclaw_rl.backend import PolicyBackend
@@ -29,10 +30,7 @@ def test_a_backend_that_stalls_while_the_reader_gathers_is_a_timeout(gather_s: f
         sent = asyncio.Event()
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            head = await reader.readuntil(b"\r\n\r\n")
-            if not head.startswith(b"POST /generate"):  # the backend's mode probe
-                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                writer.close()
+            if not await generate_request_or_404(reader, writer):  # the backend's mode probe
                 return
             writer.write(HEAD + b"%x\r\n" % len(first) + first + b"\r\n")  # one event with text, then nothing
             await writer.drain()
