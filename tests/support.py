@@ -125,7 +125,8 @@ def wait_for_samples(proxy: Any, n: int, timeout: float = 20.0) -> list[Any]:
 
 def settle(proxy: Any, timeout: float = 20.0) -> None:
     """Wait until every turn of ended sessions is judged and persisted: on the proxy's loop, until its
-    judgements in flight have ended (``SessionTracker.wait_judged``), then until the writer has flushed."""
+    judgements in flight have ended (``SessionTracker.wait_judged``), then until the writer and the dashboard
+    journal have flushed."""
     import asyncio
 
     async def judged() -> None:
@@ -137,6 +138,8 @@ def settle(proxy: Any, timeout: float = 20.0) -> None:
 
     asyncio.run_coroutine_threadsafe(judged(), proxy.server.loop).result(timeout + 5)
     proxy.writer.flush()
+    if getattr(proxy, "journal", None) is not None:  # it holds a burst's turns ~50 ms before their lines
+        proxy.journal.flush()
 
 
 def metric(proxy: Any, name: str, **labels: str) -> float:
