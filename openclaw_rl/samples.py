@@ -3,7 +3,8 @@
 ``TrainingSample.from_turn`` is the one constructor from a turn. It takes the prompt ids the policy
 consumed and the ids it sampled, never re-tokenised text, and checks every per-token field against
 the response length. The prompt ids stay an ``array("i")`` (a copy of the turn's) until the spool stores
-their bytes: a sample read back (``from_row``) has lists, as the trainer wants. Slime's ``Sample`` is built from this record in ``openclaw_rl.slime_hooks.samples``.
+their bytes: a sample read back (``from_row``) has lists, as the trainer wants. Slime's ``Sample`` is
+built from this record in ``openclaw_rl.slime_hooks.samples``.
 Loss-mask rule: sampled tokens are 1; a position is 0 only when the mode says so (an excluded turn, or
 a position the teacher could not score) and that is recorded in ``metadata``.
 
