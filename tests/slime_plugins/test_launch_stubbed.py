@@ -29,12 +29,15 @@ exit 1
 """
 STUB_PYTHON = """#!/usr/bin/env bash
 if [[ "$1 $2" == "-m openclaw_rl.slime_hooks.features" || "$1 $2" == "-m openclaw_rl.launch" ]]; then exec python3 "$@"; fi  # the real check
-echo "$$ $CUDA_VISIBLE_DEVICES $*" > "$STUB_DIR/judge.start"
+echo "$$ $CUDA_VISIBLE_DEVICES $*" > "$STUB_DIR/judge.start.$$" && mv "$STUB_DIR/judge.start.$$" "$STUB_DIR/judge.start"
 [[ -z ${STUB_JUDGE_CRASH:-} ]] || { echo "CUDA out of memory"; exit 1; }
 exec sleep 300
 """
 STUB_CURL = """#!/usr/bin/env bash
 if [[ -n ${STUB_JUDGE_CRASH:-} && "$*" == *"/health"* && "$*" != *"/api/version"* ]]; then exit 7; fi
+# a server this launch started answers once its stub runs, as the real one does: the launch cannot outrun it
+if [[ "$*" == *"127.0.0.1:"*"/api/version"* ]]; then [[ -e "$STUB_DIR/ray.start" ]] || exit 7; fi
+if [[ "$*" == *"127.0.0.1:"*"/health"* ]]; then [[ -e "$STUB_DIR/judge.start" ]] || exit 7; fi
 exit 0
 """
 STUB_NVIDIA_SMI = """#!/usr/bin/env bash
